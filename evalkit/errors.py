@@ -1,0 +1,39 @@
+"""Errors raised by the evalkit library; the CLI maps them to exit codes (never sys.exit here)."""
+
+from __future__ import annotations
+
+
+class EvalkitError(Exception):
+    """Base class. ``exit_code`` is what the CLI exits with."""
+
+    exit_code = 1
+
+
+class UsageError(EvalkitError):
+    """Bad input from the user: a file, a flag, a value. Exit code 2."""
+
+    exit_code = 2
+
+
+class DatasetError(UsageError):
+    """A dataset file or row is invalid (message names file:line and field)."""
+
+
+class MatrixError(UsageError):
+    """A matrix file is invalid (message names file:line and field)."""
+
+
+class RubricError(UsageError):
+    """A rubric or schema file is invalid."""
+
+
+class LedgerError(UsageError):
+    """The ledger file is not an evalkit ledger, or is from a newer schema."""
+
+
+class EngineError(EvalkitError):
+    """A serving engine failed to prepare, start or answer. Runtime failure, exit code 1."""
+
+
+class EndpointError(EngineError):
+    """An endpoint could not be reached or answered badly."""

@@ -1,0 +1,40 @@
+"""JSON Schema adherence: does the output parse, and does it validate? Names the failing path."""
+
+from __future__ import annotations
+
+import json
+
+from jsonschema import Draft202012Validator
+
+from ..schemas import load_schema
+from .base import GradedRequest, Score
+
+
+def _path(parts: object) -> str:
+    return "/" + "/".join(str(p) for p in parts)  # type: ignore[union-attr]
+
+
+class SchemaGrader:
+    name = "schema"
+    version = "1"
+
+    def grade(self, item: GradedRequest) -> Score:
+        schema = load_schema(item.case.schema_name)
+        try:
+            obj = json.loads(item.text)
+        except json.JSONDecodeError as e:
+            why = "truncated at max_tokens" if item.finish_reason == "length" else "not valid JSON"
+            return Score(0.0, False, f"{why}: {e.msg} at char {e.pos}",
+                         {"schema": item.case.schema_name, "parse_error": e.msg, "pos": e.pos,
+                          "finish_reason": item.finish_reason, "errors": []})
+        errors = sorted(Draft202012Validator(schema).iter_errors(obj), key=lambda e: list(e.absolute_path))
+        detail = {
+            "schema": item.case.schema_name,
+            "finish_reason": item.finish_reason,
+            "errors": [{"path": _path(e.absolute_path), "message": e.message[:300]} for e in errors],
+        }
+        if not errors:
+            return Score(1.0, True, f"valid {item.case.schema_name}", detail)
+        first = detail["errors"][0]
+        more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+        return Score(0.0, False, f"{first['path']}: {first['message']}{more}", detail)

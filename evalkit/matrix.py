@@ -1,0 +1,158 @@
+"""The evaluation matrix: which variants to compare, how to serve them, how to generate."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlparse
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import MatrixError
+from .paths import default_matrix_path
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class Generation(BaseModel):
+    """Sampling settings sent with every request, identical for every variant."""
+
+    model_config = ConfigDict(extra="forbid")
+    max_tokens: int = Field(128, ge=1)
+    temperature: float = Field(0.0, ge=0)
+    top_p: float | None = Field(None, gt=0, le=1)
+    seed: int = 1234
+    structured_output: bool = True
+    warmup: int = Field(1, ge=0, description="requests sent first, stored flagged, excluded from stats")
+    timeout_s: float = Field(600.0, gt=0)
+    extra_body: dict[str, Any] = Field(default_factory=dict, description="merged into each request body")
+
+
+class Variant(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    engine: Literal["vllm"] = "vllm"
+    model: str | None = Field(None, description="local path, HF id, or bundled:NAME")
+    endpoint: str | None = Field(None, description="existing OpenAI-compatible base URL: nothing is launched")
+    served_model_name: str | None = None
+    vllm_args: list[str] = Field(default_factory=list, description="passed to the vLLM server verbatim")
+    env: dict[str, str] = Field(default_factory=dict)
+    api_key_env: str | None = Field(None, description="name of the environment variable holding the key")
+    startup_timeout_s: float = Field(900.0, gt=0)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NAME_RE.match(v):
+            raise ValueError("must be letters, digits, '_', '.', '-' (and start with a letter or digit)")
+        return v
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        u = urlparse(v)
+        if u.scheme not in ("http", "https") or not u.netloc:
+            raise ValueError(f"not an http(s) URL: {v!r}")
+        if u.username or u.password:
+            raise ValueError("put credentials in api_key_env, not in the URL")
+        return v.rstrip("/")
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _key_env(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", v):
+            raise ValueError("must be the NAME of an environment variable, not the key itself")
+        return v
+
+    @model_validator(mode="after")
+    def _model_or_endpoint(self) -> Variant:
+        if not self.model and not self.endpoint:
+            raise ValueError("give a model to launch or an endpoint to call")
+        if self.endpoint and self.vllm_args:
+            raise ValueError("vllm_args apply only to launched servers, not to an endpoint")
+        return self
+
+    @property
+    def launched(self) -> bool:
+        return self.endpoint is None
+
+
+class Matrix(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    description: str = ""
+    baseline: str
+    generation: Generation = Field(default_factory=Generation)
+    variants: list[Variant] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _names(self) -> Matrix:
+        seen: set[str] = set()
+        for v in self.variants:
+            if v.name in seen:
+                raise ValueError(f"duplicate variant name '{v.name}'")
+            seen.add(v.name)
+        if self.baseline not in seen:
+            raise ValueError(f"baseline '{self.baseline}' is not one of the variants ({', '.join(seen)})")
+        return self
+
+    def variant(self, name: str) -> Variant:
+        return next(v for v in self.variants if v.name == name)
+
+    def ordered_variants(self) -> list[Variant]:
+        """Baseline first, then the others in file order."""
+        return [self.variant(self.baseline)] + [v for v in self.variants if v.name != self.baseline]
+
+
+def _node_line(root: yaml.Node | None, loc: tuple) -> int | None:
+    """Follow a pydantic error location through the YAML node tree to a 1-based line."""
+    node = root
+    line = node.start_mark.line + 1 if node is not None else None
+    for key in loc:
+        if isinstance(node, yaml.MappingNode):
+            nxt = next((v for k, v in node.value if k.value == key), None)
+            if nxt is None:  # an unknown key: point at the key itself
+                nxt = next((k for k, _ in node.value if k.value == key), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            nxt = node.value[key]
+        else:
+            nxt = None
+        if nxt is None:
+            break
+        node = nxt
+        line = node.start_mark.line + 1
+    return line
+
+
+def load_matrix(path: str | Path | None = None) -> Matrix:
+    p = Path(path) if path else default_matrix_path()
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise MatrixError(f"{p}: matrix file not found") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise MatrixError(f"{p}: cannot read matrix: {e}") from None
+    try:
+        root = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark else ""
+        raise MatrixError(f"{p}{where}: not valid YAML ({getattr(e, 'problem', e)})") from None
+    if not isinstance(data, dict):
+        raise MatrixError(f"{p}:1: a matrix must be a YAML mapping")
+    try:
+        return Matrix.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = tuple(x for x in err["loc"])
+        line = _node_line(root, loc)
+        field = ".".join(str(x) for x in loc) or "(matrix)"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        raise MatrixError(f"{p}:{line}: field '{field}': {msg}") from None

@@ -1,0 +1,64 @@
+"""Ledger schema as numbered migrations. Names are permanent: add new ones, never rename."""
+
+from __future__ import annotations
+
+from sqlite_utils import Database
+from sqlite_utils.migrations import Migrations
+
+MIGRATION_SET = "evalkit"
+migrations = Migrations(MIGRATION_SET)
+
+
+@migrations(name="m001_initial")
+def m001_initial(db: Database) -> None:
+    db["runs"].create(
+        {
+            "id": str, "created_at": str, "finished_at": str, "status": str,
+            "matrix_name": str, "matrix_json": str, "dataset_path": str, "dataset_hash": str,
+            "n_cases": int, "case_ids_json": str, "seed": int, "evalkit_version": str,
+            "python_version": str, "host": str, "platform": str, "argv": str,
+        },
+        pk="id",
+    )
+    db["variants"].create(
+        {
+            "id": str, "run_id": str, "name": str, "is_baseline": int, "model": str,
+            "model_path": str, "engine": str, "engine_version": str, "server_args_json": str,
+            "endpoint_url": str, "served_model_name": str, "status": str, "error": str,
+            "started_at": str, "ready_s": float, "stopped_at": str, "log_tail": str,
+        },
+        pk="id",
+        foreign_keys=[("run_id", "runs", "id")],
+    )
+    db["cases"].create(
+        {
+            "id": str, "dataset_hash": str, "task": str, "persona": str, "candidate": str,
+            "complexity": str, "formality": int, "schema_name": str, "context_keys_json": str,
+            "messages_json": str,
+        },
+        pk=("dataset_hash", "id"),
+    )
+    db["requests"].create(
+        {
+            "id": int, "run_id": str, "variant": str, "case_id": str, "repeat": int, "seq": int,
+            "is_warmup": int, "started_at": str, "ttft_ms": float, "e2e_ms": float,
+            "itl_mean_ms": float, "tpot_ms": float, "prompt_tokens": int,
+            "completion_tokens": int, "usage_source": str, "finish_reason": str, "text": str,
+            "n_chunks": int, "chunk_offsets_ms_json": str, "http_status": int,
+            "error_class": str, "error": str, "request_json": str,
+        },
+        pk="id",
+        foreign_keys=[("run_id", "runs", "id")],
+    )
+    db["requests"].create_index(["run_id", "variant", "case_id", "repeat"])
+    db["grades"].create(
+        {
+            "id": int, "request_id": int, "run_id": str, "grader": str, "grader_version": str,
+            "value": float, "passed": int, "explanation": str, "detail_json": str,
+            "created_at": str,
+        },
+        pk="id",
+        foreign_keys=[("request_id", "requests", "id"), ("run_id", "runs", "id")],
+    )
+    db["grades"].create_index(["run_id", "grader"])
+    db["grades"].create_index(["request_id"])

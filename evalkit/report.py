@@ -1,0 +1,126 @@
+"""Per variant x complexity: latency distribution, schema pass rate, delta against the baseline."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from typing import Any
+
+from sqlite_utils import Database
+
+from .dataset import COMPLEXITIES
+from .errors import UsageError
+from .stats import mean, pct_delta, percentile
+
+SLICES = (*COMPLEXITIES, "all")
+
+
+def latest_run_id(db: Database) -> str:
+    row = next(db.query("select id from runs order by created_at desc limit 1"), None)
+    if row is None:
+        raise UsageError("the ledger has no runs yet: run `evalkit run` first")
+    return row["id"]
+
+
+def _slice_stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    ok = [r for r in rows if r["error_class"] is None]
+    ttft = [r["ttft_ms"] for r in ok if r["ttft_ms"] is not None]
+    e2e = [r["e2e_ms"] for r in ok if r["e2e_ms"] is not None]
+    graded = [r["schema_passed"] for r in ok if r["schema_passed"] is not None]
+    return {
+        "n": len(rows),
+        "n_errors": len(rows) - len(ok),
+        "ttft_p50_ms": percentile(ttft, 50), "ttft_p90_ms": percentile(ttft, 90),
+        "ttft_p99_ms": percentile(ttft, 99), "ttft_max_ms": max(ttft) if ttft else None,
+        "e2e_mean_ms": mean(e2e), "e2e_p50_ms": percentile(e2e, 50), "e2e_p99_ms": percentile(e2e, 99),
+        "completion_tokens_mean": mean([r["completion_tokens"] for r in ok if r["completion_tokens"] is not None]),
+        "schema_pass_pct": 100.0 * sum(graded) / len(graded) if graded else None,
+        "schema_graded": len(graded),
+    }
+
+
+def build_report(db: Database, run_id: str | None = None) -> dict[str, Any]:
+    run_id = run_id or latest_run_id(db)
+    run = db["runs"].get(run_id) if db["runs"].count_where("id = ?", [run_id]) else None
+    if run is None:
+        raise UsageError(f"no run '{run_id}' in the ledger")
+    variants = list(db.query("select * from variants where run_id = ? order by rowid", [run_id]))
+    rows = list(db.query(
+        """select r.variant, r.case_id, r.ttft_ms, r.e2e_ms, r.completion_tokens, r.error_class,
+                  c.complexity,
+                  (select g.passed from grades g where g.request_id = r.id and g.grader = 'schema'
+                   order by g.id desc limit 1) as schema_passed
+           from requests r join runs u on u.id = r.run_id
+           join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
+           where r.run_id = ? and r.is_warmup = 0""",
+        [run_id],
+    ))
+    baseline = next((v["name"] for v in variants if v["is_baseline"]), None)
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        groups[(r["variant"], r["complexity"])].append(r)
+        groups[(r["variant"], "all")].append(r)
+    table = []
+    for v in variants:
+        for s in SLICES:
+            if (v["name"], s) not in groups:
+                continue
+            table.append({"variant": v["name"], "complexity": s, **_slice_stats(groups[(v["name"], s)])})
+    base_rows = {r["complexity"]: r for r in table if r["variant"] == baseline}
+    for r in table:
+        b = base_rows.get(r["complexity"])
+        r["ttft_p50_delta_pct"] = pct_delta(r["ttft_p50_ms"], b and b["ttft_p50_ms"])
+        r["e2e_mean_delta_pct"] = pct_delta(r["e2e_mean_ms"], b and b["e2e_mean_ms"])
+        r["schema_pass_delta_pp"] = (
+            r["schema_pass_pct"] - b["schema_pass_pct"]
+            if b and r["schema_pass_pct"] is not None and b["schema_pass_pct"] is not None else None
+        )
+    return {
+        "run": {k: run[k] for k in ("id", "created_at", "finished_at", "status", "matrix_name",
+                                    "dataset_hash", "n_cases", "evalkit_version")},
+        "baseline": baseline,
+        "variants": [{k: v[k] for k in ("name", "is_baseline", "model", "engine", "engine_version",
+                                        "status", "error", "ready_s")} for v in variants],
+        "rows": table,
+    }
+
+
+def _fmt(x: Any, digits: int = 0, signed: bool = False) -> str:
+    if x is None:
+        return "-"
+    return f"{x:+.{digits}f}" if signed else f"{x:,.{digits}f}"
+
+
+COLUMNS = [
+    ("variant", "variant", None), ("complexity", "slice", None), ("n", "n", None),
+    ("n_errors", "err", None), ("ttft_p50_ms", "TTFT p50", 0), ("ttft_p90_ms", "p90", 0),
+    ("ttft_p99_ms", "p99", 0), ("ttft_max_ms", "max", 0), ("e2e_mean_ms", "E2E mean", 0),
+    ("e2e_p50_ms", "p50", 0), ("e2e_p99_ms", "p99", 0), ("schema_pass_pct", "schema %", 0),
+    ("ttft_p50_delta_pct", "ΔTTFT p50 %", 1), ("e2e_mean_delta_pct", "ΔE2E mean %", 1),
+]
+
+
+def table_cells(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    header = [h for _, h, _ in COLUMNS]
+    body = []
+    for r in report["rows"]:
+        cells = []
+        for key, _, d in COLUMNS:
+            v = r[key]
+            if d is None:
+                cells.append(str(v))
+            else:
+                cells.append(_fmt(v, d, signed=key.endswith("_pct") and "delta" in key))
+        body.append(cells)
+    return header, body
+
+
+def markdown_table(report: dict[str, Any]) -> str:
+    header, body = table_cells(report)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in body]
+    return "\n".join(lines)
+
+
+def to_json(report: dict[str, Any]) -> str:
+    return json.dumps(report, indent=2, ensure_ascii=False)

@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from evalkit.ledger import open_ledger
+from evalkit.paths import default_dataset_path
+from evalkit.stub_server import StubConfig, StubServer
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+@pytest.fixture
+def stub() -> Iterator[StubServer]:
+    with StubServer(StubConfig(ttft_ms=5, itl_ms=1)) as s:
+        yield s
+
+
+@pytest.fixture
+def stub_pair() -> Iterator[tuple[StubServer, StubServer]]:
+    with StubServer(StubConfig(ttft_ms=5, itl_ms=1)) as a, StubServer(StubConfig(ttft_ms=25, itl_ms=1)) as b:
+        yield a, b
+
+
+@pytest.fixture
+def write(tmp_path: Path) -> Callable[[str, str], Path]:
+    def _write(name: str, text: str) -> Path:
+        p = tmp_path / name
+        p.write_text(text, encoding="utf-8")
+        return p
+
+    return _write
+
+
+@pytest.fixture
+def endpoint_matrix(write: Callable[[str, str], Path]) -> Callable[..., Path]:
+    def _make(*urls: str, warmup: int = 1, structured: bool = True) -> Path:
+        names = ["base", "cand", "third"]
+        lines = ["name: stubs", "baseline: base", "generation:", f"  warmup: {warmup}",
+                 f"  structured_output: {str(structured).lower()}", "  max_tokens: 64", "variants:"]
+        for n, u in zip(names, urls, strict=False):
+            lines += [f"  - name: {n}", f"    endpoint: {u}"]
+        return write("matrix.yaml", "\n".join(lines) + "\n")
+
+    return _make
+
+
+@pytest.fixture
+def ledger_path(tmp_path: Path) -> Path:
+    return tmp_path / "ledger.db"
+
+
+@pytest.fixture
+def shipped_rows() -> list[dict]:
+    return [json.loads(x) for x in default_dataset_path().read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.fixture
+def db(ledger_path: Path):
+    return open_ledger(ledger_path)

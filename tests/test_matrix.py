@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from evalkit.errors import MatrixError
+from evalkit.matrix import load_matrix
+from evalkit.paths import PROJECT_DIR
+
+
+def test_default_matrix_is_bf16_vs_w8a8():
+    m = load_matrix()
+    assert m.baseline == "bf16"
+    assert [v.name for v in m.ordered_variants()] == ["bf16", "w8a8"]
+    assert all(v.launched and v.model and v.model.startswith("bundled:") for v in m.variants)
+    assert m.generation.structured_output
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (PROJECT_DIR / "examples").glob("*.yaml")))
+def test_example_matrices_validate(name):
+    m = load_matrix(PROJECT_DIR / "examples" / name)
+    assert m.baseline in {v.name for v in m.variants}
+
+
+def test_gpu_example_passes_vllm_args_verbatim():
+    m = load_matrix(PROJECT_DIR / "examples" / "gemma2-9b-bf16-vs-fp8.yaml")
+    assert m.variant("fp8").vllm_args[:2] == ["--quantization", "fp8"]
+
+
+GOOD = """name: t
+baseline: a
+variants:
+  - name: a
+    model: some/model
+  - name: b
+    model: some/model
+    vllm_args: [--quantization, fp8]
+"""
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (GOOD.replace("name: t", "name: t\ncolour: red"), ":2: field 'colour': unknown key"),
+        (GOOD.replace("baseline: a", "baseline: z"), "baseline 'z' is not one of the variants"),
+        (GOOD.replace("- name: b", "- name: a"), "duplicate variant name 'a'"),
+        (GOOD.replace("model: some/model\n  - name: b", "endpoint: ftp://x\n  - name: b"),
+         ":5: field 'variants.0.endpoint': not an http(s) URL"),
+        (GOOD.replace("    vllm_args", "    engine: tgi\n    vllm_args"), ":8: field 'variants.1.engine'"),
+        (GOOD.replace("baseline: a\n", ""), "field 'baseline': Field required"),
+        (GOOD.replace("    model: some/model\n  - name: b", "  - name: b"), "give a model to launch or an endpoint"),
+        (GOOD + "generation:\n  max_tokens: 0\n", ":10: field 'generation.max_tokens'"),
+        ("name: [unclosed", "not valid YAML"),
+        ("- just\n- a list\n", ":1: a matrix must be a YAML mapping"),
+        (GOOD.replace("model: some/model\n  - name: b", "endpoint: http://u:p@h\n  - name: b"),
+         "credentials"),
+        (GOOD.replace("    vllm_args", "    api_key_env: sk-live-123\n    vllm_args"),
+         "NAME of an environment variable"),
+    ],
+)
+def test_bad_matrix_names_line_and_field(tmp_path: Path, text: str, expected: str):
+    p = tmp_path / "m.yaml"
+    p.write_text(text)
+    with pytest.raises(MatrixError) as e:
+        load_matrix(p)
+    msg = str(e.value)
+    assert msg.startswith(str(p)) and expected in msg, msg
+    assert "\n" not in msg
