@@ -18,8 +18,8 @@ from .grading import grade_run, make_graders
 from .ledger import open_ledger
 from .matrix import load_matrix
 from .paths import default_dataset_path, default_ledger_path
-from .report import build_report, latest_run_id, markdown_table, table_cells, to_json
-from .runner import run_matrix
+from .report import COLUMNS, SERVER_COLUMNS, build_report, latest_run_id, markdown_table, table_cells, to_json
+from .runner import LoadSpec, resume_context, run_matrix
 
 err_console = Console(stderr=True)
 
@@ -96,18 +96,74 @@ class RichReporter:
 
 
 def _print_report(report: dict[str, Any]) -> None:
-    header, body = table_cells(report)
     run = report["run"]
-    t = Table(title=f"run {run['id']} — {run['matrix_name']} (baseline: {report['baseline']})")
-    for i, h in enumerate(header):
-        t.add_column(h, justify="left" if i < 2 else "right")
-    for row in body:
-        t.add_row(*row)
     # Not a terminal (a pipe, CI, a file): wide enough that no column is cut.
-    Console(width=None if Console().is_terminal else 200).print(t)
+    console = Console(width=None if Console().is_terminal else 200)
+    titles = [(COLUMNS, f"run {run['id']} — {run['matrix_name']} (baseline: {report['baseline']}), times in ms"),
+              (SERVER_COLUMNS, "what the server did (vLLM /metrics), times in ms"
+               + (f"; goodput SLOs: {report['slo_ms']}" if report["slo_ms"] else ""))]
+    for columns, title in titles:
+        header, body = table_cells(report, columns)
+        t = Table(title=title)
+        for i, h in enumerate(header):
+            t.add_column(h, justify="left" if i < 2 else "right")
+        for row in body:
+            t.add_row(*row)
+        console.print(t)
     for v in report["variants"]:
         if v["status"] != "complete":
             click.echo(f"variant {v['name']}: {v['status']}: {v['error'] or ''}")
+
+
+def parse_slo(text: str | None) -> dict[str, float]:
+    """`ttft_ms=2000,tpot_ms=100,e2e_ms=10000` (the `_ms` may be left off)."""
+    out: dict[str, float] = {}
+    if not text:
+        return out
+    for part in text.split(","):
+        key, eq, val = part.strip().partition("=")
+        key = key.strip().removesuffix("_ms")
+        if not eq or key not in ("ttft", "tpot", "e2e"):
+            raise click.BadParameter(f"'{part}': expected ttft=MS, tpot=MS or e2e=MS", param_hint="--slo")
+        try:
+            out[key] = float(val)
+        except ValueError:
+            raise click.BadParameter(f"'{val}' is not a number of milliseconds", param_hint="--slo") from None
+        if out[key] <= 0:
+            raise click.BadParameter(f"'{part}': must be positive", param_hint="--slo")
+    return out
+
+
+def parse_sweep(text: str | None) -> list[int]:
+    if not text:
+        return []
+    try:
+        levels = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"'{text}': expected comma-separated integers, e.g. 1,2,4,8", param_hint="--sweep") from None
+    if not levels or any(c < 1 for c in levels):
+        raise click.BadParameter("levels must be positive integers", param_hint="--sweep")
+    return levels
+
+
+def build_load(mode: str | None, concurrency: int | None, rate: float | None, sweep: str | None,
+               stop_kv: float, slo: str | None, interleave: bool, seed: int) -> LoadSpec:
+    """Turn the flags into one LoadSpec, refusing combinations that contradict each other."""
+    if rate is not None and rate <= 0:
+        raise click.BadParameter("must be a positive number of requests per second", param_hint="--rate")
+    inferred = "rate" if rate is not None else "concurrency" if (concurrency or 1) > 1 else "sequential"
+    if mode and mode != inferred and not (mode == "concurrency" and concurrency is None):
+        raise UsageError(f"--mode {mode} conflicts with "
+                         + (f"--rate {rate:g}" if rate is not None else f"--concurrency {concurrency}"))
+    levels = parse_sweep(sweep)
+    if levels and (rate is not None or concurrency):
+        raise UsageError("--sweep sets the concurrency levels itself: drop --rate/--concurrency")
+    if interleave and (levels or rate is not None or (concurrency or 1) > 1):
+        raise UsageError("--interleave alternates variants one request at a time: use it with sequential mode")
+    s = parse_slo(slo)
+    return LoadSpec(mode=mode or inferred, concurrency=concurrency or 1, rate=rate, sweep=levels, stop_kv=stop_kv,
+                    slo_ttft_ms=s.get("ttft"), slo_tpot_ms=s.get("tpot"), slo_e2e_ms=s.get("e2e"),
+                    interleave=interleave, seed=seed)
 
 
 @cli.command()
@@ -117,30 +173,60 @@ def _print_report(report: dict[str, Any]) -> None:
               help="dataset JSONL [default: data/resume_gen_benchmark.jsonl]")
 @click.option("--limit", type=click.IntRange(min=1), default=None,
               help="run a stratified subset of N cases (balanced over complexity and task)")
-@click.option("--seed", type=int, default=0, show_default=True, help="seed for the stratified subset")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="seed for the subset, Poisson arrivals and interleaving order")
 @click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
               help="send each case this many times per variant (sampling seed + repeat index)")
+@click.option("--mode", type=click.Choice(["sequential", "concurrency", "rate"]), default=None,
+              help="load pattern [default: sequential, or implied by --concurrency/--rate]")
+@click.option("--concurrency", type=click.IntRange(min=1), default=None, help="requests in flight at once")
+@click.option("--rate", type=float, default=None, help="requests per second, Poisson arrivals (seeded)")
+@click.option("--sweep", default=None, help="concurrency levels, e.g. 1,2,4,8: stops at saturation")
+@click.option("--stop-kv", type=click.FloatRange(0, 1, min_open=True), default=0.9, show_default=True,
+              help="sweep saturation: peak KV-cache use at or above this fraction")
+@click.option("--slo", default=None, help="goodput SLOs, e.g. ttft=2000,tpot=100,e2e=10000 (ms)")
+@click.option("--interleave", is_flag=True,
+              help="bring all variants up at once and alternate them per case (order randomised by --seed)")
+@click.option("--resume", "resume_id", default=None, metavar="RUN_ID",
+              help="complete the requests missing from an interrupted run (same matrix, cases, load)")
 @LEDGER_OPT
 @click.option("--no-grade", is_flag=True, help="skip grading after the run (use `evalkit grade` later)")
 @click.option("--quiet", "-q", is_flag=True, help="no progress output")
 def run(matrix_path: Path | None, dataset_path: Path | None, limit: int | None, seed: int, repeats: int,
-        ledger: Path | None, no_grade: bool, quiet: bool) -> None:
+        mode: str | None, concurrency: int | None, rate: float | None, sweep: str | None, stop_kv: float,
+        slo: str | None, interleave: bool, resume_id: str | None, ledger: Path | None, no_grade: bool,
+        quiet: bool) -> None:
     """Serve each variant of the matrix, send every case, record every request in the ledger.
 
     Launched variants get their own vLLM server (started, health-checked, stopped); endpoint
-    variants are called as they are. Rows are written as requests finish.
+    variants are called as they are. Rows are written as requests finish, and each server's
+    /metrics is scraped alongside so every request carries what the server did around it.
     """
-    matrix = load_matrix(matrix_path)
-    dpath = dataset_path or default_dataset_path()
-    cases = stratified_subset(load_cases(dpath), limit, seed)
-    db = open_ledger(_ledger_path(ledger))
-    summary = run_matrix(db, matrix, cases, dpath, repeats=repeats, seed=seed, reporter=RichReporter(quiet))
+    if resume_id:
+        if matrix_path or dataset_path or limit or repeats != 1 or mode or concurrency or rate or sweep:
+            raise UsageError("--resume takes the matrix, dataset, cases and load of the original run: "
+                             "drop the other run options")
+        db = open_ledger(_ledger_path(ledger), create=False)
+        ctx = resume_context(db, resume_id)
+        matrix, cases, dpath, load, repeats = ctx.matrix, ctx.cases, ctx.dataset_path, ctx.load, ctx.repeats
+    else:
+        load = build_load(mode, concurrency, rate, sweep, stop_kv, slo, interleave, seed)
+        load.validate()
+        matrix = load_matrix(matrix_path)
+        dpath = dataset_path or default_dataset_path()
+        cases = stratified_subset(load_cases(dpath), limit, seed)
+        db = open_ledger(_ledger_path(ledger))
+    summary = run_matrix(db, matrix, cases, dpath, repeats=repeats, seed=seed, load=load,
+                         reporter=RichReporter(quiet), resume_run=resume_id)
     if not no_grade:
         n = grade_run(db, summary.run_id)
         if not quiet:
             err_console.print(f"[dim]evalkit:[/dim] graded {n} outputs")
-    click.echo(f"run {summary.run_id}: {summary.n_requests} requests, {summary.n_errors} errors "
+    skipped = f", {summary.n_skipped} already in the ledger (skipped)" if resume_id else ""
+    click.echo(f"run {summary.run_id}: {summary.n_requests} requests, {summary.n_errors} errors{skipped} "
                f"-> {_ledger_path(ledger)}")
+    for name, why in summary.saturation.items():
+        click.echo(f"{name}: {why}")
     if not quiet:
         _print_report(build_report(db, summary.run_id))
     if summary.failed_variants:
@@ -152,18 +238,20 @@ def run(matrix_path: Path | None, dataset_path: Path | None, limit: int | None, 
 @LEDGER_OPT
 @click.option("--run", "run_id", default=None, help="run id [default: the latest run]")
 @click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
-@click.option("--markdown", is_flag=True, help="print the table as Markdown")
-def report(ledger: Path | None, run_id: str | None, as_json: bool, markdown: bool) -> None:
+@click.option("--markdown", is_flag=True, help="print the tables as Markdown")
+@click.option("--slo", default=None, help="goodput SLOs, e.g. ttft=2000,e2e=10000 [default: the run's]")
+def report(ledger: Path | None, run_id: str | None, as_json: bool, markdown: bool, slo: str | None) -> None:
     """Per variant and complexity: n, errors, TTFT p50/p90/p99/max, E2E mean/p50/p99, schema
-    pass rate, and the delta against the baseline in %."""
+    pass rate and the delta against the baseline in %; then what the server did: queue, prefill
+    and decode time, KV-cache peak, preemptions, goodput."""
     if as_json and markdown:
         raise UsageError("--json and --markdown are mutually exclusive")
     db = open_ledger(_ledger_path(ledger), create=False)
-    rep = build_report(db, run_id)
+    rep = build_report(db, run_id, parse_slo(slo) or None)
     if as_json:
         click.echo(to_json(rep))
     elif markdown:
-        click.echo(markdown_table(rep))
+        click.echo(markdown_table(rep) + "\n\n" + markdown_table(rep, SERVER_COLUMNS))
     else:
         _print_report(rep)
 

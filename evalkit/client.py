@@ -28,6 +28,9 @@ class RequestResult:
     completion_tokens: int | None = None
     usage_source: str | None = None
     e2e_ms: float | None = None
+    first_chunk_ms: float | None = None  # first SSE data event of any kind (what `bench serve` chat calls TTFT)
+    retry_after_s: float | None = None
+    mono_start_ms: float | None = None  # send time on the run's perf_counter clock (joins /metrics scrapes)
     chunk_offsets_ms: list[float] = field(default_factory=list)
     n_chunks: int = 0
     n_malformed: int = 0
@@ -92,16 +95,21 @@ async def stream_chat(
     *,
     headers: dict[str, str] | None = None,
     timeout_s: float = 600.0,
+    epoch: float | None = None,
 ) -> RequestResult:
     res = RequestResult(started_at=utcnow())
     parts: list[str] = []
     done = False
     t0 = time.perf_counter()
+    if epoch is not None:
+        res.mono_start_ms = (t0 - epoch) * 1000
     try:
         timeout = aiohttp.ClientTimeout(total=timeout_s)
         async with session.post(url, json=payload, headers=headers or {}, timeout=timeout) as resp:
             res.http_status = resp.status
             if resp.status != 200:
+                ra = resp.headers.get("Retry-After")
+                res.retry_after_s = float(ra) if ra and ra.replace(".", "", 1).isdigit() else None
                 body = await resp.text(errors="replace")
                 res.error_class = f"http_{resp.status}"
                 res.error = body[:2000]
@@ -116,6 +124,8 @@ async def stream_chat(
                     res.n_malformed += 1
                     continue
                 data = line[5:].strip()
+                if res.first_chunk_ms is None:
+                    res.first_chunk_ms = (now - t0) * 1000
                 if data == b"[DONE]":
                     done = True
                     break

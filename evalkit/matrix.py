@@ -30,6 +30,21 @@ class Generation(BaseModel):
     extra_body: dict[str, Any] = Field(default_factory=dict, description="merged into each request body")
 
 
+class Retry(BaseModel):
+    """Retries are off by default: a retried request hides the tail a timing run exists to see."""
+
+    model_config = ConfigDict(extra="forbid")
+    max_retries: int = Field(0, ge=0, le=10)
+    on: list[str] = Field(default_factory=lambda: ["http_429", "http_503", "connect_error"])
+    backoff_s: float = Field(1.0, ge=0)
+
+
+class Telemetry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    scrape: bool = True
+    interval_s: float = Field(0.5, gt=0, le=60)
+
+
 class Variant(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
@@ -87,6 +102,8 @@ class Matrix(BaseModel):
     description: str = ""
     baseline: str
     generation: Generation = Field(default_factory=Generation)
+    retry: Retry = Field(default_factory=Retry)
+    telemetry: Telemetry = Field(default_factory=Telemetry)
     variants: list[Variant] = Field(min_length=1)
 
     @model_validator(mode="after")

@@ -62,3 +62,26 @@ def m001_initial(db: Database) -> None:
     )
     db["grades"].create_index(["run_id", "grader"])
     db["grades"].create_index(["request_id"])
+
+
+@migrations(name="m002_server_telemetry")
+def m002_server_telemetry(db: Database) -> None:
+    db["server_metrics"].create(
+        {"id": int, "run_id": str, "variant": str, "mono_ms": float, "ts": str, "series": str, "value": float},
+        pk="id",
+    )
+    db["server_metrics"].create_index(["run_id", "variant", "series", "mono_ms"])
+    for col, typ in [
+        ("phase", str), ("concurrency", int), ("attempt", int), ("final", int), ("mono_start_ms", float),
+        ("first_chunk_ms", float), ("n_malformed", int),
+        ("srv_method", str), ("srv_queue_ms", float), ("srv_prefill_ms", float), ("srv_decode_ms", float),
+        ("srv_inference_ms", float), ("srv_ttft_ms", float), ("srv_e2e_ms", float),
+        ("srv_kv_cache_usage_start", float), ("srv_running_start", float), ("srv_waiting_start", float),
+        ("srv_kv_cache_usage_peak", float), ("srv_preemptions", float), ("srv_prompt_tokens", float),
+        ("srv_prefix_cache_hits", float),
+    ]:
+        db["requests"].add_column(col, typ)
+    db.execute("update requests set attempt = 0, final = 1, phase = 'main', concurrency = 1")
+    for col in ("cache_config_json", "models_json", "quantization", "metrics_available"):
+        db["variants"].add_column(col, str)
+    db["runs"].add_column("load_json", str)

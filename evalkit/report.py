@@ -22,7 +22,14 @@ def latest_run_id(db: Database) -> str:
     return row["id"]
 
 
-def _slice_stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def _meets(r: dict[str, Any], slo: dict[str, float]) -> bool:
+    """A request counts towards goodput when it succeeded and met every SLO given."""
+    if r["error_class"] is not None:
+        return False
+    return all(r[f"{k}_ms"] is not None and r[f"{k}_ms"] <= v for k, v in slo.items())
+
+
+def _slice_stats(rows: list[dict[str, Any]], slo: dict[str, float]) -> dict[str, Any]:
     ok = [r for r in rows if r["error_class"] is None]
     ttft = [r["ttft_ms"] for r in ok if r["ttft_ms"] is not None]
     e2e = [r["e2e_ms"] for r in ok if r["e2e_ms"] is not None]
@@ -36,26 +43,43 @@ def _slice_stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "completion_tokens_mean": mean([r["completion_tokens"] for r in ok if r["completion_tokens"] is not None]),
         "schema_pass_pct": 100.0 * sum(graded) / len(graded) if graded else None,
         "schema_graded": len(graded),
+        "tpot_p50_ms": percentile([r["tpot_ms"] for r in ok if r["tpot_ms"] is not None], 50),
+        "itl_p50_ms": percentile([r["itl_mean_ms"] for r in ok if r["itl_mean_ms"] is not None], 50),
+        "goodput_pct": 100.0 * sum(_meets(r, slo) for r in rows) / len(rows) if slo and rows else None,
+        # what the server says happened (per-request histogram deltas or window means)
+        "srv_queue_p50_ms": percentile([r["srv_queue_ms"] for r in ok if r["srv_queue_ms"] is not None], 50),
+        "srv_prefill_p50_ms": percentile([r["srv_prefill_ms"] for r in ok if r["srv_prefill_ms"] is not None], 50),
+        "srv_decode_p50_ms": percentile([r["srv_decode_ms"] for r in ok if r["srv_decode_ms"] is not None], 50),
+        "srv_ttft_p50_ms": percentile([r["srv_ttft_ms"] for r in ok if r["srv_ttft_ms"] is not None], 50),
+        "kv_peak_pct": (100.0 * max(kv) if (kv := [r["srv_kv_cache_usage_peak"] for r in rows
+                                                   if r["srv_kv_cache_usage_peak"] is not None]) else None),
+        "preemptions": (sum(p) if (p := [r["srv_preemptions"] for r in rows if r["srv_preemptions"] is not None])
+                        else None),
+        "srv_methods": sorted({r["srv_method"] for r in rows if r["srv_method"]}),
     }
 
 
-def build_report(db: Database, run_id: str | None = None) -> dict[str, Any]:
+def build_report(db: Database, run_id: str | None = None, slo: dict[str, float] | None = None) -> dict[str, Any]:
     run_id = run_id or latest_run_id(db)
     run = db["runs"].get(run_id) if db["runs"].count_where("id = ?", [run_id]) else None
     if run is None:
         raise UsageError(f"no run '{run_id}' in the ledger")
     variants = list(db.query("select * from variants where run_id = ? order by rowid", [run_id]))
     rows = list(db.query(
-        """select r.variant, r.case_id, r.ttft_ms, r.e2e_ms, r.completion_tokens, r.error_class,
-                  c.complexity,
+        """select r.variant, r.case_id, r.ttft_ms, r.e2e_ms, r.tpot_ms, r.itl_mean_ms, r.completion_tokens,
+                  r.error_class, r.srv_method, r.srv_queue_ms, r.srv_prefill_ms, r.srv_decode_ms, r.srv_ttft_ms,
+                  r.srv_kv_cache_usage_peak, r.srv_preemptions, c.complexity,
                   (select g.passed from grades g where g.request_id = r.id and g.grader = 'schema'
                    order by g.id desc limit 1) as schema_passed
            from requests r join runs u on u.id = r.run_id
            join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
-           where r.run_id = ? and r.is_warmup = 0""",
+           where r.run_id = ? and r.is_warmup = 0 and r.final = 1""",
         [run_id],
     ))
     baseline = next((v["name"] for v in variants if v["is_baseline"]), None)
+    if slo is None:
+        load = json.loads(run["load_json"] or "{}")
+        slo = {k: load[f"slo_{k}_ms"] for k in ("ttft", "tpot", "e2e") if load.get(f"slo_{k}_ms") is not None}
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         groups[(r["variant"], r["complexity"])].append(r)
@@ -65,7 +89,7 @@ def build_report(db: Database, run_id: str | None = None) -> dict[str, Any]:
         for s in SLICES:
             if (v["name"], s) not in groups:
                 continue
-            table.append({"variant": v["name"], "complexity": s, **_slice_stats(groups[(v["name"], s)])})
+            table.append({"variant": v["name"], "complexity": s, **_slice_stats(groups[(v["name"], s)], slo)})
     base_rows = {r["complexity"]: r for r in table if r["variant"] == baseline}
     for r in table:
         b = base_rows.get(r["complexity"])
@@ -79,8 +103,10 @@ def build_report(db: Database, run_id: str | None = None) -> dict[str, Any]:
         "run": {k: run[k] for k in ("id", "created_at", "finished_at", "status", "matrix_name",
                                     "dataset_hash", "n_cases", "evalkit_version")},
         "baseline": baseline,
-        "variants": [{k: v[k] for k in ("name", "is_baseline", "model", "engine", "engine_version",
-                                        "status", "error", "ready_s")} for v in variants],
+        "slo_ms": slo,
+        "load": json.loads(run["load_json"] or "{}"),
+        "variants": [{k: v[k] for k in ("name", "is_baseline", "model", "engine", "engine_version", "quantization",
+                                        "status", "error", "ready_s", "metrics_available")} for v in variants],
         "rows": table,
     }
 
@@ -100,12 +126,22 @@ COLUMNS = [
 ]
 
 
-def table_cells(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    header = [h for _, h, _ in COLUMNS]
+SERVER_COLUMNS = [
+    ("variant", "variant", None), ("complexity", "slice", None), ("ttft_p50_ms", "client TTFT p50", 0),
+    ("srv_ttft_p50_ms", "server TTFT p50", 0), ("srv_queue_p50_ms", "queue p50", 0),
+    ("srv_prefill_p50_ms", "prefill p50", 0), ("srv_decode_p50_ms", "decode p50", 0),
+    ("tpot_p50_ms", "TPOT p50", 1), ("kv_peak_pct", "KV peak %", 1), ("preemptions", "preempt", 0),
+    ("goodput_pct", "goodput %", 0),
+]
+
+
+def table_cells(report: dict[str, Any], columns: list | None = None) -> tuple[list[str], list[list[str]]]:
+    columns = columns or COLUMNS
+    header = [h for _, h, _ in columns]
     body = []
     for r in report["rows"]:
         cells = []
-        for key, _, d in COLUMNS:
+        for key, _, d in columns:
             v = r[key]
             if d is None:
                 cells.append(str(v))
@@ -115,8 +151,8 @@ def table_cells(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return header, body
 
 
-def markdown_table(report: dict[str, Any]) -> str:
-    header, body = table_cells(report)
+def markdown_table(report: dict[str, Any], columns: list | None = None) -> str:
+    header, body = table_cells(report, columns)
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in body]
     return "\n".join(lines)

@@ -33,6 +33,30 @@ class StubConfig:
     fault: str | None = None
     fault_every: int = 1
     counters: dict[str, int] = field(default_factory=lambda: {"requests": 0, "faults": 0})
+    # vLLM-style server metrics of the stub's own (simulated) request phases
+    hist: dict[str, list[float]] = field(default_factory=dict)
+    running: int = 0
+
+
+HISTS = ("time_to_first_token_seconds", "e2e_request_latency_seconds", "request_queue_time_seconds",
+         "request_prefill_time_seconds", "request_decode_time_seconds", "request_inference_time_seconds")
+
+
+def metrics_text(cfg: StubConfig) -> str:
+    """A vLLM-shaped exposition: the same names, so the scraper and attribution can be tested."""
+    lab = 'engine="0",model_name="%s"' % cfg.model
+    lines = [
+        f"vllm:num_requests_running{{{lab}}} {float(cfg.running)}",
+        f"vllm:num_requests_waiting{{{lab}}} 0.0",
+        f"vllm:kv_cache_usage_perc{{{lab}}} {min(1.0, cfg.running / 64):.6f}",
+        f"vllm:num_preemptions_total{{{lab}}} 0.0",
+        f"vllm:cache_config_info{{block_size=\"16\",cache_dtype=\"auto\",{lab},num_gpu_blocks=\"1024\"}} 1.0",
+    ]
+    for h in HISTS:
+        xs = cfg.hist.get(h, [])
+        lines.append(f"vllm:{h}_count{{{lab}}} {float(len(xs))}")
+        lines.append(f"vllm:{h}_sum{{{lab}}} {sum(xs)}")
+    return "\n".join(lines) + "\n"
 
 
 def _fill(schema: dict[str, Any], hint: str) -> Any:
@@ -80,6 +104,13 @@ def make_app(cfg: StubConfig) -> web.Application:
     async def version(_: web.Request) -> web.Response:
         return web.json_response({"version": "stub"})
 
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(text=metrics_text(cfg), content_type="text/plain")
+
+    def record(phases: dict[str, float]) -> None:
+        for k, v in phases.items():
+            cfg.hist.setdefault(k, []).append(v)
+
     async def chat(request: web.Request) -> web.StreamResponse:
         cfg.counters["requests"] += 1
         n = cfg.counters["requests"]
@@ -97,6 +128,20 @@ def make_app(cfg: StubConfig) -> web.Application:
             text = "Sure! Here is your email: Dear hiring manager, ..."
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
+        t0 = asyncio.get_running_loop().time()
+        cfg.running += 1
+        try:
+            return await _stream(request, resp, body, text, fault, n)
+        finally:
+            cfg.running -= 1
+            e2e = asyncio.get_running_loop().time() - t0
+            t_first = cfg.ttft_ms / 1000
+            record({"time_to_first_token_seconds": t_first, "e2e_request_latency_seconds": e2e,
+                    "request_queue_time_seconds": 0.0, "request_prefill_time_seconds": t_first,
+                    "request_decode_time_seconds": max(0.0, e2e - t_first), "request_inference_time_seconds": e2e})
+
+    async def _stream(request: web.Request, resp: web.StreamResponse, body: dict[str, Any], text: str,
+                      fault: str | None, n: int) -> web.StreamResponse:
         rid = f"chatcmpl-stub-{n}"
         model = body.get("model", cfg.model)
         await resp.write(_chunk(rid, model, {"role": "assistant", "content": ""}))
@@ -127,7 +172,7 @@ def make_app(cfg: StubConfig) -> web.Application:
 
     app = web.Application()
     app.add_routes([web.get("/health", health), web.get("/v1/models", models), web.get("/version", version),
-                    web.post("/v1/chat/completions", chat)])
+                    web.get("/metrics", metrics), web.post("/v1/chat/completions", chat)])
     return app
 
 

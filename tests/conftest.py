@@ -41,13 +41,13 @@ def write(tmp_path: Path) -> Callable[[str, str], Path]:
 
 @pytest.fixture
 def endpoint_matrix(write: Callable[[str, str], Path]) -> Callable[..., Path]:
-    def _make(*urls: str, warmup: int = 1, structured: bool = True) -> Path:
+    def _make(*urls: str, warmup: int = 1, structured: bool = True, extra: str = "") -> Path:
         names = ["base", "cand", "third"]
         lines = ["name: stubs", "baseline: base", "generation:", f"  warmup: {warmup}",
                  f"  structured_output: {str(structured).lower()}", "  max_tokens: 64", "variants:"]
         for n, u in zip(names, urls, strict=False):
             lines += [f"  - name: {n}", f"    endpoint: {u}"]
-        return write("matrix.yaml", "\n".join(lines) + "\n")
+        return write("matrix.yaml", "\n".join(lines) + "\n" + extra)
 
     return _make
 

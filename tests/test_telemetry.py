@@ -1,0 +1,191 @@
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from sqlite_utils import Database
+
+from evalkit.cli import cli
+from evalkit.stub_server import StubConfig, StubServer
+from evalkit.telemetry import (
+    attribute,
+    buckets_of,
+    canonical,
+    engine_config,
+    histogram_quantile,
+    parse_prometheus,
+    snapshot,
+)
+
+FIXTURE = Path(__file__).parent / "fixtures" / "vllm_cpu_0.32_metrics.txt"
+
+
+def test_parses_real_vllm_exposition():
+    samples = parse_prometheus(FIXTURE.read_text())
+    snap = snapshot(samples)
+    assert 0 <= snap["kv_cache_usage_perc"] <= 1
+    assert snap["num_requests_running"] == 1.0 and snap["num_requests_waiting"] == 0.0
+    assert snap["num_preemptions_total"] == 0.0
+    assert snap["prompt_tokens_total"] == 10110.0 and snap["generation_tokens_total"] == 1146.0
+    assert snap['request_success_total{finished_reason="stop"}'] == 9.0
+    n = snap["time_to_first_token_seconds_count"]
+    b = buckets_of(snap, "time_to_first_token_seconds")
+    assert b[math.inf] == n and len(b) > 10
+    assert not any(k.endswith("_created") for k in snap)
+    cfg = engine_config(samples)
+    assert cfg["block_size"] == "128" and cfg["enable_prefix_caching"] == "True"
+
+
+def test_label_values_with_escapes_and_special_values():
+    text = ('x_info{a="say \\"hi\\"",b="c,d"} 1\n# HELP y y\ny NaN\nz{le="+Inf"} +Inf\nbad line here\n')
+    s = parse_prometheus(text)
+    assert dict(s[0].labels) == {"a": 'say "hi"', "b": "c,d"}
+    assert math.isnan(s[1].value) and s[2].value == math.inf
+    assert len(s) == 3
+
+
+def test_renames_across_versions_and_engines():
+    assert canonical("vllm:gpu_cache_usage_perc") == "kv_cache_usage_perc"
+    assert canonical("vllm:time_per_output_token_seconds_bucket") == "inter_token_latency_seconds_bucket"
+    assert canonical("llamacpp:kv_cache_usage_ratio") == "kv_cache_usage_perc"
+    assert canonical("llamacpp:tokens_predicted_total") == "generation_tokens_total"
+    assert canonical("sglang:token_usage") == "sglang:token_usage"  # unknown engine: raw series kept
+    old = 'vllm:gpu_cache_usage_perc{model_name="m"} 0.5\n'
+    assert snapshot(parse_prometheus(old))["kv_cache_usage_perc"] == 0.5
+    both = old + 'vllm:kv_cache_usage_perc{model_name="m"} 0.7\n'
+    assert snapshot(parse_prometheus(both))["kv_cache_usage_perc"] == 0.7  # the new name wins
+    two_engines = 'vllm:num_requests_running{engine="0"} 2\nvllm:num_requests_running{engine="1"} 3\n'
+    assert snapshot(parse_prometheus(two_engines))["num_requests_running"] == 5
+
+
+def test_histogram_quantile_known_answer():
+    b = {0.1: 10.0, 0.2: 30.0, 0.5: 40.0, math.inf: 40.0}
+    assert histogram_quantile(b, 0.25) == pytest.approx(0.1)  # rank 10: the top of the first bucket
+    assert histogram_quantile(b, 0.5) == pytest.approx(0.15)  # rank 20: halfway through (0.1, 0.2]
+    assert histogram_quantile(b, 1.0) == pytest.approx(0.5)
+    assert histogram_quantile({}, 0.5) is None
+
+
+def test_attribution_from_histogram_deltas():
+    before = {"request_queue_time_seconds_sum": 1.0, "request_queue_time_seconds_count": 4,
+              "request_prefill_time_seconds_sum": 2.0, "request_prefill_time_seconds_count": 4,
+              "num_preemptions_total": 1, "kv_cache_usage_perc": 0.25, "num_requests_running": 0,
+              "num_requests_waiting": 0}
+    after = dict(before, request_queue_time_seconds_sum=1.05, request_queue_time_seconds_count=5,
+                 request_prefill_time_seconds_sum=2.9, request_prefill_time_seconds_count=5,
+                 num_preemptions_total=3)
+    a = attribute(before, after, "histogram_delta", 0.4)
+    assert a["srv_method"] == "histogram_delta"
+    assert a["srv_queue_ms"] == pytest.approx(50.0) and a["srv_prefill_ms"] == pytest.approx(900.0)
+    assert a["srv_preemptions"] == 2 and a["srv_kv_cache_usage_start"] == 0.25
+    assert a["srv_kv_cache_usage_peak"] == 0.4
+    assert a["srv_decode_ms"] is None  # not exposed: unknown, not zero
+
+
+def _run(runner, matrix: Path, ledger: Path, *args: str):
+    r = runner.invoke(cli, ["run", "--matrix", str(matrix), "--ledger", str(ledger), "-q", *args])
+    assert r.exit_code == 0, r.output
+    return Database(ledger)
+
+
+def test_sequential_run_attributes_server_phases_per_request(runner, endpoint_matrix, ledger_path):
+    with StubServer(StubConfig(ttft_ms=40, itl_ms=1)) as s:
+        db = _run(runner, endpoint_matrix(s.base_url), ledger_path, "--limit", "4")
+    rows = list(db["requests"].rows_where("is_warmup = 0"))
+    assert len(rows) == 4
+    for r in rows:
+        assert r["srv_method"] == "histogram_delta"
+        assert r["srv_ttft_ms"] == pytest.approx(40.0, abs=0.5)  # the stub's configured prefill
+        assert r["srv_e2e_ms"] <= r["e2e_ms"] + 1
+        assert r["ttft_ms"] >= r["srv_ttft_ms"]  # the client cannot see the token before the server sends it
+        assert r["first_chunk_ms"] < r["ttft_ms"]  # the role-only chunk came first
+    series = {x["series"] for x in db["server_metrics"].rows}
+    assert {"kv_cache_usage_perc", "num_requests_running", "e2e_request_latency_seconds_count"} <= series
+    v = next(db["variants"].rows)
+    assert v["metrics_available"] == "yes" and json.loads(v["cache_config_json"])["num_gpu_blocks"] == "1024"
+
+
+def test_concurrency_mode_uses_window_attribution(runner, endpoint_matrix, ledger_path):
+    with StubServer(StubConfig(ttft_ms=30, itl_ms=2)) as s:
+        m = endpoint_matrix(s.base_url, extra="telemetry:\n  interval_s: 0.02\n")
+        db = _run(runner, m, ledger_path, "--limit", "12", "--concurrency", "6")
+    rows = list(db["requests"].rows_where("is_warmup = 0"))
+    assert len(rows) == 12 and {r["concurrency"] for r in rows} == {6}
+    assert {r["srv_method"] for r in rows} == {"window"}
+    # with 6 in flight, the stub's running gauge must have been seen above 1
+    assert max(r["srv_kv_cache_usage_peak"] or 0 for r in rows) > 1 / 64
+    starts = sorted(r["mono_start_ms"] for r in rows)
+    assert starts[5] - starts[0] < 30  # six went out together
+
+
+def test_rate_mode_poisson_arrivals_are_seeded(runner, endpoint_matrix, tmp_path):
+    gaps = []
+    for i in range(2):
+        with StubServer(StubConfig(ttft_ms=1, itl_ms=0)) as s:
+            db = _run(runner, endpoint_matrix(s.base_url, warmup=0), tmp_path / f"l{i}.db",
+                      "--limit", "8", "--rate", "20", "--seed", "7")
+        starts = sorted(r["mono_start_ms"] for r in db["requests"].rows)
+        gaps.append([b - a for a, b in zip(starts, starts[1:], strict=False)])
+    assert len(gaps[0]) == 7
+    assert sum(gaps[0]) == pytest.approx(sum(gaps[1]), rel=0.3)  # same seed, same schedule (jitter aside)
+    assert 100 < sum(gaps[0]) < 1500  # 7 gaps at a mean of 50 ms
+
+
+def test_sweep_stops_at_slo_breach(runner, endpoint_matrix, ledger_path):
+    # TTFT is 30 ms, so an SLO of 10 ms is breached at the first level: the sweep stops there.
+    with StubServer(StubConfig(ttft_ms=30, itl_ms=0)) as s:
+        r = runner.invoke(cli, ["run", "--matrix", str(endpoint_matrix(s.base_url)), "--ledger", str(ledger_path),
+                                "-q", "--limit", "3", "--sweep", "1,2,4", "--slo", "ttft=10"])
+    assert r.exit_code == 0, r.output
+    assert "saturated at concurrency 1: ttft p99" in r.output
+    db = Database(ledger_path)
+    assert {x["phase"] for x in db["requests"].rows_where("is_warmup = 0")} == {"c=1"}
+
+
+def test_sweep_runs_all_levels_when_nothing_saturates(runner, endpoint_matrix, ledger_path):
+    with StubServer(StubConfig(ttft_ms=1, itl_ms=0)) as s:
+        db = _run(runner, endpoint_matrix(s.base_url), ledger_path, "--limit", "4", "--sweep", "1,2,4")
+    phases = {(x["phase"], x["concurrency"]) for x in db["requests"].rows_where("is_warmup = 0")}
+    assert phases == {("c=1", 1), ("c=2", 2), ("c=4", 4)}
+
+
+def test_interleave_alternates_variants(runner, stub_pair, endpoint_matrix, ledger_path):
+    a, b = stub_pair
+    db = _run(runner, endpoint_matrix(a.base_url, b.base_url, warmup=0), ledger_path, "--limit", "6",
+              "--interleave", "--seed", "3")
+    seq = [r["variant"] for r in db.query("select variant from requests order by seq")]
+    assert len(seq) == 12
+    pairs = [set(seq[i:i + 2]) for i in range(0, 12, 2)]
+    assert all(p == {"base", "cand"} for p in pairs)  # each case: both variants back to back
+    assert len({tuple(seq[i:i + 2]) for i in range(0, 12, 2)}) == 2  # order randomised, not always A first
+
+
+def test_goodput_in_report(runner, endpoint_matrix, ledger_path):
+    with StubServer(StubConfig(ttft_ms=20, itl_ms=0)) as s:
+        _run(runner, endpoint_matrix(s.base_url), ledger_path, "--limit", "3", "--slo", "ttft=1000")
+    rep = json.loads(runner.invoke(cli, ["report", "--ledger", str(ledger_path), "--json"]).output)
+    assert rep["slo_ms"] == {"ttft": 1000.0}
+    assert next(x for x in rep["rows"] if x["complexity"] == "all")["goodput_pct"] == 100.0
+    rep = json.loads(runner.invoke(cli, ["report", "--ledger", str(ledger_path), "--json", "--slo", "ttft=5"]).output)
+    assert next(x for x in rep["rows"] if x["complexity"] == "all")["goodput_pct"] == 0.0
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--rate", "-1"], "--rate"),
+    (["--rate", "0"], "--rate"),
+    (["--mode", "sequential", "--concurrency", "4"], "conflicts"),
+    (["--mode", "rate", "--concurrency", "4"], "conflicts"),
+    (["--sweep", "1,x"], "--sweep"),
+    (["--sweep", "1,2", "--concurrency", "4"], "--sweep"),
+    (["--interleave", "--concurrency", "2"], "--interleave"),
+    (["--slo", "ttft"], "--slo"),
+    (["--slo", "latency=5"], "--slo"),
+    (["--concurrency", "0"], "--concurrency"),
+    (["--resume", "x", "--limit", "3"], "--resume"),
+])
+def test_conflicting_or_bad_load_flags_exit_2(runner, args, expected, tmp_path):
+    r = runner.invoke(cli, ["run", "--ledger", str(tmp_path / "l.db"), *args])
+    assert r.exit_code == 2, r.output
+    assert expected in r.output and "Traceback" not in r.output

