@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,16 @@ from .grading import grade_run, make_graders
 from .ledger import open_ledger
 from .matrix import load_matrix
 from .paths import default_dataset_path, default_ledger_path
-from .report import COLUMNS, SERVER_COLUMNS, build_report, latest_run_id, markdown_table, table_cells, to_json
+from .report import (
+    COLUMNS,
+    QUALITY_COLUMNS,
+    SERVER_COLUMNS,
+    build_report,
+    latest_run_id,
+    markdown_table,
+    table_cells,
+    to_json,
+)
 from .runner import LoadSpec, resume_context, run_matrix
 
 err_console = Console(stderr=True)
@@ -101,7 +111,9 @@ def _print_report(report: dict[str, Any]) -> None:
     console = Console(width=None if Console().is_terminal else 200)
     titles = [(COLUMNS, f"run {run['id']} — {run['matrix_name']} (baseline: {report['baseline']}), times in ms"),
               (SERVER_COLUMNS, "what the server did (vLLM /metrics), times in ms"
-               + (f"; goodput SLOs: {report['slo_ms']}" if report["slo_ms"] else ""))]
+               + (f"; goodput SLOs: {report['slo_ms']}" if report["slo_ms"] else "")),
+              (QUALITY_COLUMNS, "quality: persona rubric, formality vs requested level, drift (1 − cosine) "
+               "vs the baseline's own noise floor")]
     for columns, title in titles:
         header, body = table_cells(report, columns)
         t = Table(title=title)
@@ -219,7 +231,8 @@ def run(matrix_path: Path | None, dataset_path: Path | None, limit: int | None, 
     summary = run_matrix(db, matrix, cases, dpath, repeats=repeats, seed=seed, load=load,
                          reporter=RichReporter(quiet), resume_run=resume_id)
     if not no_grade:
-        n = grade_run(db, summary.run_id)
+        names = ["schema", "persona", "formality", "drift"] + (["judge"] if matrix.judge else [])
+        n = grade_run(db, summary.run_id, make_graders(names, judge=matrix.judge))
         if not quiet:
             err_console.print(f"[dim]evalkit:[/dim] graded {n} outputs")
     skipped = f", {summary.n_skipped} already in the ledger (skipped)" if resume_id else ""
@@ -251,21 +264,82 @@ def report(ledger: Path | None, run_id: str | None, as_json: bool, markdown: boo
     if as_json:
         click.echo(to_json(rep))
     elif markdown:
-        click.echo(markdown_table(rep) + "\n\n" + markdown_table(rep, SERVER_COLUMNS))
+        click.echo("\n\n".join(markdown_table(rep, c) for c in (COLUMNS, SERVER_COLUMNS, QUALITY_COLUMNS)))
     else:
         _print_report(rep)
+
+
+def _run_judge(db: Any, run_id: str) -> Any:
+    from .matrix import Matrix
+
+    if not db["runs"].count_where("id = ?", [run_id]):
+        return None
+    return Matrix.model_validate_json(db["runs"].get(run_id)["matrix_json"]).judge
 
 
 @cli.command()
 @LEDGER_OPT
 @click.option("--run", "run_id", default=None, help="run id [default: the latest run]")
-@click.option("--grader", "graders", multiple=True, help="grader name (repeatable) [default: all]")
+@click.option("--grader", "graders", multiple=True,
+              help="schema, persona, formality, drift or judge (repeatable) [default: all but judge]")
 def grade(ledger: Path | None, run_id: str | None, graders: tuple[str, ...]) -> None:
     """Grade a run's outputs again without regenerating; new grader versions add rows."""
     db = open_ledger(_ledger_path(ledger), create=False)
     rid = run_id or latest_run_id(db)
-    n = grade_run(db, rid, make_graders(list(graders) or None))
+    n = grade_run(db, rid, make_graders(list(graders) or None, judge=_run_judge(db, rid)))
     click.echo(f"run {rid}: {n} new grades")
+
+
+@cli.group(cls=Group)
+def graders() -> None:
+    """Check the graders themselves."""
+
+
+@graders.command("calibrate")
+@click.option("--file", "path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help='labelled JSON lines {"text": ..., "level": 1-5} [default: rubrics/formality_calibration.jsonl]')
+@click.option("--subset", type=click.Choice(["all", "even", "odd"]), default="all", show_default=True,
+              help="lines to score (the shipped rubric was tuned on the even lines; odd ones are held out)")
+@click.option("--json", "as_json", is_flag=True, help="print the figures as JSON")
+def graders_calibrate(path: Path | None, subset: str, as_json: bool) -> None:
+    """How well the formality scorer predicts labelled levels: n, exact accuracy, accuracy
+    within ±1, mean absolute error, Spearman rho, confusion matrix."""
+    from .grading.formality import calibrate
+
+    r = calibrate(path, subset=subset)
+    if as_json:
+        click.echo(json.dumps(r, indent=2))
+        return
+    click.echo(f"{r['file']} ({r['subset']}): n={r['n']}  exact={r['exact_accuracy']:.1%}  "
+               f"within ±1={r['within_1_accuracy']:.1%}  MAE={r['mae']:.2f}  Spearman rho={r['spearman_rho']:.3f}")
+    click.echo("confusion (rows: labelled 1-5, columns: predicted 1-5):")
+    for i, row in enumerate(r["confusion"], start=1):
+        click.echo(f"  {i}: " + " ".join(f"{x:3d}" for x in row))
+
+
+@cli.group(cls=Group)
+def rubrics() -> None:
+    """Check rubric and schema files."""
+
+
+@rubrics.command("validate")
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="rubrics directory [default: rubrics/]")
+def rubrics_validate(directory: Path | None) -> None:
+    """Load every rubric (persona, formality) and JSON Schema, reporting the first error."""
+    from .grading.formality import FormalityRubric, load_yaml_model
+    from .grading.persona import PersonaRubric
+    from .paths import rubrics_dir
+    from .schemas import known_schema_names, load_schema
+
+    d = directory or rubrics_dir()
+    p = load_yaml_model(d / "persona.yaml", PersonaRubric)
+    f = load_yaml_model(d / "formality.yaml", FormalityRubric)
+    names = sorted(known_schema_names(d / "schemas"))
+    for n in names:
+        load_schema(n, d / "schemas")
+    click.echo(f"{d}: OK — persona rules: {', '.join(p.rules)}; formality features: {len(f.weights)}; "
+               f"schemas: {', '.join(names)}")
 
 
 @cli.group(cls=Group)

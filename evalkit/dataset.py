@@ -116,7 +116,8 @@ def stratified_subset(cases: list[Case], limit: int | None, seed: int = 0) -> li
     for c in sorted(cases, key=lambda c: c.id):
         strata[(c.complexity, c.task)].append(c)
     rng = random.Random(seed)
-    keys = sorted(strata, key=lambda k: (COMPLEXITIES.index(k[0]), k[1]))
+    # complexity varies fastest, so even --limit 3 gets one short, one medium and one long case
+    keys = sorted(strata, key=lambda k: (k[1], COMPLEXITIES.index(k[0])))
     for k in keys:
         rng.shuffle(strata[k])
     out: list[Case] = []

@@ -26,8 +26,27 @@ class Generation(BaseModel):
     seed: int = 1234
     structured_output: bool = True
     warmup: int = Field(1, ge=0, description="requests sent first, stored flagged, excluded from stats")
+    baseline_repeats: int = Field(
+        2, ge=1, description="times the baseline is sent per case: repeats beyond the first are drift's noise floor")
     timeout_s: float = Field(600.0, gt=0)
     extra_body: dict[str, Any] = Field(default_factory=dict, description="merged into each request body")
+
+
+def check_url(v: str | None) -> str | None:
+    if v is None:
+        return v
+    u = urlparse(v)
+    if u.scheme not in ("http", "https") or not u.netloc:
+        raise ValueError(f"not an http(s) URL: {v!r}")
+    if u.username or u.password:
+        raise ValueError("put credentials in api_key_env, not in the URL")
+    return v.rstrip("/")
+
+
+def check_key_env(v: str | None) -> str | None:
+    if v is not None and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", v):
+        raise ValueError("must be the NAME of an environment variable, not the key itself")
+    return v
 
 
 class Retry(BaseModel):
@@ -64,24 +83,8 @@ class Variant(BaseModel):
             raise ValueError("must be letters, digits, '_', '.', '-' (and start with a letter or digit)")
         return v
 
-    @field_validator("endpoint")
-    @classmethod
-    def _endpoint(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        u = urlparse(v)
-        if u.scheme not in ("http", "https") or not u.netloc:
-            raise ValueError(f"not an http(s) URL: {v!r}")
-        if u.username or u.password:
-            raise ValueError("put credentials in api_key_env, not in the URL")
-        return v.rstrip("/")
-
-    @field_validator("api_key_env")
-    @classmethod
-    def _key_env(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", v):
-            raise ValueError("must be the NAME of an environment variable, not the key itself")
-        return v
+    _url = field_validator("endpoint")(lambda v: check_url(v))
+    _key = field_validator("api_key_env")(lambda v: check_key_env(v))
 
     @model_validator(mode="after")
     def _model_or_endpoint(self) -> Variant:
@@ -96,6 +99,26 @@ class Variant(BaseModel):
         return self.endpoint is None
 
 
+class Judge(BaseModel):
+    """An optional LLM-as-judge: an OpenAI-compatible endpoint grading each output per criterion."""
+
+    model_config = ConfigDict(extra="forbid")
+    endpoint: str
+    model: str
+    api_key_env: str | None = None
+    max_tokens: int = Field(200, ge=1)
+    criteria: dict[str, str] = Field(
+        default_factory=lambda: {
+            "persona_fit": "Does the text address the named recipient persona in a way that persona would value?",
+            "faithfulness": "Does the text use only facts from the candidate profile and job information?",
+        },
+        min_length=1,
+    )
+
+    _url = field_validator("endpoint")(lambda v: check_url(v))
+    _key = field_validator("api_key_env")(lambda v: check_key_env(v))
+
+
 class Matrix(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
@@ -104,6 +127,7 @@ class Matrix(BaseModel):
     generation: Generation = Field(default_factory=Generation)
     retry: Retry = Field(default_factory=Retry)
     telemetry: Telemetry = Field(default_factory=Telemetry)
+    judge: Judge | None = None
     variants: list[Variant] = Field(min_length=1)
 
     @model_validator(mode="after")

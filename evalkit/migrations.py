@@ -85,3 +85,10 @@ def m002_server_telemetry(db: Database) -> None:
     for col in ("cache_config_json", "models_json", "quantization", "metrics_available"):
         db["variants"].add_column(col, str)
     db["runs"].add_column("load_json", str)
+
+
+@migrations(name="m003_case_persona_text")
+def m003_case_persona_text(db: Database) -> None:
+    # graders need the persona's words (similarity signal), not only its id
+    db["cases"].add_column("persona_title", str)
+    db["cases"].add_column("persona_description", str)

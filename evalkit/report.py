@@ -10,9 +10,59 @@ from sqlite_utils import Database
 
 from .dataset import COMPLEXITIES
 from .errors import UsageError
-from .stats import mean, pct_delta, percentile
+from .stats import bootstrap_ci, mean, pct_delta, percentile, verdict
 
 SLICES = (*COMPLEXITIES, "all")
+
+
+def latest_grades(db: Database, run_id: str) -> dict[int, dict[str, dict[str, Any]]]:
+    """request id -> grader -> its newest grade row (re-grading adds rows; the newest counts)."""
+    out: dict[int, dict[str, dict[str, Any]]] = defaultdict(dict)
+    for g in db.query(
+        """select g.request_id, g.grader, g.value, g.passed, g.detail_json from grades g
+           join (select max(id) as id from grades where run_id = ? group by request_id, grader) m on m.id = g.id""",
+        [run_id],
+    ):
+        g["detail"] = json.loads(g.pop("detail_json") or "{}")
+        out[g["request_id"]][g["grader"]] = g
+    return out
+
+
+def _quality(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    persona = [r["grades"]["persona"] for r in rows if "persona" in r["grades"]]
+    form = [r["grades"]["formality"]["detail"] for r in rows if "formality" in r["grades"]]
+    return {
+        "persona_score": mean([p["value"] for p in persona]),
+        "persona_pass_pct": 100.0 * sum(p["passed"] for p in persona) / len(persona) if persona else None,
+        "formality_mae": mean([abs(f["error"]) for f in form]),
+        "formality_within1_pct": 100.0 * sum(abs(f["error"]) <= 1 for f in form) / len(form) if form else None,
+        "formality_n": len(form),
+    }
+
+
+def _per_case_drift(rows: list[dict[str, Any]], kind: str) -> dict[str, float]:
+    """case -> mean drift (1 - cosine) of that kind of pair."""
+    acc: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        d = r["grades"].get("drift", {}).get("detail", {})
+        if d.get("kind") == kind:
+            acc[r["case_id"]].append(d["drift"])
+    return {k: sum(v) / len(v) for k, v in acc.items()}
+
+
+def drift_vs_floor(rows: list[dict[str, Any]], base_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Drift next to the baseline's own noise floor, paired by case, with a bootstrap CI."""
+    drift, floor = _per_case_drift(rows, "drift"), _per_case_drift(base_rows, "noise_floor")
+    paired = sorted(set(drift) & set(floor))
+    diffs = [drift[c] - floor[c] for c in paired]
+    ci = bootstrap_ci(diffs)
+    return {
+        "drift_mean": mean(list(drift.values())), "floor_mean": mean(list(floor.values())),
+        "drift_minus_floor": mean(diffs), "drift_minus_floor_ci95": list(ci) if ci else None,
+        "drift_pairs": len(paired),
+        "drift_verdict": verdict(ci, "drift above the noise floor", "drift below the noise floor",
+                                 "within the noise floor") if drift else None,
+    }
 
 
 def latest_run_id(db: Database) -> str:
@@ -66,16 +116,19 @@ def build_report(db: Database, run_id: str | None = None, slo: dict[str, float] 
         raise UsageError(f"no run '{run_id}' in the ledger")
     variants = list(db.query("select * from variants where run_id = ? order by rowid", [run_id]))
     rows = list(db.query(
-        """select r.variant, r.case_id, r.ttft_ms, r.e2e_ms, r.tpot_ms, r.itl_mean_ms, r.completion_tokens,
+        """select r.id, r.variant, r.case_id, r.ttft_ms, r.e2e_ms, r.tpot_ms, r.itl_mean_ms, r.completion_tokens,
                   r.error_class, r.srv_method, r.srv_queue_ms, r.srv_prefill_ms, r.srv_decode_ms, r.srv_ttft_ms,
-                  r.srv_kv_cache_usage_peak, r.srv_preemptions, c.complexity,
-                  (select g.passed from grades g where g.request_id = r.id and g.grader = 'schema'
-                   order by g.id desc limit 1) as schema_passed
+                  r.srv_kv_cache_usage_peak, r.srv_preemptions, c.complexity
            from requests r join runs u on u.id = r.run_id
            join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
            where r.run_id = ? and r.is_warmup = 0 and r.final = 1""",
         [run_id],
     ))
+    grades = latest_grades(db, run_id)
+    for r in rows:
+        g = grades.get(r["id"], {})
+        r["schema_passed"] = g["schema"]["passed"] if "schema" in g else None
+        r["grades"] = g
     baseline = next((v["name"] for v in variants if v["is_baseline"]), None)
     if slo is None:
         load = json.loads(run["load_json"] or "{}")
@@ -90,6 +143,13 @@ def build_report(db: Database, run_id: str | None = None, slo: dict[str, float] 
             if (v["name"], s) not in groups:
                 continue
             table.append({"variant": v["name"], "complexity": s, **_slice_stats(groups[(v["name"], s)], slo)})
+    for r in table:
+        slice_rows = groups[(r["variant"], r["complexity"])]
+        r.update(_quality(slice_rows))
+        if r["variant"] == baseline:
+            r.update(drift_vs_floor([], slice_rows))
+        else:
+            r.update(drift_vs_floor(slice_rows, groups.get((baseline, r["complexity"]), [])))
     base_rows = {r["complexity"]: r for r in table if r["variant"] == baseline}
     for r in table:
         b = base_rows.get(r["complexity"])
@@ -135,6 +195,15 @@ SERVER_COLUMNS = [
 ]
 
 
+QUALITY_COLUMNS = [
+    ("variant", "variant", None), ("complexity", "slice", None), ("schema_pass_pct", "schema %", 0),
+    ("persona_score", "persona score", 2), ("persona_pass_pct", "persona pass %", 0),
+    ("formality_mae", "formality MAE", 2), ("formality_within1_pct", "formality ±1 %", 0),
+    ("drift_mean", "drift", 3), ("floor_mean", "noise floor", 3), ("drift_minus_floor", "drift − floor", 3),
+    ("drift_minus_floor_ci95", "95% CI", 3), ("drift_verdict", "verdict", None),
+]
+
+
 def table_cells(report: dict[str, Any], columns: list | None = None) -> tuple[list[str], list[list[str]]]:
     columns = columns or COLUMNS
     header = [h for _, h, _ in columns]
@@ -142,9 +211,11 @@ def table_cells(report: dict[str, Any], columns: list | None = None) -> tuple[li
     for r in report["rows"]:
         cells = []
         for key, _, d in columns:
-            v = r[key]
-            if d is None:
-                cells.append(str(v))
+            v = r.get(key)
+            if isinstance(v, list) and len(v) == 2:
+                cells.append(f"[{v[0]:+.{d}f}, {v[1]:+.{d}f}]")
+            elif d is None:
+                cells.append("-" if v is None else str(v))
             else:
                 cells.append(_fmt(v, d, signed=key.endswith("_pct") and "delta" in key))
         body.append(cells)

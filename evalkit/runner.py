@@ -116,6 +116,7 @@ def record_cases(db: Database, cases: list[Case], dhash: str) -> None:
         [
             {
                 "id": c.id, "dataset_hash": dhash, "task": c.task, "persona": c.persona,
+                "persona_title": c.persona_title, "persona_description": c.persona_description,
                 "candidate": c.candidate, "complexity": c.complexity, "formality": c.formality,
                 "schema_name": c.schema_name, "context_keys_json": dumps(c.context_keys.model_dump()),
                 "messages_json": dumps([m.model_dump() for m in c.messages]),
@@ -409,16 +410,21 @@ def build_plan(matrix: Matrix, variants: list[str], cases: list[Case], repeats: 
     for v in variants:
         if warmup:
             items += [WorkItem(v, cases[i % len(cases)], 0, True, phase, concurrency) for i in range(gen.warmup)]
-    main = [(rep, c) for rep in range(repeats) for c in cases]
+    def n_rep(v: str) -> int:
+        # the baseline is sent more often: its extra repeats are drift's noise floor
+        return max(repeats, gen.baseline_repeats) if v == matrix.baseline else repeats
+
+    top = max(n_rep(v) for v in variants)
+    main = [(rep, c) for rep in range(top) for c in cases]
     if load.interleave and len(variants) > 1:
         rng = random.Random(load.seed)
         for rep, c in main:
-            order = list(variants)
+            order = [v for v in variants if rep < n_rep(v)]
             rng.shuffle(order)  # randomised within each case, so neither variant always goes first
             items += [WorkItem(v, c, rep, False, phase, concurrency) for v in order]
     else:
         for v in variants:
-            items += [WorkItem(v, c, rep, False, phase, concurrency) for rep, c in main]
+            items += [WorkItem(v, c, rep, False, phase, concurrency) for rep, c in main if rep < n_rep(v)]
     return items
 
 
@@ -491,8 +497,7 @@ def run_matrix(
                 for i, (phase, conc) in enumerate(phases):
                     plan = [it for it in build_plan(matrix, live, cases, repeats, load, phase, conc, warmup=i == 0)
                             if it.warmup or (it.variant, it.case.id, it.repeat, it.phase) not in skip]
-                    summary.n_skipped += sum(1 for n in live for rep in range(repeats) for c in cases
-                                             if (n, c.id, rep, phase) in skip)
+                    summary.n_skipped += sum(1 for k in skip if k[0] in live and k[3] == phase)
                     for name in live:
                         reporter.variant_start(f"{name} {phase}" if load.sweep else name,
                                                sum(1 for it in plan if it.variant == name))

@@ -28,3 +28,29 @@ def pct_delta(value: float | None, base: float | None) -> float | None:
     if value is None or base is None or base == 0:
         return None
     return (value - base) / base * 100.0
+
+
+def bootstrap_ci(values: list[float], *, n_resamples: int = 2000, alpha: float = 0.05,
+                 seed: int = 0) -> tuple[float, float] | None:
+    """Percentile bootstrap CI of the mean (seeded, so the same data gives the same interval)."""
+    import random
+
+    xs = [v for v in values if v is not None]
+    if len(xs) < 2:
+        return None
+    rng = random.Random(seed)
+    n = len(xs)
+    means = sorted(sum(xs[rng.randrange(n)] for _ in range(n)) / n for _ in range(n_resamples))
+    return percentile(means, 100 * alpha / 2), percentile(means, 100 * (1 - alpha / 2))
+
+
+def verdict(ci: tuple[float, float] | None, above: str, below: str, none: str = "within noise") -> str:
+    """Plain words only where the interval excludes 0."""
+    if ci is None:
+        return "n/a (too few pairs)"
+    lo, hi = ci
+    if lo > 0:
+        return above
+    if hi < 0:
+        return below
+    return none

@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,10 @@ class StubConfig:
     itl_ms: float = 1.0
     chars_per_chunk: int = 4
     max_chunks: int | None = None
+    role_chunk: bool = True  # vLLM sends {"role": "assistant", "content": ""} first
+    fixed_chunks: int | None = None  # benchmarks: exactly this many 1-token chunks of text
+    stamp: bool = False  # benchmarks: first content chunk starts "R<n>|", its send time kept in stamps
+    stamps: dict[int, float] = field(default_factory=dict)
     # fault name -> apply to every Nth request (1 = all); None = no faults
     fault: str | None = None
     fault_every: int = 1
@@ -104,6 +109,9 @@ def make_app(cfg: StubConfig) -> web.Application:
     async def version(_: web.Request) -> web.Response:
         return web.json_response({"version": "stub"})
 
+    async def stats(_: web.Request) -> web.Response:
+        return web.json_response({"stamps": cfg.stamps, "requests": cfg.counters["requests"]})
+
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(text=metrics_text(cfg), content_type="text/plain")
 
@@ -124,6 +132,8 @@ def make_app(cfg: StubConfig) -> web.Application:
             return web.json_response({"error": {"message": "slow down"}}, status=429, headers={"Retry-After": "1"})
         body = await request.json()
         text = "" if fault == "empty" else answer_text(body)
+        if cfg.fixed_chunks is not None:
+            text = "tok " * cfg.fixed_chunks
         if fault == "not_json":
             text = "Sure! Here is your email: Dear hiring manager, ..."
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -144,21 +154,28 @@ def make_app(cfg: StubConfig) -> web.Application:
                       fault: str | None, n: int) -> web.StreamResponse:
         rid = f"chatcmpl-stub-{n}"
         model = body.get("model", cfg.model)
-        await resp.write(_chunk(rid, model, {"role": "assistant", "content": ""}))
+        if cfg.role_chunk:
+            await resp.write(_chunk(rid, model, {"role": "assistant", "content": ""}))
         await asyncio.sleep(cfg.ttft_ms / 1000)
-        pieces = [text[i:i + cfg.chars_per_chunk] for i in range(0, len(text), cfg.chars_per_chunk)]
+        step = 4 if cfg.fixed_chunks is not None else cfg.chars_per_chunk
+        pieces = [text[i:i + step] for i in range(0, len(text), step)]
+        if cfg.stamp and pieces:
+            pieces[0] = f"R{n}|" + pieces[0]
         if cfg.max_chunks is not None:
             pieces = pieces[: cfg.max_chunks]
         for i, piece in enumerate(pieces):
             if i:
                 await asyncio.sleep(cfg.itl_ms / 1000)
             await resp.write(_chunk(rid, model, {"content": piece}))
+            if cfg.stamp and i == 0:
+                cfg.stamps[n] = time.perf_counter()
             if fault == "malformed" and i == 0:
                 await resp.write(b"data: {not json\n\nthis is not an sse line\n\n")
             if fault == "cut" and i == len(pieces) // 2:
                 # drop the connection mid-response, without a finish chunk or [DONE]
                 request.transport.close()  # type: ignore[union-attr]
-                return resp
+                # aiohttp treats a cancelled handler as a client that went away: no error response
+                raise asyncio.CancelledError
             if fault == "stall" and i == 0:
                 await asyncio.sleep(3600)
         await resp.write(_chunk(rid, model, {}, "length" if cfg.max_chunks else "stop"))
@@ -172,7 +189,7 @@ def make_app(cfg: StubConfig) -> web.Application:
 
     app = web.Application()
     app.add_routes([web.get("/health", health), web.get("/v1/models", models), web.get("/version", version),
-                    web.get("/metrics", metrics), web.post("/v1/chat/completions", chat)])
+                    web.get("/metrics", metrics), web.get("/stats", stats), web.post("/v1/chat/completions", chat)])
     return app
 
 
@@ -225,8 +242,12 @@ def main() -> None:
     ap.add_argument("--itl-ms", type=float, default=1.0)
     ap.add_argument("--fault", choices=FAULTS, default=None)
     ap.add_argument("--fault-every", type=int, default=1)
+    ap.add_argument("--no-role-chunk", action="store_true", help="first chunk carries content (benchmarks)")
+    ap.add_argument("--fixed-chunks", type=int, default=None, help="exactly N content chunks per reply")
+    ap.add_argument("--stamp", action="store_true", help="record first-content send times, served on /stats")
     a = ap.parse_args()
-    cfg = StubConfig(ttft_ms=a.ttft_ms, itl_ms=a.itl_ms, fault=a.fault, fault_every=a.fault_every)
+    cfg = StubConfig(ttft_ms=a.ttft_ms, itl_ms=a.itl_ms, fault=a.fault, fault_every=a.fault_every,
+                     role_chunk=not a.no_role_chunk, fixed_chunks=a.fixed_chunks, stamp=a.stamp)
     web.run_app(make_app(cfg), host="127.0.0.1", port=a.port, access_log=None)
 
 

@@ -41,9 +41,10 @@ def write(tmp_path: Path) -> Callable[[str, str], Path]:
 
 @pytest.fixture
 def endpoint_matrix(write: Callable[[str, str], Path]) -> Callable[..., Path]:
-    def _make(*urls: str, warmup: int = 1, structured: bool = True, extra: str = "") -> Path:
+    def _make(*urls: str, warmup: int = 1, structured: bool = True, extra: str = "", baseline_repeats: int = 1) -> Path:
         names = ["base", "cand", "third"]
         lines = ["name: stubs", "baseline: base", "generation:", f"  warmup: {warmup}",
+                 f"  baseline_repeats: {baseline_repeats}",
                  f"  structured_output: {str(structured).lower()}", "  max_tokens: 64", "variants:"]
         for n, u in zip(names, urls, strict=False):
             lines += [f"  - name: {n}", f"    endpoint: {u}"]

@@ -61,6 +61,7 @@ def test_stratified_subset_is_balanced_and_deterministic():
     assert len(stratified_subset(cases, None)) == len(cases)
     # any prefix of the order is balanced too
     assert Counter(c.complexity for c in a[:6]) == {"short": 2, "medium": 2, "long": 2}
+    assert Counter(c.complexity for c in a[:3]) == {"short": 1, "medium": 1, "long": 1}
 
 
 def _row(shipped_rows: list[dict], **changes) -> dict:

