@@ -30,6 +30,7 @@ class StubConfig:
     itl_ms: float = 1.0
     chars_per_chunk: int = 4
     max_chunks: int | None = None
+    fixed_text: str | None = None  # reply with exactly this text (e.g. a judge's "Score: 4")
     role_chunk: bool = True  # vLLM sends {"role": "assistant", "content": ""} first
     fixed_chunks: int | None = None  # benchmarks: exactly this many 1-token chunks of text
     stamp: bool = False  # benchmarks: first content chunk starts "R<n>|", its send time kept in stamps
@@ -132,19 +133,25 @@ def make_app(cfg: StubConfig) -> web.Application:
             return web.json_response({"error": {"message": "slow down"}}, status=429, headers={"Retry-After": "1"})
         body = await request.json()
         text = "" if fault == "empty" else answer_text(body)
+        if cfg.fixed_text is not None:
+            text = cfg.fixed_text
+        if not body.get("stream"):
+            return web.json_response({"id": f"chatcmpl-stub-{n}", "object": "chat.completion", "model": cfg.model,
+                                      "choices": [{"index": 0, "finish_reason": "stop",
+                                                   "message": {"role": "assistant", "content": text}}]})
         if cfg.fixed_chunks is not None:
             text = "tok " * cfg.fixed_chunks
         if fault == "not_json":
             text = "Sure! Here is your email: Dear hiring manager, ..."
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
-        t0 = asyncio.get_running_loop().time()
+        t0 = time.perf_counter()
         cfg.running += 1
         try:
             return await _stream(request, resp, body, text, fault, n)
         finally:
             cfg.running -= 1
-            e2e = asyncio.get_running_loop().time() - t0
+            e2e = time.perf_counter() - t0
             t_first = cfg.ttft_ms / 1000
             record({"time_to_first_token_seconds": t_first, "e2e_request_latency_seconds": e2e,
                     "request_queue_time_seconds": 0.0, "request_prefill_time_seconds": t_first,

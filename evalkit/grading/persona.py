@@ -22,7 +22,9 @@ NUMBER_WORDS = {"one": "1", "two": "2", "three": "3", "four": "4", "five": "5", 
 YEAR = re.compile(r"\b(?:19|20)\d{2}\b")
 NUMBER = re.compile(r"\b\d[\d,.]*\b")
 DEGREE = re.compile(r"\b(?:B\.?Sc|M\.?Sc|Ph\.?D|MBA|B\.?A\.|M\.?A\.|B\.?Eng|M\.?Eng|bachelor'?s?|master'?s?|doctorate)\b", re.I)
-EMPLOYER = re.compile(r"\b(?:at|with|for|joined|from)\s+((?:[A-Z][\w&.-]*)(?:\s+[A-Z][\w&.-]*){0,3})")
+# a capitalised name after at/with/for/joined/from; words joined by single spaces only, so a
+# sentence end or a line break ends the name
+EMPLOYER = re.compile(r"\b(?:at|with|for|joined|from) ((?:[A-Z][A-Za-z0-9&'-]*)(?: [A-Z][A-Za-z0-9&'-]*){0,3})")
 
 
 class Rule(BaseModel):
@@ -114,10 +116,12 @@ def invented_facts(output: str, source: str, case: Case) -> list[str]:
     for d in DEGREE.findall(output):
         if _norm(d) not in src:
             found.append(f"degree {d}")
-    allowed = {_norm(case.context_keys.company)}
+    allowed = _norm(case.context_keys.company)
     for m in EMPLOYER.finditer(output):
-        name = m.group(1).strip(" .,")
-        if len(name) > 2 and _norm(name) not in src and _norm(name) not in allowed:
+        name = m.group(1)
+        first = _norm(name.split(" ")[0])
+        # known when the name, or its first word ("Brightwave" of "Brightwave Payments Inc"), is in the prompt
+        if len(first) > 2 and _norm(name) not in src and not re.search(rf"\b{re.escape(first)}\b", src + " " + allowed):
             found.append(f"organisation {name!r}")
     return sorted(set(found))
 

@@ -1,0 +1,246 @@
+"""Each rubric rule with hand-written passing and failing outputs; formality calibration; drift
+with its noise floor; bootstrap and verdict on constructed data where the answer is known."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from sqlite_utils import Database
+
+from evalkit.cli import cli
+from evalkit.dataset import load_cases
+from evalkit.errors import RubricError
+from evalkit.grading import GradedRequest
+from evalkit.grading.drift import DriftGrader, field_diff, rouge_l
+from evalkit.grading.formality import FormalityGrader, calibrate, load_yaml_model, predict
+from evalkit.grading.persona import PersonaGrader, PersonaRubric, load_persona_rubric
+from evalkit.stats import bootstrap_ci, verdict
+from evalkit.stub_server import StubConfig, StubServer
+
+
+def case(task: str = "cold_outreach", persona: str = "eng_manager_fintech", candidate: str = "maya_chen",
+         complexity: str = "long"):
+    return next(c for c in load_cases() if (c.task, c.persona, c.candidate, c.complexity)
+                == (task, persona, candidate, complexity))
+
+
+def email(body: str, subject: str = "Payments role at Ledgerly", sign_off: str = "Best regards, Maya") -> str:
+    return json.dumps({"subject": subject, "body": body, "sign_off": sign_off})
+
+
+GOOD = ("Dear Priya, I am Maya Chen, a backend engineer who built Kafka settlement pipelines at Brightwave "
+        "Payments. The Senior Backend Engineer role on the Payments Platform at Ledgerly fits my Python, Go "
+        "and PostgreSQL work. Would you have 20 minutes next week?")
+
+
+def rules(text: str, c=None) -> dict:
+    s = PersonaGrader().grade(GradedRequest(1, "v", text, "stop", c or case()))
+    return s.detail["rules"]
+
+
+def test_a_good_outreach_email_passes_every_rule():
+    s = PersonaGrader().grade(GradedRequest(1, "v", email(GOOD), "stop", case()))
+    assert s.passed and s.value == 1.0, s.explanation
+    assert set(s.detail["rules"]) == {"mentions_company", "mentions_role", "mentions_skills", "no_invented_facts",
+                                      "outreach_length", "one_call_to_action"}
+
+
+@pytest.mark.parametrize("rule, bad_body", [
+    ("mentions_company", GOOD.replace("at Ledgerly", "at your company")),
+    ("mentions_role", GOOD.replace("The Senior Backend Engineer role on the Payments Platform", "Your opening")
+     .replace("a backend engineer", "an engineer")),
+    ("mentions_skills", GOOD.replace("Kafka ", "").replace("my Python, Go and PostgreSQL work", "my background")),
+    ("no_invented_facts", GOOD + " I also led 45 engineers at Google from 2012."),
+    ("no_invented_facts", GOOD.replace("a backend engineer", "a backend engineer with a PhD")),
+    ("outreach_length", GOOD + " More detail." * 160),
+    ("one_call_to_action", GOOD.replace("Would you have 20 minutes next week?", "Thanks.")),
+    ("one_call_to_action", GOOD + " Could we also meet on Friday? Let me know."),
+])
+def test_each_rule_fails_on_a_hand_written_bad_output(rule: str, bad_body: str):
+    r = rules(email(bad_body, subject="Hello"))
+    assert r[rule]["passed"] is False, r[rule]
+    assert rules(email(GOOD, subject="Hello"))[rule]["passed"] is True  # the same rule passes the good text
+
+
+def test_invented_facts_are_named():
+    r = rules(email(GOOD + " I also led 45 engineers at Google from 2012."))
+    why = r["no_invented_facts"]["why"]
+    assert "year 2012" in why and "number 45" in why and "Google" in why
+    # facts that ARE in the prompt do not count as invented
+    ok = rules(email(GOOD + " I cut p99 latency from 850 ms to 210 ms and hold a BSc Computer Science."))
+    assert ok["no_invented_facts"]["passed"], ok["no_invented_facts"]
+
+
+def test_salutation_and_sign_off_apply_only_to_formal_personas():
+    formal = case(persona="hiring_committee", candidate="daniel_okafor")
+    good = email("Dear Members of the Hiring Committee, I am Daniel Okafor, a data engineer. I apply for the "
+                 "Senior Data Engineer role at the National Statistics Office. Would you consider my SQL work?",
+                 sign_off="Yours faithfully, Daniel Okafor")
+    r = rules(good, formal)
+    assert r["salutation"]["passed"] and r["sign_off"]["passed"]
+    bad = email("Hey team! Daniel here, data engineer, keen on the Senior Data Engineer role at the National "
+                "Statistics Office. SQL is my thing. Chat?", sign_off="Cheers")
+    r = rules(bad, formal)
+    assert not r["salutation"]["passed"] and not r["sign_off"]["passed"]
+    assert "salutation" not in rules(email(GOOD))  # the fintech manager gets no formal-letter rules
+
+
+def test_profile_rewrite_gets_no_outreach_rules():
+    c = case(task="profile_rewrite")
+    out = json.dumps({"headline": "Backend engineer for Ledgerly's Senior Backend Engineer, Payments Platform role",
+                      "summary": "Seven years of Python, Go and PostgreSQL on payment systems.",
+                      "skills": ["Python", "Go"]})
+    r = rules(out, c)
+    assert "one_call_to_action" not in r and "outreach_length" not in r
+    assert r["mentions_company"]["passed"] and r["mentions_skills"]["passed"]
+
+
+def test_persona_similarity_is_a_soft_signal():
+    from evalkit.grading.embeddings import embed
+
+    g = PersonaGrader(embed=embed)
+    items = [GradedRequest(1, "v", email(GOOD), "stop", case())]
+    s = g.grade_batch(items)[0]
+    assert 0 < s.detail["persona_similarity"] <= 1
+    assert "persona similarity" in s.explanation and s.value == 1.0  # not part of the score
+
+
+@pytest.mark.parametrize("yaml_text, expected", [
+    ("version: 1\nrules:\n  mentions_ceo: {weight: 1}\n", "unknown rule(s) mentions_ceo"),
+    ("version: 1\nrules:\n  salutation:\n    pattern: '(unclosed'\n", ":4: field 'rules.salutation.pattern'"),
+    ("version: 1\nrules:\n  mentions_company:\n    weight: heavy\n", ":4: field 'rules.mentions_company.weight'"),
+    ("version: 1\nrules:\n  mentions_company: {colour: red}\n", "unknown key"),
+    ("rules: [1, 2\n", "not valid YAML"),
+])
+def test_bad_persona_rubric_names_file_line_and_field(tmp_path: Path, yaml_text: str, expected: str):
+    p = tmp_path / "persona.yaml"
+    p.write_text(yaml_text)
+    with pytest.raises(RubricError) as e:
+        load_yaml_model(p, PersonaRubric)
+    assert str(e.value).startswith(str(p)) and expected in str(e.value), str(e.value)
+
+
+def test_formality_grade_has_level_error_and_markers():
+    c = case()  # requested level from the dataset
+    casual = email("hey priya!! gonna keep it short lol, i'm super into ledgerly's payments stuff. wanna chat? 🙂",
+                   sign_off="cheers")
+    s = FormalityGrader().grade(GradedRequest(1, "v", casual, "stop", c))
+    assert s.detail["predicted"] == 1 and s.detail["requested"] == c.formality
+    assert s.detail["error"] == 1 - c.formality
+    assert any("contractions" in m for m in s.detail["markers"])
+    assert any("informal words" in m for m in s.detail["markers"])
+    formal = ("Dear Members of the Hiring Committee, I respectfully submit my application for the position. "
+              "I would be most grateful for the opportunity to present my qualifications. Yours faithfully, D.")
+    assert predict(formal)[0] == 5
+
+
+def test_calibration_figures_and_command(runner):
+    r = calibrate()
+    assert r["n"] == 100 and r["within_1_accuracy"] >= 0.9 and r["spearman_rho"] > 0.9
+    held_out = calibrate(subset="odd")
+    assert held_out["n"] == 50 and held_out["within_1_accuracy"] >= 0.9
+    out = runner.invoke(cli, ["graders", "calibrate"])
+    assert out.exit_code == 0 and "n=100" in out.output and "Spearman rho" in out.output
+    js = json.loads(runner.invoke(cli, ["graders", "calibrate", "--json", "--subset", "odd"]).output)
+    assert js["n"] == 50 and len(js["confusion"]) == 5
+
+
+def test_calibrate_bad_file_is_a_usage_error(runner, write):
+    p = write("lab.jsonl", '{"text": "hi", "level": 3}\n{"text": "x", "level": 9}\n')
+    r = runner.invoke(cli, ["graders", "calibrate", "--file", str(p)])
+    assert r.exit_code == 2 and f"{p}:2: field 'level'" in r.output
+
+
+def test_rubrics_validate(runner, tmp_path: Path):
+    r = runner.invoke(cli, ["rubrics", "validate"])
+    assert r.exit_code == 0 and "outreach_email" in r.output and "mentions_company" in r.output
+    d = tmp_path / "rub"
+    (d / "schemas").mkdir(parents=True)
+    (d / "persona.yaml").write_text("version: 1\nrules:\n  nope: {}\n")
+    (d / "formality.yaml").write_text((Path(load_persona_rubric.__code__.co_filename).parents[2] / "rubrics"
+                                       / "formality.yaml").read_text())
+    r = runner.invoke(cli, ["rubrics", "validate", "--dir", str(d)])
+    assert r.exit_code == 2 and "unknown rule(s) nope" in r.output
+    (d / "persona.yaml").write_text("version: 1\nrules: {}\n")
+    (d / "schemas" / "x.schema.json").write_text('{"type": "objekt"}')
+    r = runner.invoke(cli, ["rubrics", "validate", "--dir", str(d)])
+    assert r.exit_code == 2 and "invalid JSON Schema" in r.output
+
+
+def test_rouge_and_field_diff_known_answers():
+    assert rouge_l("a b c d", "a b c d") == 1.0
+    assert rouge_l("a b c d", "e f g h") == 0.0
+    assert rouge_l("the cat sat", "the cat sat down") == pytest.approx(2 * 1 * 0.75 / 1.75)
+    d = field_diff('{"a": "x y", "b": "z"}', '{"a": "x y", "c": "z"}')
+    assert d["same_keys"] is False and d["fields"]["a"]["equal"] and not d["fields"]["b"]["equal"]
+    assert field_diff("not json", "{}") is None
+
+
+def test_drift_grader_pairs_reference_floor_and_candidate():
+    import numpy as np
+
+    c = case()
+    vec = {"same": np.array([1.0, 0.0]), "close": np.array([0.8, 0.6]), "far": np.array([0.0, 1.0])}
+    g = DriftGrader(lambda texts: [vec[t] for t in texts])
+    items = [GradedRequest(1, "bf16", "same", "stop", c), GradedRequest(2, "bf16", "close", "stop", c),
+             GradedRequest(3, "w8a8", "far", "stop", c)]
+    out = g.grade_run(items, {1: 0, 2: 1, 3: 0}, "bf16")
+    assert out[1].detail["kind"] == "reference"
+    assert out[2].detail["kind"] == "noise_floor" and out[2].value == pytest.approx(0.8)
+    assert out[3].detail["kind"] == "drift" and out[3].detail["drift"] == pytest.approx(1.0)
+
+
+def test_bootstrap_ci_and_verdict_on_known_data():
+    shifted = [0.2 + 0.01 * ((i % 5) - 2) for i in range(40)]  # mean 0.2, tiny spread
+    ci = bootstrap_ci(shifted)
+    assert ci[0] > 0.18 and ci[1] < 0.22
+    assert verdict(ci, "above", "below") == "above"
+    centred = [(-1) ** i * 0.1 for i in range(40)]  # mean 0
+    ci0 = bootstrap_ci(centred)
+    assert ci0[0] < 0 < ci0[1] and verdict(ci0, "above", "below") == "within noise"
+    assert verdict(bootstrap_ci([-0.3] * 10 + [-0.31] * 10), "above", "below") == "below"
+    assert bootstrap_ci(shifted) == ci  # seeded: reproducible
+    assert bootstrap_ci([1.0]) is None
+
+
+def test_full_grading_on_a_stub_run_with_noise_floor(runner, stub_pair, endpoint_matrix, ledger_path):
+    a, b = stub_pair
+    m = endpoint_matrix(a.base_url, b.base_url, baseline_repeats=2)
+    r = runner.invoke(cli, ["run", "--matrix", str(m), "--limit", "6", "--ledger", str(ledger_path), "-q"])
+    assert r.exit_code == 0, r.output
+    db = Database(ledger_path)
+    measured = list(db["requests"].rows_where("is_warmup = 0"))
+    assert len(measured) == 6 * 2 + 6
+    for grader in ("schema", "persona", "formality", "drift"):
+        got = {g["request_id"] for g in db["grades"].rows_where("grader = ?", [grader])}
+        assert got == {x["id"] for x in measured}, grader
+    kinds = [json.loads(g["detail_json"])["kind"] for g in db["grades"].rows_where("grader = 'drift'")]
+    assert kinds.count("reference") == 6 and kinds.count("noise_floor") == 6 and kinds.count("drift") == 6
+    rep = json.loads(runner.invoke(cli, ["report", "--ledger", str(ledger_path), "--json"]).output)
+    cand = next(x for x in rep["rows"] if x["variant"] == "cand" and x["complexity"] == "all")
+    # the stubs answer identically: no drift, no floor, and the verdict must not claim a difference
+    assert cand["drift_mean"] == pytest.approx(0, abs=1e-5) and cand["floor_mean"] == pytest.approx(0, abs=1e-5)
+    assert cand["drift_verdict"] == "within the noise floor" and cand["drift_pairs"] == 6
+    assert cand["formality_mae"] is not None and cand["persona_score"] is not None
+    # re-grading adds nothing; a new grader version would add rows without touching old ones
+    r = runner.invoke(cli, ["grade", "--ledger", str(ledger_path)])
+    assert "0 new grades" in r.output
+    before = db["grades"].count
+    db.execute("update grades set grader_version = '0' where grader = 'formality'")
+    r = runner.invoke(cli, ["grade", "--ledger", str(ledger_path), "--grader", "formality"])
+    assert "18 new grades" in r.output and db["grades"].count == before + 18
+
+
+def test_llm_judge_grades_with_parsed_score_and_raw_answer(runner, stub, endpoint_matrix, ledger_path):
+    with StubServer(StubConfig(fixed_text="Score: 4\nClear and specific.", ttft_ms=1, itl_ms=0)) as judge:
+        extra = f"judge:\n  endpoint: {judge.base_url}\n  model: judge-model\n"
+        m = endpoint_matrix(stub.base_url, extra=extra)
+        r = runner.invoke(cli, ["run", "--matrix", str(m), "--limit", "2", "--ledger", str(ledger_path), "-q"])
+    assert r.exit_code == 0, r.output
+    db = Database(ledger_path)
+    g = list(db["grades"].rows_where("grader = 'judge'"))
+    assert len(g) == 2 and all(x["value"] == 4.0 and x["passed"] == 1 for x in g)
+    crit = json.loads(g[0]["detail_json"])["criteria"]
+    assert set(crit) == {"persona_fit", "faithfulness"} and crit["faithfulness"]["raw"].startswith("Score: 4")
