@@ -58,7 +58,10 @@ def main() -> int:
         rows.append(json.dumps(row))
     (work / "cases.jsonl").write_text("\n".join(rows) + "\n")
 
-    server = VLLMServer(model, "bf16", ["--dtype", "bfloat16", "--max-model-len", "4096", "--enforce-eager"],
+    # prefix caching off: both clients send the same prompts, and whichever went second would
+    # otherwise find its prefill cached
+    server = VLLMServer(model, "bf16", ["--dtype", "bfloat16", "--max-model-len", "4096", "--enforce-eager",
+                                       "--no-enable-prefix-caching"],
                         work / "server.log", cache_dir=cache_dir())
     print(f"starting vLLM ({model}) ...", flush=True)
     with server:
@@ -66,7 +69,7 @@ def main() -> int:
         (work / "matrix.yaml").write_text(
             "name: vs-bench\nbaseline: bf16\n"
             f"generation:\n  max_tokens: {OUT_TOKENS}\n  temperature: 0.0\n  structured_output: false\n"
-            "  warmup: 1\n  extra_body: {ignore_eos: true}\n"
+            "  warmup: 1\n  baseline_repeats: 1\n  extra_body: {ignore_eos: true}\n"
             f"variants:\n  - name: bf16\n    endpoint: {server.base_url}\n    served_model_name: bf16\n")
         matrix = load_matrix(work / "matrix.yaml")
         ev_ttft: list[float] = []

@@ -48,6 +48,11 @@ class Group(click.Group):
             return super().invoke(ctx)
         except EvalkitError as e:
             raise EvalkitClickError(str(e).splitlines()[0], e.exit_code) from None
+        except click.UsageError as e:
+            # one line, no usage banner: bad flags read like every other bad input
+            if isinstance(e, click.NoSuchOption | click.BadParameter | click.MissingParameter | click.BadOptionUsage):
+                raise EvalkitClickError(e.format_message().replace("\n", " "), 2) from None
+            raise
 
 
 LEDGER_OPT = click.option(
@@ -253,20 +258,139 @@ def run(matrix_path: Path | None, dataset_path: Path | None, limit: int | None, 
 @click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
 @click.option("--markdown", is_flag=True, help="print the tables as Markdown")
 @click.option("--slo", default=None, help="goodput SLOs, e.g. ttft=2000,e2e=10000 [default: the run's]")
-def report(ledger: Path | None, run_id: str | None, as_json: bool, markdown: bool, slo: str | None) -> None:
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="also write one self-contained HTML report (plots inline, works offline)")
+@click.option("--by", default=None,
+              help="extra slices for the findings, any of complexity,persona,formality,task,candidate (comma-joined)")
+@click.option("--spike-k", type=click.FloatRange(min=1), default=3.5, show_default=True,
+              help="spike threshold: median + k x MAD per variant x complexity")
+def report(ledger: Path | None, run_id: str | None, as_json: bool, markdown: bool, slo: str | None,
+           html_path: Path | None, by: str | None, spike_k: float) -> None:
     """Per variant and complexity: n, errors, TTFT p50/p90/p99/max, E2E mean/p50/p99, schema
-    pass rate and the delta against the baseline in %; then what the server did: queue, prefill
-    and decode time, KV-cache peak, preemptions, goodput."""
+    pass rate and the delta against the baseline in %; what the server did (queue, prefill,
+    decode, KV-cache peak, preemptions, goodput); quality (persona, formality, drift vs its
+    noise floor); paired comparisons with bootstrap intervals; spikes and their causes."""
+    from .findings import findings
+
     if as_json and markdown:
         raise UsageError("--json and --markdown are mutually exclusive")
     db = open_ledger(_ledger_path(ledger), create=False)
     rep = build_report(db, run_id, parse_slo(slo) or None)
+    fnd = findings(db, rep["run"]["id"], by.split(",") if by else None, spike_k)
+    if html_path:
+        from .html_report import write_html
+
+        write_html(db, html_path, rep["run"]["id"])
+        err_console.print(f"[dim]evalkit:[/dim] wrote {html_path}")
     if as_json:
-        click.echo(to_json(rep))
+        click.echo(to_json({**rep, "findings": fnd}))
     elif markdown:
         click.echo("\n\n".join(markdown_table(rep, c) for c in (COLUMNS, SERVER_COLUMNS, QUALITY_COLUMNS)))
     else:
         _print_report(rep)
+        _print_findings(fnd, by.split(",") if by else None)
+
+
+def _print_findings(f: dict[str, Any], by: list[str] | None) -> None:
+    console = Console(width=None if Console().is_terminal else 200)
+    t = Table(title="paired comparisons vs the baseline (same case, same seed): mean Δ, 95% bootstrap CI")
+    for h in ("variant", "slice", "metric", "pairs", "Δ %", "95% CI %", "verdict"):
+        t.add_column(h)
+    for p in f["paired"]:
+        ci = p["ci95_pct"]
+        t.add_row(p["variant"], str(p["complexity"]), p["metric"], str(p["pairs"]),
+                  "-" if p["delta_pct"] is None else f"{p['delta_pct']:+.1f}",
+                  "-" if not ci else f"[{ci[0]:+.1f}, {ci[1]:+.1f}]", p["verdict"])
+    if f["paired"]:
+        console.print(t)
+    if by:
+        t = Table(title=f"slices by {', '.join(by)} (ms)")
+        for h in ("variant", *by, "n", "err", "TTFT p50", "p95", "p99", "TPOT p50", "E2E mean", "std", "tok/s p50"):
+            t.add_column(h)
+        for s in f["slices"]:
+            def g(m: str, k: str) -> str:
+                return "-" if s[m][k] is None else f"{s[m][k]:,.0f}"
+
+            t.add_row(s["variant"], *(str(s[b]) for b in by), str(s["n"]), str(s["errors"]),
+                      g("ttft_ms", "p50"), g("ttft_ms", "p95"), g("ttft_ms", "p99"), g("tpot_ms", "p50"),
+                      g("e2e_ms", "mean"), g("e2e_ms", "std"), g("out_tps", "p50"))
+        console.print(t)
+    click.echo("spikes (median + k x MAD per variant x complexity):")
+    for s in f["spikes"] or [{"line": "none"}]:
+        click.echo(f"  {s['line']}")
+
+
+@cli.command()
+@LEDGER_OPT
+@click.option("--run", "run_id", default=None, help="run id [default: the latest run]")
+@click.option("--slo", required=True, help="targets, e.g. ttft_p99=2000,e2e_p50=8000 (ms)")
+@click.option("--json", "as_json", is_flag=True)
+def recommend(ledger: Path | None, run_id: str | None, slo: str, as_json: bool) -> None:
+    """Which variant meets the SLOs for each workload class (interactive long-input, interactive
+    short/medium, batch), with a bootstrap interval on every percentile: a verdict that is within
+    noise says 'borderline' instead of guessing."""
+    from .findings import parse_slo_targets, request_rows
+    from .findings import recommend as rec
+
+    targets = parse_slo_targets(slo)
+    db = open_ledger(_ledger_path(ledger), create=False)
+    rid = run_id or latest_run_id(db)
+    out = rec(request_rows(db, rid), targets)
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+        return
+    for wl in dict.fromkeys(o["workload"] for o in out):
+        rows = [o for o in out if o["workload"] == wl]
+        good = [o["variant"] for o in rows if o["status"] == "meets"]
+        click.echo(f"{wl}: " + (f"use {', '.join(good)}" if good else "no variant clearly meets the SLOs"))
+        for o in rows:
+            ev = "; ".join(
+                f"{c['metric'].removesuffix('_ms')} p{c['q']:g} {c['estimate_ms'] or 0:,.0f} ms "
+                f"[{(c['ci95_ms'] or [0, 0])[0]:,.0f}, {(c['ci95_ms'] or [0, 0])[1]:,.0f}] vs {c['limit_ms']:,.0f} "
+                f"({c['status']})" for c in o["checks"])
+            click.echo(f"  {o['variant']}: {o['status']} (n={o['n']}, errors={o['errors']}): {ev}")
+
+
+@cli.command()
+@LEDGER_OPT
+@click.option("--host", default="127.0.0.1", show_default=True, help="bind address (anything else exposes the ledger)")
+@click.option("--port", type=click.IntRange(1, 65535), default=8001, show_default=True)
+def browse(ledger: Path | None, host: str, port: int) -> None:
+    """Datasette on the ledger with titles, column descriptions, facets, canned queries (seed
+    summary, spikes, worst drift, schema failures) and readable generated text."""
+    from .browse import browse as serve
+
+    path = _ledger_path(ledger)
+    db = open_ledger(path, create=False)
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        err_console.print(f"[yellow]evalkit: serving on {host}: anyone who can reach it can read the ledger[/yellow]")
+    click.echo(f"Datasette on http://{host}:{port}/ (Ctrl-C stops it)")
+    serve(db, path, host, port)
+
+
+@cli.command()
+@LEDGER_OPT
+@click.option("--run", "run_id", default=None, help="run id [default: the latest run]")
+@click.option("--repo", default=None, help="OWNER/NAME of the Hugging Face dataset to push to")
+@click.option("--private", is_flag=True, help="create the dataset repo as private")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="write the parquet files and dataset card here instead of (or before) pushing")
+def publish(ledger: Path | None, run_id: str | None, repo: str | None, private: bool, out_dir: Path | None) -> None:
+    """Publish a run as a Hugging Face dataset: configs for requests, grades, server series,
+    summary (parquet) and a dataset card with config, definitions and the summary table. The
+    token comes from $HF_TOKEN only; anything that looks like a secret stops the publish."""
+    import tempfile
+
+    from .publish import export, push
+
+    if not repo and not out_dir:
+        raise UsageError("give --repo OWNER/NAME to push, or --out DIR to write the files locally")
+    db = open_ledger(_ledger_path(ledger), create=False)
+    target = out_dir or Path(tempfile.mkdtemp(prefix="evalkit-publish-")) / "dataset"
+    counts = export(db, target, run_id)
+    click.echo(f"wrote {target}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    if repo:
+        click.echo(f"pushed to {push(target, repo, private)}")
 
 
 def _run_judge(db: Any, run_id: str) -> Any:

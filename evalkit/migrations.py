@@ -92,3 +92,31 @@ def m003_case_persona_text(db: Database) -> None:
     # graders need the persona's words (similarity signal), not only its id
     db["cases"].add_column("persona_title", str)
     db["cases"].add_column("persona_description", str)
+
+
+@migrations(name="m004_browse_views")
+def m004_browse_views(db: Database) -> None:
+    # One row per request with its case and newest grades: what Datasette facets and queries use.
+    db.execute("""
+        create view if not exists requests_joined as
+        select r.id, r.run_id, r.variant, c.task, c.persona, c.complexity, c.formality, r.case_id, r.repeat,
+               r.phase, r.concurrency, r.is_warmup, r.final, r.started_at, r.ttft_ms, r.tpot_ms, r.itl_mean_ms,
+               r.e2e_ms, r.prompt_tokens, r.completion_tokens, r.finish_reason, r.error_class,
+               r.srv_queue_ms, r.srv_prefill_ms, r.srv_decode_ms, r.srv_kv_cache_usage_peak, r.srv_preemptions,
+               (select passed from grades g where g.request_id = r.id and g.grader = 'schema' order by g.id desc limit 1)
+                   as schema_passed,
+               (select value from grades g where g.request_id = r.id and g.grader = 'persona' order by g.id desc limit 1)
+                   as persona_score,
+               (select value from grades g where g.request_id = r.id and g.grader = 'formality' order by g.id desc limit 1)
+                   as formality_predicted,
+               (select value from grades g where g.request_id = r.id and g.grader = 'drift' order by g.id desc limit 1)
+                   as drift_cosine,
+               r.text
+        from requests r join runs u on u.id = r.run_id
+        left join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
+    """)
+    # Findings that need Python (robust statistics), refreshed by `evalkit report` / `browse`.
+    db["derived_spikes"].create({"run_id": str, "request_id": int, "variant": str, "complexity": str,
+                                 "case_id": str, "metric": str, "value": float, "slice_median": float,
+                                 "robust_z": float, "cause": str, "evidence": str, "line": str})
+    db["derived_summary"].create({"run_id": str, "variant": str, "json": str})

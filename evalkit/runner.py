@@ -22,7 +22,7 @@ from sqlite_utils import Database
 
 from . import __version__
 from .client import RequestResult, build_payload, stream_chat
-from .dataset import Case, dataset_hash
+from .dataset import Case, Message, dataset_hash
 from .engines.bundled import resolve_model
 from .engines.vllm_server import VLLMServer, engine_version, server_info, tail
 from .errors import EndpointError, EngineError, UsageError
@@ -131,7 +131,8 @@ def create_run(db: Database, matrix: Matrix, cases: list[Case], dataset_path: Pa
                load: LoadSpec, repeats: int) -> str:
     run_id = new_run_id()
     dhash = dataset_hash(dataset_path)
-    record_cases(db, cases, dhash)
+    record_cases(db, cases + warmup_cases(cases, matrix.generation.warmup, matrix.generation.structured_output),
+                 dhash)
     db["runs"].insert(
         {
             "id": run_id, "created_at": utcnow(), "finished_at": None, "status": "running",
@@ -403,13 +404,34 @@ class Sender:
             self.db["requests"].update(rid, fields)
 
 
+WARMUP_PROMPT = ("This is a warm-up request, not part of the benchmark. Write one short, friendly sentence "
+                 "inviting a colleague to a coffee chat next week.")
+
+
+def warmup_cases(cases: list[Case], n: int, structured: bool) -> list[Case]:
+    """Warm-up requests that share no prompt with the measured cases (so no measured request
+    finds its prefix already cached) and, with structured output, one per schema in use (so
+    the grammar is compiled before measuring)."""
+    if n <= 0 or not cases:
+        return []
+    schemas = list(dict.fromkeys(c.schema_name for c in cases)) if structured else [cases[0].schema_name]
+    out = []
+    for i in range(max(n, len(schemas) if structured else n)):
+        base = next(c for c in cases if c.schema_name == schemas[i % len(schemas)])
+        out.append(base.model_copy(update={
+            "id": f"_warmup-{i}-{base.schema_name}",
+            "messages": [Message(role="user", content=f"{WARMUP_PROMPT} ({i})")],
+        }))
+    return out
+
+
 def build_plan(matrix: Matrix, variants: list[str], cases: list[Case], repeats: int, load: LoadSpec,
                phase: str = "main", concurrency: int = 1, warmup: bool = True) -> list[WorkItem]:
     items: list[WorkItem] = []
     gen = matrix.generation
+    warm = warmup_cases(cases, gen.warmup, gen.structured_output) if warmup else []
     for v in variants:
-        if warmup:
-            items += [WorkItem(v, cases[i % len(cases)], 0, True, phase, concurrency) for i in range(gen.warmup)]
+        items += [WorkItem(v, c, 0, True, phase, concurrency) for c in warm]
     def n_rep(v: str) -> int:
         # the baseline is sent more often: its extra repeats are drift's noise floor
         return max(repeats, gen.baseline_repeats) if v == matrix.baseline else repeats

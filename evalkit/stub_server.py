@@ -20,7 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
-FAULTS = ("http_500", "http_503", "http_429", "cut", "malformed", "stall", "empty", "not_json")
+FAULTS = ("http_500", "http_503", "http_429", "cut", "malformed", "stall", "empty", "not_json", "echo_auth")
 
 
 @dataclass
@@ -129,6 +129,9 @@ def make_app(cfg: StubConfig) -> web.Application:
             cfg.counters["faults"] += 1
         if fault in ("http_500", "http_503"):
             return web.json_response({"error": {"message": "injected"}}, status=int(fault[5:]))
+        if fault == "echo_auth":  # a careless server that echoes the caller's credentials in its error
+            return web.json_response({"error": {"message": f"bad key: {request.headers.get('Authorization')}"}},
+                                     status=401)
         if fault == "http_429":
             return web.json_response({"error": {"message": "slow down"}}, status=429, headers={"Retry-After": "1"})
         body = await request.json()

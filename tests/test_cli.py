@@ -28,8 +28,10 @@ def test_run_two_endpoints_writes_one_row_per_request(runner, stub_pair, endpoin
     assert "12 requests, 0 errors" in r.output
     db = Database(ledger_path)
     rows = list(db["requests"].rows)
-    assert len(rows) == 2 * (6 + 1)
-    assert sum(x["is_warmup"] for x in rows) == 2
+    # one warm-up per output schema in use (both tasks are in the subset), then the six cases
+    assert len(rows) == 2 * (6 + 2)
+    assert sum(x["is_warmup"] for x in rows) == 4
+    assert all(x["case_id"].startswith("_warmup-") for x in rows if x["is_warmup"])
     assert all(x["ttft_ms"] > 0 and x["e2e_ms"] >= x["ttft_ms"] and x["text"] for x in rows)
     assert all(x["completion_tokens"] > 0 and x["prompt_tokens"] > 0 for x in rows)
     assert {x["variant"] for x in rows} == {"base", "cand"}

@@ -54,6 +54,18 @@ def tail(path: Path, n: int = 30) -> str:
     return "\n".join(lines[-n:])
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: ask Linux to SIGTERM the server when evalkit dies, even by kill -9."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass  # not Linux: the normal stop path still applies
+    os.setsid()  # own process group, so stop() can signal the server and its workers together
+
+
 def _last_line(path: Path) -> str:
     lines = [x for x in tail(path, 5).splitlines() if x.strip()]
     return lines[-1][-300:] if lines else "(empty log)"
@@ -78,7 +90,7 @@ class VLLMServer:
         host: str = "127.0.0.1",
         port: int | None = None,
         startup_timeout_s: float = 900.0,
-        python: str = sys.executable,
+        python: str | None = None,
     ) -> None:
         self.model_path = model_path
         self.served_model_name = served_model_name
@@ -89,7 +101,8 @@ class VLLMServer:
         self.host = host
         self.port = port or free_port(host)
         self.startup_timeout_s = startup_timeout_s
-        self.python = python
+        # vLLM may live in another environment than evalkit: EVALKIT_VLLM_PYTHON names its interpreter
+        self.python = python or os.environ.get("EVALKIT_VLLM_PYTHON") or sys.executable
         self.proc: subprocess.Popen[bytes] | None = None
         self.ready_s: float | None = None
 
@@ -133,10 +146,9 @@ class VLLMServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")
         try:
-            # A new session: the whole server process group can be stopped together.
             self.proc = subprocess.Popen(
                 self.command(), stdout=log, stderr=subprocess.STDOUT, env=self._env(),
-                start_new_session=True, cwd=str(self.cache_dir) if self.cache_dir else None,
+                preexec_fn=_die_with_parent, cwd=str(self.cache_dir) if self.cache_dir else None,
             )
         except OSError as e:
             raise EngineError(f"cannot start vLLM ({self.python}): {e}") from None

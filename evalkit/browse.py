@@ -1,0 +1,123 @@
+"""Datasette on the ledger: titles, column descriptions with units, facets, canned queries and a
+readable view of generated text. Binds to 127.0.0.1 unless asked otherwise."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from sqlite_utils import Database
+
+from .findings import findings
+
+PLUGINS = Path(__file__).with_name("datasette_plugins")
+
+COLUMNS = {
+    "ttft_ms": "Time to first non-empty content chunk, ms (docs/metrics.md)",
+    "e2e_ms": "Send to end of stream, ms",
+    "tpot_ms": "(E2E - TTFT) / (output tokens - 1), ms",
+    "itl_mean_ms": "Mean gap between content chunks, ms (TTFT excluded)",
+    "first_chunk_ms": "First SSE data event of any kind (vLLM's role-only chunk), ms",
+    "prompt_tokens": "Prompt tokens, from the stream's usage chunk",
+    "completion_tokens": "Output tokens, from the stream's usage chunk",
+    "srv_queue_ms": "Server: time waiting in the scheduler queue, ms (vllm:request_queue_time_seconds)",
+    "srv_prefill_ms": "Server: prefill time, ms (vllm:request_prefill_time_seconds)",
+    "srv_decode_ms": "Server: decode time, ms (vllm:request_decode_time_seconds)",
+    "srv_kv_cache_usage_peak": "Server: peak KV-cache use during the request, fraction 0-1",
+    "srv_preemptions": "Server: preemptions during the request",
+    "srv_method": "How server fields were attributed: histogram_delta (sequential) or window (concurrent)",
+    "is_warmup": "1 = warm-up request, excluded from all statistics",
+    "final": "1 = the last attempt for this case (0 = an attempt that was retried)",
+    "error_class": "Why the request failed (NULL = it succeeded)",
+    "text": "The generated text, verbatim",
+}
+
+CANNED = {
+    "seed_summary": {
+        "title": "Seed-study summary",
+        "description": "TTFT tax by complexity, E2E delta on medium generations, KV-cache, preemptions, quality",
+        "sql": "select run_id, variant, json_extract(json, '$.n') as n, json_extract(json, '$.errors') as errors, "
+               "round(json_extract(json, '$.ttft_tax_short_pct'), 1) as ttft_tax_short_pct, "
+               "round(json_extract(json, '$.ttft_tax_medium_pct'), 1) as ttft_tax_medium_pct, "
+               "round(json_extract(json, '$.ttft_tax_long_pct'), 1) as ttft_tax_long_pct, "
+               "round(json_extract(json, '$.e2e_delta_medium_pct'), 1) as e2e_delta_medium_pct, "
+               "round(json_extract(json, '$.kv_cache_peak_pct'), 1) as kv_peak_pct, "
+               "json_extract(json, '$.preemptions') as preemptions, "
+               "round(json_extract(json, '$.schema_pass_pct'), 1) as schema_pass_pct, "
+               "round(json_extract(json, '$.formality_mae'), 2) as formality_mae from derived_summary",
+    },
+    "spikes": {"title": "Latency spikes and their causes",
+               "sql": "select run_id, variant, complexity, case_id, round(value) as ttft_ms, round(slice_median) "
+                      "as slice_median_ms, round(robust_z, 1) as robust_z, cause, evidence, request_id "
+                      "from derived_spikes order by robust_z desc"},
+    "worst_drift": {"title": "Largest drift from the baseline",
+                    "sql": "select run_id, variant, case_id, complexity, round(1 - drift_cosine, 4) as drift, text "
+                           "from requests_joined where drift_cosine is not null and drift_cosine < 1 "
+                           "order by drift_cosine asc limit 50"},
+    "schema_failures": {"title": "Outputs that failed their JSON Schema",
+                        "sql": "select r.run_id, r.variant, r.case_id, g.explanation, r.finish_reason, r.text "
+                               "from grades g join requests r on r.id = g.request_id "
+                               "where g.grader = 'schema' and g.passed = 0 order by g.id desc limit 200"},
+    "failures": {"title": "Failed requests",
+                 "sql": "select run_id, variant, case_id, error_class, http_status, error from requests "
+                        "where error_class is not null order by id desc"},
+}
+
+
+def refresh_derived(db: Database) -> None:
+    """Recompute the Python-only findings (spikes, summary) for every run into derived tables."""
+    db["derived_spikes"].delete_where()
+    db["derived_summary"].delete_where()
+    for run in db.query("select id from runs"):
+        f = findings(db, run["id"])
+        db["derived_spikes"].insert_all([{**{k: s[k] for k in ("request_id", "variant", "complexity", "case_id",
+                                                                "metric", "value", "slice_median", "robust_z",
+                                                                "cause", "evidence", "line")}, "run_id": run["id"]}
+                                         for s in f["spikes"]])
+        db["derived_summary"].insert_all([{"run_id": run["id"], "variant": s["variant"], "json": json.dumps(s)}
+                                          for s in f["seed_summary"]])
+
+
+def metadata(db_name: str) -> dict[str, Any]:
+    return {
+        "title": "evalkit ledger",
+        "description": "Every request of every run: client timing, server telemetry, grades. Definitions: docs/metrics.md",
+        "databases": {db_name: {
+            "tables": {
+                "requests": {"title": "Requests (one row per request, failed ones too)", "columns": COLUMNS,
+                             "facets": ["variant", "error_class", "finish_reason", "is_warmup"]},
+                "requests_joined": {"title": "Requests with their case and grades", "columns": COLUMNS,
+                                    "facets": ["variant", "complexity", "persona", "formality", "task"]},
+                "cases": {"title": "Benchmark cases", "facets": ["complexity", "persona", "formality", "task"]},
+                "grades": {"title": "Grades (value, pass, explanation, raw detail)", "facets": ["grader", "passed"]},
+                "variants": {"title": "Variants (server args, engine, quantization, KV-cache config)"},
+                "server_metrics": {"title": "Server /metrics time series (changed values only)",
+                                   "facets": ["variant", "series"]},
+            },
+            "queries": CANNED,
+        }},
+    }
+
+
+def serve_command(ledger: Path, meta_path: Path, host: str, port: int) -> list[str]:
+    return [sys.executable, "-m", "datasette", "serve", str(ledger), "--metadata", str(meta_path),
+            "--plugins-dir", str(PLUGINS), "-h", host, "-p", str(port), "--setting", "sql_time_limit_ms", "5000"]
+
+
+def browse(db: Database, ledger: Path, host: str = "127.0.0.1", port: int = 8001, meta_dir: Path | None = None,
+           wait: bool = True) -> subprocess.Popen[bytes]:
+    refresh_derived(db)
+    meta_dir = meta_dir or ledger.parent
+    meta_path = meta_dir / f".{ledger.stem}-datasette.json"
+    meta_path.write_text(json.dumps(metadata(ledger.stem), indent=2), encoding="utf-8")
+    p = subprocess.Popen(serve_command(ledger, meta_path, host, port))
+    if wait:
+        try:
+            p.wait()
+        except KeyboardInterrupt:
+            p.terminate()
+            p.wait()
+    return p

@@ -1,0 +1,300 @@
+"""Findings computed from the ledger: distributions per slice, paired comparisons against the
+baseline with bootstrap intervals, spikes and their attribution, capacity, SLO recommendations,
+and the seed-style summary. Everything here reads rows; nothing is measured again."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from typing import Any
+
+from sqlite_utils import Database
+
+from .errors import UsageError
+from .report import latest_grades, latest_run_id
+from .stats import bootstrap_ci, mean, percentile, verdict
+
+METRICS = ("ttft_ms", "tpot_ms", "itl_mean_ms", "e2e_ms", "out_tps")
+SLICE_FIELDS = ("complexity", "persona", "formality", "task", "candidate")
+
+
+def describe(values: list[float]) -> dict[str, float | None]:
+    xs = [v for v in values if v is not None]
+    n = len(xs)
+    m = mean(xs)
+    std = math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1)) if n > 1 and m is not None else None
+    return {"n": n, "mean": m, "std": std, "p50": percentile(xs, 50), "p90": percentile(xs, 90),
+            "p95": percentile(xs, 95), "p99": percentile(xs, 99), "max": max(xs) if xs else None}
+
+
+def request_rows(db: Database, run_id: str) -> list[dict[str, Any]]:
+    """Measured requests (non-warmup, final attempt) joined with their case and latest grades."""
+    rows = list(db.query(
+        """select r.*, c.complexity, c.persona, c.formality, c.task, c.candidate
+           from requests r join runs u on u.id = r.run_id
+           join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
+           where r.run_id = ? and r.is_warmup = 0 and r.final = 1 order by r.seq""", [run_id]))
+    grades = latest_grades(db, run_id)
+    for r in rows:
+        r["grades"] = grades.get(r["id"], {})
+        r["out_tps"] = (r["completion_tokens"] / (r["e2e_ms"] / 1000.0)
+                        if r["completion_tokens"] and r["e2e_ms"] and r["error_class"] is None else None)
+    return rows
+
+
+def slices(rows: list[dict[str, Any]], by: list[str]) -> list[dict[str, Any]]:
+    """Distribution of every metric per variant x slice (any combination of case fields)."""
+    bad = [b for b in by if b not in SLICE_FIELDS]
+    if bad:
+        raise UsageError(f"--by: unknown slice field(s) {', '.join(bad)} (known: {', '.join(SLICE_FIELDS)})")
+    groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        groups[(r["variant"], *(r[b] for b in by))].append(r)
+    out = []
+    for key, rs in sorted(groups.items(), key=lambda kv: tuple(str(x) for x in kv[0])):
+        ok = [r for r in rs if r["error_class"] is None]
+        entry: dict[str, Any] = {"variant": key[0], **dict(zip(by, key[1:], strict=True)), "n": len(rs),
+                                 "errors": len(rs) - len(ok)}
+        for m in METRICS:
+            entry[m] = describe([r[m] for r in ok])
+        sp = [r["grades"]["schema"]["passed"] for r in ok if "schema" in r["grades"]]
+        entry["schema_pass_pct"] = 100.0 * sum(sp) / len(sp) if sp else None
+        entry["persona_score"] = mean([r["grades"]["persona"]["value"] for r in ok if "persona" in r["grades"]])
+        entry["formality_mae"] = mean([abs(r["grades"]["formality"]["detail"]["error"]) for r in ok
+                                       if "formality" in r["grades"]])
+        out.append(entry)
+    return out
+
+
+def paired(rows: list[dict[str, Any]], baseline: str, metric: str, by: str = "complexity") -> list[dict[str, Any]]:
+    """Candidate minus baseline on the same case and repeat, per slice, with a bootstrap CI of the
+    mean difference and a verdict only where the interval excludes 0."""
+    index = {(r["variant"], r["case_id"], r["repeat"]): r for r in rows if r["error_class"] is None}
+    out = []
+    variants = sorted({r["variant"] for r in rows} - {baseline})
+    for v in variants:
+        groups: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        for (var, case, rep), r in index.items():
+            b = index.get((baseline, case, rep))
+            if var != v or b is None or r[metric] is None or b[metric] is None:
+                continue
+            groups[str(r[by])].append((r[metric], b[metric]))
+            groups["all"].append((r[metric], b[metric]))
+        for s, pairs in sorted(groups.items(), key=lambda kv: (kv[0] == "all", kv[0])):
+            diffs = [a - b for a, b in pairs]
+            base_mean = mean([b for _, b in pairs])
+            ci = bootstrap_ci(diffs)
+            out.append({
+                "variant": v, by: s, "metric": metric, "pairs": len(pairs), "baseline_mean": base_mean,
+                "variant_mean": mean([a for a, _ in pairs]), "delta": mean(diffs),
+                "delta_pct": 100 * mean(diffs) / base_mean if base_mean else None,
+                "ci95": list(ci) if ci else None,
+                "ci95_pct": [100 * c / base_mean for c in ci] if ci and base_mean else None,
+                "verdict": verdict(ci, f"{v} slower" if metric != "out_tps" else f"{v} faster",
+                                   f"{v} faster" if metric != "out_tps" else f"{v} slower", "no clear difference"),
+            })
+    return out
+
+
+# --- spikes ---------------------------------------------------------------------------------------
+
+
+def mad(xs: list[float]) -> float:
+    m = percentile(xs, 50) or 0.0
+    return percentile([abs(x - m) for x in xs], 50) or 0.0
+
+
+def find_spikes(values: list[float], k: float = 3.5) -> list[int]:
+    """Indices of values above median + k * 1.4826 * MAD (a robust z-score over k). The scale is
+    floored at 1 % of the median, so identical values do not make every wiggle a spike."""
+    if len(values) < 5:
+        return []
+    med = percentile(values, 50) or 0.0
+    scale = max(1.4826 * mad(values), 0.01 * abs(med), 1e-9)
+    return [i for i, v in enumerate(values) if v > med + k * scale]
+
+
+def attribute_spike(r: dict[str, Any], slice_rows: list[dict[str, Any]], metric: str,
+                    first_seq: int | None) -> tuple[str, str]:
+    """Why was this request slow? queued, cold/long prefill, preemption, or unexplained."""
+    med = percentile([x[metric] for x in slice_rows if x[metric] is not None], 50) or 0.0
+    excess = (r[metric] or 0.0) - med
+    prefill_med = percentile([x["srv_prefill_ms"] for x in slice_rows if x["srv_prefill_ms"] is not None], 50)
+    if (r["srv_preemptions"] or 0) > 0:
+        return "preemption", f"{r['srv_preemptions']:.0f} preemption(s) during the request"
+    if r["srv_queue_ms"] is not None and r["srv_queue_ms"] >= 0.5 * excess:
+        return "queued", f"server queue {r['srv_queue_ms']:.0f} ms (waiting at start: {r['srv_waiting_start']})"
+    if r["srv_prefill_ms"] is not None and prefill_med is not None and r["srv_prefill_ms"] - prefill_med >= 0.5 * excess:
+        cold = " (first measured request on this server)" if r["seq"] == first_seq else ""
+        return "cold/long prefill", (f"server prefill {r['srv_prefill_ms']:.0f} ms vs slice median "
+                                     f"{prefill_med:.0f} ms{cold}")
+    if r["seq"] == first_seq:
+        return "cold/long prefill", "first measured request on this server"
+    if r["srv_method"] is None:
+        return "unexplained", "no server telemetry for this request"
+    return "unexplained", "queue, prefill and preemptions were all normal"
+
+
+def spikes(rows: list[dict[str, Any]], metric: str = "ttft_ms", k: float = 3.5) -> list[dict[str, Any]]:
+    out = []
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        if r["error_class"] is None and r[metric] is not None:
+            groups[(r["variant"], r["complexity"])].append(r)
+    firsts = {v: min(r["seq"] for r in rows if r["variant"] == v) for v in {r["variant"] for r in rows}}
+    for (v, cx), rs in sorted(groups.items()):
+        vals = [r[metric] for r in rs]
+        med = percentile(vals, 50) or 0.0
+        scale = max(1.4826 * mad(vals), 0.01 * abs(med), 1e-9)
+        for i in find_spikes(vals, k):
+            r = rs[i]
+            cause, why = attribute_spike(r, rs, metric, firsts[v])
+            out.append({"request_id": r["id"], "variant": v, "complexity": cx, "case_id": r["case_id"],
+                        "metric": metric, "value": r[metric], "slice_median": med,
+                        "robust_z": (r[metric] - med) / scale, "cause": cause, "evidence": why,
+                        "line": f"{v} {cx} {r['case_id']}: {metric.removesuffix('_ms').upper()} {r[metric]:,.0f} ms "
+                                f"(slice median {med:,.0f} ms, robust z {(r[metric] - med) / scale:.1f}): "
+                                f"{cause}: {why}"})
+    return out
+
+
+# --- capacity, SLOs, summary ---------------------------------------------------------------------
+
+
+def capacity(db: Database, run_id: str, rows: list[dict[str, Any]], max_tokens: int) -> list[dict[str, Any]]:
+    """Max concurrent sequences the engine's KV cache holds at the dataset's lengths, next to the
+    measured saturation point of a sweep (if any)."""
+    out = []
+    for v in db.query("select name, cache_config_json from variants where run_id = ?", [run_id]):
+        cfg = json.loads(v["cache_config_json"] or "{}")
+        try:
+            blocks, bs = int(cfg["num_gpu_blocks"]), int(cfg["block_size"])
+        except (KeyError, ValueError, TypeError):
+            out.append({"variant": v["name"], "kv_tokens": None, "note": "engine did not report cache_config_info"})
+            continue
+        per = {}
+        for cx in ("short", "medium", "long"):
+            p = mean([r["prompt_tokens"] for r in rows if r["variant"] == v["name"] and r["complexity"] == cx
+                      and r["prompt_tokens"]])
+            if p:
+                per[cx] = blocks // max(1, math.ceil((p + max_tokens) / bs))
+        vrows = [r for r in rows if r["variant"] == v["name"]]
+        sat = [r["concurrency"] for r in vrows if (r["srv_kv_cache_usage_peak"] or 0) >= 0.9
+               or (r["srv_preemptions"] or 0) > 0]
+        out.append({"variant": v["name"], "kv_tokens": blocks * bs, "block_size": bs, "blocks": blocks,
+                    "engine_max_concurrency": cfg.get("kv_cache_max_concurrency"),
+                    "max_concurrent_by_complexity": per,
+                    "measured_saturation_concurrency": min(sat) if sat else None,
+                    "max_concurrency_tested": max((r["concurrency"] or 1) for r in vrows) if vrows else None})
+    return out
+
+
+WORKLOADS = {
+    "interactive long-input": lambda r: r["complexity"] == "long",
+    "interactive short/medium": lambda r: r["complexity"] in ("short", "medium"),
+    "batch (all, throughput)": lambda r: True,
+}
+
+
+def parse_slo_targets(text: str) -> dict[tuple[str, float], float]:
+    """`ttft_p99=1500,e2e_p50=8000` -> {("ttft_ms", 99): 1500, ("e2e_ms", 50): 8000}."""
+    out: dict[tuple[str, float], float] = {}
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        key, eq, val = part.strip().partition("=")
+        metric, _, q = key.partition("_p")
+        if not eq or metric not in ("ttft", "tpot", "e2e", "itl") or not q.replace(".", "", 1).isdigit():
+            raise UsageError(f"--slo: '{part}': expected METRIC_pNN=MS with METRIC in ttft, tpot, itl, e2e")
+        try:
+            out[(("itl_mean" if metric == "itl" else metric) + "_ms", float(q))] = float(val)
+        except ValueError:
+            raise UsageError(f"--slo: '{val}' is not a number of milliseconds") from None
+    if not out:
+        raise UsageError("--slo: give at least one target, e.g. ttft_p99=2000,e2e_p50=10000")
+    return out
+
+
+def recommend(rows: list[dict[str, Any]], targets: dict[tuple[str, float], float]) -> list[dict[str, Any]]:
+    """Per workload class: which variants meet every SLO, with a bootstrap interval on each
+    percentile so a pass or a miss that is within noise says so."""
+    import random
+
+    out = []
+    variants = sorted({r["variant"] for r in rows})
+    for wl, pick in WORKLOADS.items():
+        for v in variants:
+            rs = [r for r in rows if r["variant"] == v and pick(r)]
+            ok = [r for r in rs if r["error_class"] is None]
+            checks = []
+            for (metric, q), limit in targets.items():
+                xs = [r[metric] for r in ok if r[metric] is not None]
+                est = percentile(xs, q)
+                rng = random.Random(0)
+                boots = sorted(percentile([xs[rng.randrange(len(xs))] for _ in xs], q) for _ in range(500)) if xs else []
+                ci = (percentile(boots, 2.5), percentile(boots, 97.5)) if boots else None
+                status = ("no data" if est is None else "meets" if ci and ci[1] <= limit else
+                          "misses" if ci and ci[0] > limit else "borderline")
+                checks.append({"metric": metric, "q": q, "limit_ms": limit, "estimate_ms": est,
+                               "ci95_ms": list(ci) if ci else None, "status": status})
+            errors = len(rs) - len(ok)
+            overall = ("no data" if not ok else "meets" if all(c["status"] == "meets" for c in checks) and not errors
+                       else "misses" if any(c["status"] == "misses" for c in checks) else "borderline")
+            out.append({"workload": wl, "variant": v, "n": len(rs), "errors": errors, "status": overall,
+                        "checks": checks})
+    return out
+
+
+def seed_summary(db: Database, run_id: str, rows: list[dict[str, Any]], baseline: str) -> list[dict[str, Any]]:
+    """The seed study's table: TTFT tax by complexity, E2E delta on medium generations, KV-cache
+    peak and mean, preemptions, and the quality ledger, for each variant against the baseline."""
+    out = []
+    ttft = {(p["variant"], p["complexity"]): p for p in paired(rows, baseline, "ttft_ms")}
+    e2e = {(p["variant"], p["complexity"]): p for p in paired(rows, baseline, "e2e_ms")}
+    for v in sorted({r["variant"] for r in rows}):
+        kv = [x["value"] for x in db.query(
+            "select value from server_metrics where run_id = ? and variant = ? and series = 'kv_cache_usage_perc'",
+            [run_id, v])]
+        vr = [r for r in rows if r["variant"] == v]
+        ok = [r for r in vr if r["error_class"] is None]
+        entry: dict[str, Any] = {"variant": v, "is_baseline": v == baseline, "n": len(vr), "errors": len(vr) - len(ok)}
+        for cx in ("short", "medium", "long"):
+            t = ttft.get((v, cx))
+            entry[f"ttft_mean_{cx}_ms"] = mean([r["ttft_ms"] for r in ok if r["complexity"] == cx])
+            entry[f"ttft_tax_{cx}_pct"] = t["delta_pct"] if t else None
+            entry[f"ttft_tax_{cx}_ci95_pct"] = t["ci95_pct"] if t else None
+        m = e2e.get((v, "medium"))
+        entry["e2e_mean_medium_ms"] = mean([r["e2e_ms"] for r in ok if r["complexity"] == "medium"])
+        entry["e2e_delta_medium_pct"] = m["delta_pct"] if m else None
+        entry["e2e_delta_medium_ci95_pct"] = m["ci95_pct"] if m else None
+        entry["ttft_max_ms"] = max((r["ttft_ms"] for r in ok), default=None)
+        entry["kv_cache_peak_pct"] = 100 * max(kv) if kv else None
+        entry["kv_cache_mean_pct"] = 100 * mean(kv) if kv else None
+        entry["preemptions"] = sum(r["srv_preemptions"] or 0 for r in vr)
+        sp = [r["grades"]["schema"]["passed"] for r in ok if "schema" in r["grades"]]
+        entry["schema_pass_pct"] = 100.0 * sum(sp) / len(sp) if sp else None
+        entry["persona_score"] = mean([r["grades"]["persona"]["value"] for r in ok if "persona" in r["grades"]])
+        entry["formality_mae"] = mean([abs(r["grades"]["formality"]["detail"]["error"]) for r in ok
+                                       if "formality" in r["grades"]])
+        out.append(entry)
+    return out
+
+
+def findings(db: Database, run_id: str | None = None, by: list[str] | None = None, k: float = 3.5) -> dict[str, Any]:
+    run_id = run_id or latest_run_id(db)
+    if not db["runs"].count_where("id = ?", [run_id]):
+        raise UsageError(f"no run '{run_id}' in the ledger")
+    run = db["runs"].get(run_id)
+    baseline = next((v["name"] for v in db.query(
+        "select name from variants where run_id = ? and is_baseline = 1", [run_id])), None)
+    rows = request_rows(db, run_id)
+    max_tokens = json.loads(run["matrix_json"])["generation"]["max_tokens"]
+    return {
+        "run_id": run_id, "baseline": baseline,
+        "slices": slices(rows, by or ["complexity"]),
+        "paired": [p for m in ("ttft_ms", "e2e_ms", "tpot_ms") for p in paired(rows, baseline, m)] if baseline else [],
+        "spikes": spikes(rows, "ttft_ms", k),
+        "capacity": capacity(db, run_id, rows, max_tokens),
+        "seed_summary": seed_summary(db, run_id, rows, baseline) if baseline else [],
+    }

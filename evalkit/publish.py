@@ -1,0 +1,143 @@
+"""Publish a ledger as a Hugging Face dataset: parquet per config (requests, grades, server
+series, summary, ...) and a dataset card with the run config, definitions and summary table.
+`--out DIR` writes the same files locally; the push needs a token from the environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from sqlite_utils import Database
+
+from .errors import UsageError
+from .findings import findings
+from .paths import PROJECT_DIR
+from .redact import SECRET_ENV_HINT, SECRET_PATTERNS
+from .report import build_report, latest_run_id, markdown_table
+
+CONFIGS = {
+    "requests": "select * from requests where run_id = ?",
+    "grades": "select * from grades where run_id = ?",
+    "server_metrics": "select * from server_metrics where run_id = ?",
+    "variants": "select * from variants where run_id = ?",
+    "cases": "select c.* from cases c join runs u on u.dataset_hash = c.dataset_hash where u.id = ?",
+    "runs": "select * from runs where id = ?",
+}
+TOKEN_ENVS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+
+
+def find_secret(rows: list[dict[str, Any]], where: str) -> str | None:
+    """A description of the first value that looks like a secret, or None."""
+    env_secrets = [v for k, v in os.environ.items() if SECRET_ENV_HINT.search(k) and len(v) >= 8]
+    for i, row in enumerate(rows):
+        for k, v in row.items():
+            if not isinstance(v, str):
+                continue
+            if any(s in v for s in env_secrets) or any(p.search(v) for p, _ in SECRET_PATTERNS):
+                return f"{where} row {i + 1}, column '{k}'"
+    return None
+
+
+def _card(db: Database, run_id: str, configs: dict[str, int]) -> str:
+    rep = build_report(db, run_id)
+    run = db["runs"].get(run_id)
+    f = findings(db, run_id)
+    yaml_configs = "\n".join(f"- config_name: {c}\n  data_files: {c}/*.parquet" for c in configs)
+    summary = "\n".join(
+        f"| {s['variant']} | {s['n']} | {s['errors']} | {_n(s['ttft_tax_long_pct'])} | {_n(s['e2e_delta_medium_pct'])} | "
+        f"{_n(s['kv_cache_peak_pct'])} | {s['preemptions']:.0f} | {_n(s['schema_pass_pct'])} | {_n(s['formality_mae'], 2)} |"
+        for s in f["seed_summary"])
+    metrics_doc = (PROJECT_DIR / "docs" / "metrics.md").read_text(encoding="utf-8") \
+        if (PROJECT_DIR / "docs" / "metrics.md").exists() else ""
+    return f"""---
+configs:
+{yaml_configs}
+tags:
+- evalkit
+- vllm
+- llm-evaluation
+---
+
+# evalkit ledger: {run['matrix_name']}
+
+Run `{run_id}` ({run['created_at']}), dataset hash `{run['dataset_hash']}`, evalkit {run['evalkit_version']}.
+Rows per config: {", ".join(f"{k} {v}" for k, v in configs.items())}.
+
+## Summary
+
+| variant | n | errors | TTFT tax long % | E2E Δ medium % | KV peak % | preemptions | schema % | formality MAE |
+|---|---|---|---|---|---|---|---|---|
+{summary}
+
+## Latency per variant and complexity
+
+{markdown_table(rep)}
+
+## Run configuration
+
+```json
+{json.dumps(json.loads(run['matrix_json']), indent=2)}
+```
+
+Load: `{run['load_json']}`
+
+{metrics_doc}
+"""
+
+
+def _n(v: Any, d: int = 1) -> str:
+    return "-" if v is None else f"{v:,.{d}f}"
+
+
+def export(db: Database, out: Path, run_id: str | None = None) -> dict[str, int]:
+    """Write parquet files + README.md (the dataset card) into ``out``; refuses secrets."""
+    import datasets
+
+    run_id = run_id or latest_run_id(db)
+    if not db["runs"].count_where("id = ?", [run_id]):
+        raise UsageError(f"no run '{run_id}' in the ledger")
+    tables: dict[str, list[dict[str, Any]]] = {}
+    for name, sql in CONFIGS.items():
+        tables[name] = list(db.query(sql, [run_id]))
+        where = find_secret(tables[name], name)
+        if where:
+            raise UsageError(f"refusing to publish: a value in {where} looks like a secret")
+    tables["summary"] = [{k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in s.items()}
+                         for s in findings(db, run_id)["seed_summary"]]
+    tmp = Path(tempfile.mkdtemp(prefix=".evalkit-publish-", dir=out.parent if out.parent.exists() else None))
+    counts = {}
+    try:
+        for name, rows in tables.items():
+            if not rows:
+                continue
+            (tmp / name).mkdir()
+            datasets.Dataset.from_list(rows).to_parquet(str(tmp / name / "data.parquet"))
+            counts[name] = len(rows)
+        (tmp / "README.md").write_text(_card(db, run_id, counts), encoding="utf-8")
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)  # all or nothing
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return counts
+
+
+def push(folder: Path, repo: str, private: bool, api: Any = None) -> str:
+    if not re.match(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$", repo):
+        raise UsageError(f"--repo: '{repo}' is not OWNER/NAME")
+    token = next((os.environ[e] for e in TOKEN_ENVS if os.environ.get(e)), None)
+    if not token:
+        raise UsageError(f"publishing to the hub needs a token in ${TOKEN_ENVS[0]} (never a flag or a file)")
+    if api is None:
+        from huggingface_hub import HfApi
+
+        api = HfApi(token=token)
+    api.create_repo(repo, repo_type="dataset", private=private, exist_ok=True)
+    api.upload_folder(folder_path=str(folder), repo_id=repo, repo_type="dataset",
+                      commit_message="evalkit: publish ledger")
+    return f"https://huggingface.co/datasets/{repo}"

@@ -1,0 +1,241 @@
+"""Findings: spikes and their attribution on constructed data with known answers; slices and
+paired comparisons; recommend; HTML report rendered in headless Chromium; Datasette over HTTP;
+publish --out loaded back with `datasets`."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from sqlite_utils import Database
+
+from evalkit.cli import cli
+from evalkit.findings import attribute_spike, find_spikes, paired, parse_slo_targets, recommend, spikes
+from evalkit.stub_server import StubConfig, StubServer
+
+
+def _row(i: int, ttft: float, **kw) -> dict:
+    base = {"id": i, "seq": i, "variant": "v", "complexity": "short", "case_id": f"c{i}", "repeat": 0,
+            "error_class": None, "ttft_ms": ttft, "e2e_ms": ttft + 1000, "srv_queue_ms": 0.0, "srv_prefill_ms": ttft - 5,
+            "srv_preemptions": 0.0, "srv_waiting_start": 0.0, "srv_method": "histogram_delta", "grades": {}}
+    base.update(kw)
+    return base
+
+
+def test_find_spikes_known_answer():
+    vals = [400, 410, 395, 405, 402, 398, 1740, 401]
+    assert find_spikes(vals) == [6]  # the seed's lone 1740 ms spike among ~400 ms
+    assert find_spikes([400.0] * 10) == []  # identical values: no spikes
+    assert find_spikes([1, 2, 3]) == []  # too few to say
+
+
+@pytest.mark.parametrize("kw, cause", [
+    ({"srv_preemptions": 2.0}, "preemption"),
+    ({"srv_queue_ms": 1200.0, "srv_prefill_ms": 395.0, "srv_waiting_start": 3.0}, "queued"),
+    ({"srv_prefill_ms": 1700.0}, "cold/long prefill"),
+    ({"srv_prefill_ms": 395.0}, "unexplained"),
+    ({"srv_prefill_ms": None, "srv_queue_ms": None, "srv_method": None}, "unexplained"),
+])
+def test_spike_attribution(kw, cause):
+    rows = [_row(i, 400.0 + i) for i in range(1, 9)]
+    spike = _row(20, 1740.0, **kw)
+    got, why = attribute_spike(spike, rows + [spike], "ttft_ms", first_seq=1)
+    assert got == cause, why
+
+
+def test_first_request_on_a_server_is_called_cold():
+    rows = [_row(i, 400.0 + i) for i in range(2, 10)]
+    first = _row(1, 1740.0, srv_prefill_ms=390.0)
+    assert attribute_spike(first, rows + [first], "ttft_ms", first_seq=1)[0] == "cold/long prefill"
+
+
+def test_spike_lines_name_the_cause():
+    rows = [_row(i, 400.0 + i % 3) for i in range(1, 12)] + [_row(30, 1740.34, srv_prefill_ms=1735.0)]
+    s = spikes(rows)
+    assert len(s) == 1 and s[0]["cause"] == "cold/long prefill"
+    assert "TTFT 1,740 ms" in s[0]["line"] and "server prefill 1735 ms" in s[0]["line"]
+
+
+def test_paired_comparison_has_ci_and_verdict_only_when_clear():
+    rows = []
+    for i in range(20):
+        rows.append(_row(i, 866.93 + (i % 5), variant="bf16", complexity="long", case_id=f"c{i}"))
+        rows.append(_row(100 + i, 1372.12 + (i % 7), variant="fp8", complexity="long", case_id=f"c{i}"))
+    p = next(x for x in paired(rows, "bf16", "ttft_ms") if x["complexity"] == "long")
+    assert p["pairs"] == 20 and p["delta_pct"] == pytest.approx(58.5, abs=0.5)  # the seed's +58 % TTFT tax
+    assert p["ci95_pct"][0] > 55 and p["verdict"] == "fp8 slower"
+    noisy = [_row(i, 1000 + (-1) ** i * 300, variant="a", case_id=f"c{i}") for i in range(20)]
+    noisy += [_row(100 + i, 1000 + (-1) ** (i + 1) * 300, variant="b", case_id=f"c{i}") for i in range(20)]
+    q = next(x for x in paired(noisy, "a", "ttft_ms") if x["complexity"] == "all")
+    assert q["verdict"] == "no clear difference"
+
+
+def test_recommend_uses_intervals():
+    rows = [_row(i, 300.0 + i, variant="fast", complexity="long") for i in range(30)]
+    rows += [_row(100 + i, 3000.0 + i, variant="slow", complexity="long") for i in range(30)]
+    out = recommend(rows, parse_slo_targets("ttft_p99=1000"))
+    long = {o["variant"]: o["status"] for o in out if o["workload"] == "interactive long-input"}
+    assert long == {"fast": "meets", "slow": "misses"}
+    with pytest.raises(Exception, match="METRIC_pNN"):
+        parse_slo_targets("latency=5")
+
+
+@pytest.fixture
+def stub_ledger(runner, stub_pair, endpoint_matrix, tmp_path) -> Path:
+    a, b = stub_pair
+    ledger = tmp_path / "l.db"
+    r = runner.invoke(cli, ["run", "--matrix", str(endpoint_matrix(a.base_url, b.base_url, baseline_repeats=2)),
+                            "--limit", "6", "--ledger", str(ledger), "-q"])
+    assert r.exit_code == 0, r.output
+    return ledger
+
+
+def test_report_findings_cli(runner, stub_ledger):
+    r = runner.invoke(cli, ["report", "--ledger", str(stub_ledger), "--by", "complexity,task"])
+    assert r.exit_code == 0, r.output
+    assert "paired comparisons" in r.output and "slices by complexity, task" in r.output
+    js = json.loads(runner.invoke(cli, ["report", "--ledger", str(stub_ledger), "--json"]).output)
+    assert {"slices", "paired", "spikes", "capacity", "seed_summary"} <= set(js["findings"])
+    cap = js["findings"]["capacity"][0]
+    assert cap["kv_tokens"] == 1024 * 16 and set(cap["max_concurrent_by_complexity"]) == {"short", "medium", "long"}
+    r = runner.invoke(cli, ["report", "--ledger", str(stub_ledger), "--by", "colour"])
+    assert r.exit_code == 2
+    r = runner.invoke(cli, ["recommend", "--ledger", str(stub_ledger), "--slo", "ttft_p99=1000,e2e_p50=5000"])
+    assert r.exit_code == 0 and "interactive long-input: use" in r.output
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def test_html_report_renders_every_plot(runner, stub_ledger, tmp_path):
+    html = tmp_path / "report.html"
+    r = runner.invoke(cli, ["report", "--ledger", str(stub_ledger), "--html", str(html)])
+    assert r.exit_code == 0, r.output
+    text = html.read_text()
+    assert "<script" not in text and 'href="http' not in text and "@import" not in text  # no scripts, no CDN
+    assert text.count("<svg") >= 7  # CDFs, E2E boxes, scatter, KV/queue timelines, drift, formality
+    for title in ("TTFT CDF", "E2E by variant", "TTFT vs prompt tokens", "KV-cache use", "Drift (1", "Formality"):
+        assert title in text, title
+    assert "src=" not in text  # self-contained: nothing fetched
+    chromium = _chromium()
+    assert chromium, "Chromium is needed for the rendering check (make test installs it)"
+    shot = tmp_path / "shot.png"
+    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                    "--disable-component-update", "--disable-sync", "--no-first-run",
+                    f"--user-data-dir={tmp_path / 'chrome'}", "--window-size=1280,3000",
+                    f"--screenshot={shot}", f"file://{html}"], check=True, capture_output=True, timeout=120)
+    from PIL import Image
+
+    img = Image.open(shot).convert("RGB")
+    colours = img.getcolors(maxcolors=1 << 20)
+    assert colours is not None and len(colours) > 50  # not blank: text, axes, coloured series
+    blue = sum(n for n, (r_, g, b) in colours if b > 150 and r_ < 80 and g < 160)  # the first series colour
+    assert blue > 200
+
+
+def test_generated_text_is_escaped_in_html(runner, endpoint_matrix, tmp_path):
+    evil = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+    ledger = tmp_path / "l.db"
+    with StubServer(StubConfig(fixed_text=evil, ttft_ms=1, itl_ms=0)) as s:
+        runner.invoke(cli, ["run", "--matrix", str(endpoint_matrix(s.base_url, structured=False)), "--limit", "3",
+                            "--ledger", str(ledger), "-q"])
+    assert Database(ledger)["requests"].count_where("text = ? and is_warmup = 0", [evil]) == 3  # stored verbatim
+    html = tmp_path / "r.html"
+    runner.invoke(cli, ["report", "--ledger", str(ledger), "--html", str(html)])
+    text = html.read_text()
+    assert evil not in text and "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in text
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_browse_serves_canned_queries_over_http(stub_ledger, tmp_path):
+    from evalkit.browse import browse
+    from evalkit.cli import cli as _cli  # noqa: F401  (the same code path as `evalkit browse`)
+    from evalkit.ledger import open_ledger
+
+    port = _free_port()
+    p = browse(open_ledger(stub_ledger), stub_ledger, "127.0.0.1", port, meta_dir=tmp_path, wait=False)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(base + "/-/versions.json", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.2)
+        name = stub_ledger.stem
+
+        def get(path: str) -> dict:
+            with urllib.request.urlopen(base + path, timeout=10) as r:
+                return json.loads(r.read())
+
+        summary = get(f"/{name}/seed_summary.json?_shape=array")
+        assert {x["variant"] for x in summary} == {"base", "cand"}
+        fails = get(f"/{name}/failures.json?_shape=array")
+        assert fails == []  # a canned query that correctly returns no rows
+        drift = get(f"/{name}/requests_joined.json?_shape=array&_facet=complexity&_size=5")
+        assert drift and "complexity" in drift[0]
+        page = urllib.request.urlopen(base + f"/{name}/requests", timeout=10).read().decode()
+        assert "Requests (one row per request" in page and "<dl" in page  # title + rendered JSON text
+        meta = get("/-/metadata.json")
+        assert "seed_summary" in meta["databases"][name]["queries"]
+        conns = subprocess.run(["ss", "-ltnp"], capture_output=True, text=True).stdout
+        assert f"127.0.0.1:{port}" in conns and f"0.0.0.0:{port}" not in conns
+    finally:
+        p.terminate()
+        p.wait(timeout=10)
+
+
+def test_publish_out_loads_with_datasets(runner, stub_ledger, tmp_path, monkeypatch):
+    import datasets
+
+    out = tmp_path / "pub"
+    r = runner.invoke(cli, ["publish", "--ledger", str(stub_ledger), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    db = Database(stub_ledger)
+    for config, table in (("requests", "requests"), ("grades", "grades"), ("server_metrics", "server_metrics")):
+        ds = datasets.load_dataset("parquet", data_files=str(out / config / "*.parquet"), split="train")
+        assert ds.num_rows == db[table].count, config
+    card = (out / "README.md").read_text()
+    assert card.startswith("---\nconfigs:") and "config_name: requests" in card and "TTFT" in card
+    assert "| variant | n | errors |" in card
+    # the push path, up to the hub call
+    r = runner.invoke(cli, ["publish", "--ledger", str(stub_ledger), "--repo", "me/evalkit-run"])
+    assert r.exit_code == 2 and "HF_TOKEN" in r.output
+    calls = []
+
+    class FakeApi:
+        def create_repo(self, repo, **kw):
+            calls.append(("create", repo, kw))
+
+        def upload_folder(self, **kw):
+            calls.append(("upload", kw["repo_id"], sorted(p.name for p in Path(kw["folder_path"]).iterdir())))
+
+    from evalkit import publish as pub
+
+    monkeypatch.setenv("HF_TOKEN", "hf_" + "x" * 30)
+    url = pub.push(out, "me/evalkit-run", True, api=FakeApi())
+    assert url.endswith("me/evalkit-run") and calls[0] == ("create", "me/evalkit-run",
+                                                          {"repo_type": "dataset", "private": True, "exist_ok": True})
+    assert "README.md" in calls[1][2] and "requests" in calls[1][2]
+
+
+def test_publish_refuses_anything_that_looks_like_a_secret(runner, stub_ledger, tmp_path):
+    db = Database(stub_ledger)
+    rid = next(db["requests"].rows)["id"]
+    db["requests"].update(rid, {"text": "my key is sk-live-abcdefghijklmnopqrstuvwx"})
+    out = tmp_path / "pub"
+    r = runner.invoke(cli, ["publish", "--ledger", str(stub_ledger), "--out", str(out)])
+    assert r.exit_code == 2 and "looks like a secret" in r.output and "requests row" in r.output
+    assert not out.exists()  # nothing half written
