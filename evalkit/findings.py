@@ -12,7 +12,7 @@ from typing import Any
 from sqlite_utils import Database
 
 from .errors import UsageError
-from .report import latest_grades, latest_run_id
+from .report import latest_grades, latest_run_id, quality
 from .stats import bootstrap_ci, mean, percentile, verdict
 
 METRICS = ("ttft_ms", "tpot_ms", "itl_mean_ms", "e2e_ms", "out_tps")
@@ -58,11 +58,7 @@ def slices(rows: list[dict[str, Any]], by: list[str]) -> list[dict[str, Any]]:
                                  "errors": len(rs) - len(ok)}
         for m in METRICS:
             entry[m] = describe([r[m] for r in ok])
-        sp = [r["grades"]["schema"]["passed"] for r in ok if "schema" in r["grades"]]
-        entry["schema_pass_pct"] = 100.0 * sum(sp) / len(sp) if sp else None
-        entry["persona_score"] = mean([r["grades"]["persona"]["value"] for r in ok if "persona" in r["grades"]])
-        entry["formality_mae"] = mean([abs(r["grades"]["formality"]["detail"]["error"]) for r in ok
-                                       if "formality" in r["grades"]])
+        entry.update(quality(ok))
         out.append(entry)
     return out
 
@@ -272,11 +268,7 @@ def seed_summary(db: Database, run_id: str, rows: list[dict[str, Any]], baseline
         entry["kv_cache_peak_pct"] = 100 * max(kv) if kv else None
         entry["kv_cache_mean_pct"] = 100 * mean(kv) if kv else None
         entry["preemptions"] = sum(r["srv_preemptions"] or 0 for r in vr)
-        sp = [r["grades"]["schema"]["passed"] for r in ok if "schema" in r["grades"]]
-        entry["schema_pass_pct"] = 100.0 * sum(sp) / len(sp) if sp else None
-        entry["persona_score"] = mean([r["grades"]["persona"]["value"] for r in ok if "persona" in r["grades"]])
-        entry["formality_mae"] = mean([abs(r["grades"]["formality"]["detail"]["error"]) for r in ok
-                                       if "formality" in r["grades"]])
+        entry.update(quality(ok))
         out.append(entry)
     return out
 

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .config import load_yaml_model
 from .errors import MatrixError
 from .paths import default_matrix_path
 
@@ -149,51 +149,5 @@ class Matrix(BaseModel):
         return [self.variant(self.baseline)] + [v for v in self.variants if v.name != self.baseline]
 
 
-def _node_line(root: yaml.Node | None, loc: tuple) -> int | None:
-    """Follow a pydantic error location through the YAML node tree to a 1-based line."""
-    node = root
-    line = node.start_mark.line + 1 if node is not None else None
-    for key in loc:
-        if isinstance(node, yaml.MappingNode):
-            nxt = next((v for k, v in node.value if k.value == key), None)
-            if nxt is None:  # an unknown key: point at the key itself
-                nxt = next((k for k, _ in node.value if k.value == key), None)
-        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
-            nxt = node.value[key]
-        else:
-            nxt = None
-        if nxt is None:
-            break
-        node = nxt
-        line = node.start_mark.line + 1
-    return line
-
-
 def load_matrix(path: str | Path | None = None) -> Matrix:
-    p = Path(path) if path else default_matrix_path()
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise MatrixError(f"{p}: matrix file not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise MatrixError(f"{p}: cannot read matrix: {e}") from None
-    try:
-        root = yaml.compose(text)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark else ""
-        raise MatrixError(f"{p}{where}: not valid YAML ({getattr(e, 'problem', e)})") from None
-    if not isinstance(data, dict):
-        raise MatrixError(f"{p}:1: a matrix must be a YAML mapping")
-    try:
-        return Matrix.model_validate(data)
-    except ValidationError as e:
-        err = e.errors()[0]
-        loc = tuple(x for x in err["loc"])
-        line = _node_line(root, loc)
-        field = ".".join(str(x) for x in loc) or "(matrix)"
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key"
-        raise MatrixError(f"{p}:{line}: field '{field}': {msg}") from None
+    return load_yaml_model(Path(path) if path else default_matrix_path(), Matrix, MatrixError, "matrix")

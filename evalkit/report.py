@@ -28,10 +28,14 @@ def latest_grades(db: Database, run_id: str) -> dict[int, dict[str, dict[str, An
     return out
 
 
-def _quality(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def quality(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Quality aggregates over rows carrying their newest grades (failed requests have none)."""
+    schema = [r["grades"]["schema"]["passed"] for r in rows if "schema" in r["grades"]]
     persona = [r["grades"]["persona"] for r in rows if "persona" in r["grades"]]
     form = [r["grades"]["formality"]["detail"] for r in rows if "formality" in r["grades"]]
     return {
+        "schema_pass_pct": 100.0 * sum(schema) / len(schema) if schema else None,
+        "schema_graded": len(schema),
         "persona_score": mean([p["value"] for p in persona]),
         "persona_pass_pct": 100.0 * sum(p["passed"] for p in persona) / len(persona) if persona else None,
         "formality_mae": mean([abs(f["error"]) for f in form]),
@@ -83,7 +87,6 @@ def _slice_stats(rows: list[dict[str, Any]], slo: dict[str, float]) -> dict[str,
     ok = [r for r in rows if r["error_class"] is None]
     ttft = [r["ttft_ms"] for r in ok if r["ttft_ms"] is not None]
     e2e = [r["e2e_ms"] for r in ok if r["e2e_ms"] is not None]
-    graded = [r["schema_passed"] for r in ok if r["schema_passed"] is not None]
     return {
         "n": len(rows),
         "n_errors": len(rows) - len(ok),
@@ -91,8 +94,6 @@ def _slice_stats(rows: list[dict[str, Any]], slo: dict[str, float]) -> dict[str,
         "ttft_p99_ms": percentile(ttft, 99), "ttft_max_ms": max(ttft) if ttft else None,
         "e2e_mean_ms": mean(e2e), "e2e_p50_ms": percentile(e2e, 50), "e2e_p99_ms": percentile(e2e, 99),
         "completion_tokens_mean": mean([r["completion_tokens"] for r in ok if r["completion_tokens"] is not None]),
-        "schema_pass_pct": 100.0 * sum(graded) / len(graded) if graded else None,
-        "schema_graded": len(graded),
         "tpot_p50_ms": percentile([r["tpot_ms"] for r in ok if r["tpot_ms"] is not None], 50),
         "itl_p50_ms": percentile([r["itl_mean_ms"] for r in ok if r["itl_mean_ms"] is not None], 50),
         "goodput_pct": 100.0 * sum(_meets(r, slo) for r in rows) / len(rows) if slo and rows else None,
@@ -126,9 +127,7 @@ def build_report(db: Database, run_id: str | None = None, slo: dict[str, float] 
     ))
     grades = latest_grades(db, run_id)
     for r in rows:
-        g = grades.get(r["id"], {})
-        r["schema_passed"] = g["schema"]["passed"] if "schema" in g else None
-        r["grades"] = g
+        r["grades"] = grades.get(r["id"], {})
     baseline = next((v["name"] for v in variants if v["is_baseline"]), None)
     if slo is None:
         load = json.loads(run["load_json"] or "{}")
@@ -145,7 +144,7 @@ def build_report(db: Database, run_id: str | None = None, slo: dict[str, float] 
             table.append({"variant": v["name"], "complexity": s, **_slice_stats(groups[(v["name"], s)], slo)})
     for r in table:
         slice_rows = groups[(r["variant"], r["complexity"])]
-        r.update(_quality(slice_rows))
+        r.update(quality(slice_rows))
         if r["variant"] == baseline:
             r.update(drift_vs_floor([], slice_rows))
         else:

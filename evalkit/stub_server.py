@@ -50,7 +50,7 @@ HISTS = ("time_to_first_token_seconds", "e2e_request_latency_seconds", "request_
 
 def metrics_text(cfg: StubConfig) -> str:
     """A vLLM-shaped exposition: the same names, so the scraper and attribution can be tested."""
-    lab = 'engine="0",model_name="%s"' % cfg.model
+    lab = f'engine="0",model_name="{cfg.model}"'
     lines = [
         f"vllm:num_requests_running{{{lab}}} {float(cfg.running)}",
         f"vllm:num_requests_waiting{{{lab}}} 0.0",

@@ -9,9 +9,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ..config import load_yaml_model as _load
 from ..errors import RubricError
 from ..paths import rubrics_dir
 from .base import GradedRequest, Score
@@ -46,7 +46,8 @@ FORMAL_PHRASES = [
     r"\bI am writing to (?:formally )?(?:express|apply)", r"\bI would welcome\b",
 ]
 GREETINGS = [
-    ("has_very_formal_greeting", r"^(?:dear (?:members of|sir or madam|selection|hiring committee)|to the (?:members|selection|hiring|appointments))"),
+    ("has_very_formal_greeting",
+     r"^(?:dear (?:members of|sir or madam|selection|hiring committee)|to the (?:members|selection|hiring|appointments))"),
     ("has_formal_greeting", r"^dear\b"),
     ("has_neutral_greeting", r"^(?:hello|good (?:morning|afternoon))\b"),
     ("has_informal_greeting", r"^(?:hey+|hi+|yo|hiya|heya|sup|howdy)\b"),
@@ -83,27 +84,8 @@ class FormalityRubric(BaseModel):
 
 
 def load_yaml_model(path: Path, model: type[BaseModel]) -> Any:
-    """Load a YAML config into a pydantic model; errors name file:line and field."""
-    from ..matrix import _node_line
-
-    try:
-        text = path.read_text(encoding="utf-8")
-        root = yaml.compose(text)
-        data = yaml.safe_load(text)
-    except FileNotFoundError:
-        raise RubricError(f"{path}: rubric file not found") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise RubricError(f"{path}{f':{mark.line + 1}' if mark else ''}: not valid YAML") from None
-    if not isinstance(data, dict):
-        raise RubricError(f"{path}:1: a rubric must be a YAML mapping")
-    try:
-        return model.model_validate(data)
-    except ValidationError as e:
-        err = e.errors()[0]
-        field = ".".join(str(x) for x in err["loc"])
-        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
-        raise RubricError(f"{path}:{_node_line(root, tuple(err['loc']))}: field '{field}': {msg}") from None
+    """A rubric file into its pydantic model (errors name file:line and field)."""
+    return _load(path, model, RubricError, "rubric")
 
 
 @lru_cache(maxsize=8)

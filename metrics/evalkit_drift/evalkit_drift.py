@@ -24,8 +24,8 @@ class EvalkitDrift(evaluate.Metric):
         p = [prose(x) for x in predictions]
         r = [prose(x) for x in references]
         vp, vr = embed(p), embed(r)
-        cos = [cosine(a, b) for a, b in zip(vp, vr)]
-        rl = [rouge_l(a, b) for a, b in zip(p, r)]
+        cos = [cosine(a, b) for a, b in zip(vp, vr, strict=True)]
+        rl = [rouge_l(a, b) for a, b in zip(p, r, strict=True)]
         n = len(cos) or 1
         return {"cosine_mean": sum(cos) / n, "drift_mean": 1 - sum(cos) / n, "rouge_l_mean": sum(rl) / n,
                 "cosine": cos}

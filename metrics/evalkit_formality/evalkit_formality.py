@@ -25,8 +25,8 @@ class EvalkitFormality(evaluate.Metric):
         levels = [predict(t)[0] for t in predictions]
         n = len(levels) or 1
         return {
-            "exact_accuracy": sum(p == r for p, r in zip(levels, references)) / n,
-            "within_1_accuracy": sum(abs(p - r) <= 1 for p, r in zip(levels, references)) / n,
-            "mae": sum(abs(p - r) for p, r in zip(levels, references)) / n,
+            "exact_accuracy": sum(p == r for p, r in zip(levels, references, strict=True)) / n,
+            "within_1_accuracy": sum(abs(p - r) <= 1 for p, r in zip(levels, references, strict=True)) / n,
+            "mae": sum(abs(p - r) for p, r in zip(levels, references, strict=True)) / n,
             "predicted_levels": levels,
         }

@@ -22,7 +22,7 @@ class EvalkitSchema(evaluate.Metric):
 
     def _compute(self, predictions, references):
         ok = []
-        for text, name in zip(predictions, references):
+        for text, name in zip(predictions, references, strict=True):
             try:
                 obj = json.loads(text)
             except ValueError:
