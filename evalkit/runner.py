@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -280,6 +281,33 @@ def _checkpoint_quantization(model_path: str) -> str | None:
 # --- sending -------------------------------------------------------------------------------------
 
 
+@lru_cache(maxsize=8)
+def _tokenizer(path: str) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
+
+
+def fill_token_counts(r: RequestResult, messages: list[dict[str, str]], model_path: str | None) -> None:
+    """When the server sent no usage chunk: count with the model's own tokenizer if it is local
+    (flagged `tokenizer`), else count content chunks (flagged `chunk_count`; vLLM streams about
+    one token per chunk, other servers may not)."""
+    if r.usage_source is not None or not (r.text or r.chunk_offsets_ms):
+        return
+    if model_path and Path(model_path).is_dir():
+        try:
+            tok = _tokenizer(model_path)
+            r.completion_tokens = len(tok(r.text, add_special_tokens=False)["input_ids"])
+            ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            r.prompt_tokens = len(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+            r.usage_source = "tokenizer"
+            return
+        except Exception:  # a tokenizer that cannot load is no reason to lose the row
+            pass
+    r.completion_tokens = len(r.chunk_offsets_ms)
+    r.usage_source = "chunk_count"
+
+
 class Sender:
     """Executes work items against live sessions, writing one ledger row per attempt."""
 
@@ -312,6 +340,7 @@ class Sender:
             before = await scraper.scrape(http) if (attribute_now and scraper) else None
             r = await stream_chat(http, f"{sess.base_url}/v1/chat/completions", payload, headers=sess.headers,
                                   timeout_s=self.matrix.generation.timeout_s, epoch=self.epoch)
+            fill_token_counts(r, payload["messages"], sess.server.model_path if sess.server else None)
             will_retry = (r.error_class in retry.on) and attempt < retry.max_retries
             self.seq += 1
             row = request_row(self.run_id, item, self.seq, attempt, not will_retry, payload, r)
@@ -492,7 +521,9 @@ def run_matrix(
         run_id = create_run(db, matrix, cases, dataset_path, seed, load, repeats)
     summary = RunSummary(run_id)
     skip = done_keys(db, run_id) if resume_run else set()
+    floor = max(repeats, matrix.generation.baseline_repeats)
     reporter.message(f"run {run_id}: {len(matrix.variants)} variants x {len(cases)} cases x {repeats} repeats"
+                     + (f" (baseline x{floor}: the extra pass is drift's noise floor)" if floor > repeats else "")
                      + (f" (resuming: {len(skip)} requests already in the ledger)" if resume_run else ""))
     status = "interrupted"
     seq0 = db.execute("select coalesce(max(seq), 0) from requests where run_id = ?", [run_id]).fetchone()[0]

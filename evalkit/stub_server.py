@@ -30,6 +30,7 @@ class StubConfig:
     itl_ms: float = 1.0
     chars_per_chunk: int = 4
     max_chunks: int | None = None
+    usage: bool = True  # send the final usage chunk (stream_options.include_usage)
     fixed_text: str | None = None  # reply with exactly this text (e.g. a judge's "Score: 4")
     role_chunk: bool = True  # vLLM sends {"role": "assistant", "content": ""} first
     fixed_chunks: int | None = None  # benchmarks: exactly this many 1-token chunks of text
@@ -192,7 +193,8 @@ def make_app(cfg: StubConfig) -> web.Application:
         usage = {"prompt_tokens": sum(len(m.get("content", "").split()) for m in body.get("messages", [])),
                  "completion_tokens": len(pieces), "total_tokens": 0}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
-        await resp.write(b"data: " + json.dumps({"id": rid, "choices": [], "usage": usage}).encode() + b"\n\n")
+        if cfg.usage:
+            await resp.write(b"data: " + json.dumps({"id": rid, "choices": [], "usage": usage}).encode() + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp

@@ -213,11 +213,14 @@ def test_planted_secret_reaches_no_output(runner, write, tmp_path, monkeypatch):
     db = Database(ledger)
     assert db["requests"].count_where("error_class = 'http_401' and is_warmup = 0") == 3  # the leaky server answered
     outputs = [r1.output]
-    for args in (["report"], ["report", "--json"], ["report", "--markdown"]):
+    for args in (["report"], ["report", "--json"], ["report", "--markdown"],
+                 ["report", "--html", str(tmp_path / "r.html")], ["publish", "--out", str(tmp_path / "pub")]):
         outputs.append(runner.invoke(cli, [*args, "--ledger", str(ledger)]).output)
+    assert (tmp_path / "r.html").exists() and (tmp_path / "pub" / "requests").exists()
     db.execute("pragma wal_checkpoint(TRUNCATE)")
     blobs = [ledger.read_bytes().decode("latin-1")] + outputs
-    blobs += [p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file() and p.suffix != ".db"]
+    # every file written: HTML report, parquet, dataset card (binary files are read as bytes)
+    blobs += [p.read_bytes().decode("latin-1") for p in tmp_path.rglob("*") if p.is_file() and p.suffix != ".db"]
     assert not [b for b in blobs if secret in b]
     assert any("[REDACTED]" in (x["error"] or "") for x in db["requests"].rows)
 
@@ -239,3 +242,71 @@ def test_soak_2000_requests_concurrency_64_with_known_fault_rate(runner, endpoin
     keys = _measured_keys(db)
     assert len(set(keys)) == 2000
     print(f"soak: {sent} requests, {injected} faults, {wall:.1f} s wall")
+
+
+def test_server_dies_mid_run_every_request_still_a_row(tmp_path, endpoint_matrix):
+    import socket as _s
+
+    with _s.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    stub = subprocess.Popen([sys.executable, "-m", "evalkit.stub_server", "--port", str(port), "--ttft-ms", "60"],
+                            cwd=PROJECT_DIR, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ledger = tmp_path / "l.db"
+    try:
+        for _ in range(100):
+            try:
+                with _s.create_connection(("127.0.0.1", port), timeout=0.2):
+                    break
+            except OSError:
+                time.sleep(0.05)
+        m = endpoint_matrix(f"http://127.0.0.1:{port}", warmup=0, extra="telemetry:\n  scrape: false\n")
+        run = subprocess.Popen([*CLI, "run", "--matrix", str(m), "--limit", "12", "--ledger", str(ledger), "-q",
+                                "--no-grade"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        _wait_rows(ledger, 4)
+        stub.kill()  # the server dies mid-run
+        out, _ = run.communicate(timeout=60)
+    finally:
+        stub.kill()
+    assert run.returncode == 0, out
+    db = Database(ledger)
+    assert db["requests"].count == 12  # every planned request is a row
+    errs = [r["error_class"] for r in db["requests"].rows_where("error_class is not null")]
+    assert errs and set(errs) <= {"connect_error", "stream_cut"}
+    assert "errors" in out and str(len(errs)) in out
+
+
+def test_reply_that_is_not_json_fails_the_schema_grade(runner, endpoint_matrix, ledger_path):
+    with StubServer(StubConfig(fault="not_json", ttft_ms=1, itl_ms=0)) as s:
+        r = runner.invoke(cli, ["run", "--matrix", str(endpoint_matrix(s.base_url, warmup=0)), "--limit", "2",
+                                "--ledger", str(ledger_path), "-q"])
+    assert r.exit_code == 0, r.output
+    db = Database(ledger_path)
+    assert db["requests"].count_where("error_class is null") == 2  # the request itself succeeded
+    g = list(db["grades"].rows_where("grader = 'schema'"))
+    assert len(g) == 2 and all(x["passed"] == 0 and x["explanation"].startswith("not valid JSON") for x in g)
+
+
+def test_token_counts_fall_back_and_say_so(runner, endpoint_matrix, ledger_path):
+    with StubServer(StubConfig(usage=False, ttft_ms=1, itl_ms=0)) as s:
+        runner.invoke(cli, ["run", "--matrix", str(endpoint_matrix(s.base_url, warmup=0)), "--limit", "2",
+                            "--ledger", str(ledger_path), "-q", "--no-grade"])
+    rows = list(Database(ledger_path)["requests"].rows)
+    assert len(rows) == 2
+    for r in rows:
+        assert r["usage_source"] == "chunk_count"  # flagged: not the server's own count
+        assert r["completion_tokens"] == len(json.loads(r["chunk_offsets_ms_json"])) > 0
+
+
+def test_tokenizer_fallback_for_local_models(tmp_path):
+    from evalkit.client import RequestResult
+    from evalkit.engines.bundled import BF16
+    from evalkit.paths import cache_dir
+    from evalkit.runner import fill_token_counts
+
+    model = cache_dir() / "models" / BF16
+    if not (model / "tokenizer.json").exists():
+        pytest.skip("bundled model not prepared in this cache (the vllm-marked tests prepare it)")
+    r = RequestResult(started_at="t", text="Hello there, Priya!", chunk_offsets_ms=[1.0, 2.0])
+    fill_token_counts(r, [{"role": "user", "content": "Say hello."}], str(model))
+    assert r.usage_source == "tokenizer" and 3 <= r.completion_tokens <= 8 and r.prompt_tokens > 5
