@@ -21,7 +21,7 @@ body{font-family:system-ui,sans-serif;margin:24px auto;max-width:1180px;color:#2
 h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;font-size:12px;margin:8px 0}td,th{border:1px solid #ddd;padding:3px 6px;text-align:right}
 td:first-child,td:nth-child(2),th{text-align:left}th{background:#f4f4f4}
-.plots{display:flex;flex-wrap:wrap;gap:12px}.plots svg{border:1px solid #eee}
+.plots{display:flex;flex-wrap:wrap;gap:12px}.plots figure{margin:0}.plots svg{border:1px solid #eee}
 pre{white-space:pre-wrap;background:#f8f8f8;padding:8px;font-size:12px;max-height:220px;overflow:auto}
 .note{color:#666;font-size:12px}.spike{font-family:monospace;font-size:12px}
 """

@@ -44,13 +44,13 @@ class Chart:
     def py(self, y: float) -> float:
         return H - B - (y - self.y0) / (self.y1 - self.y0) * (H - T - B)
 
-    def axes(self) -> None:
+    def axes(self, xticks: bool = True) -> None:
         p = self.parts
         for t in _ticks(self.y0, self.y1):
             y = self.py(t)
             p.append(f'<line x1="{L}" y1="{y:.1f}" x2="{W - R}" y2="{y:.1f}" stroke="#e5e5e5"/>'
                      f'<text x="{L - 6}" y="{y + 4:.1f}" text-anchor="end">{_fmt(t)}</text>')
-        for t in _ticks(self.x0, self.x1):
+        for t in _ticks(self.x0, self.x1) if xticks else []:
             x = self.px(t)
             p.append(f'<line x1="{x:.1f}" y1="{H - B}" x2="{x:.1f}" y2="{H - B + 4}" stroke="#333"/>'
                      f'<text x="{x:.1f}" y="{H - B + 16}" text-anchor="middle">{_fmt(t)}</text>')
@@ -126,7 +126,7 @@ def boxes(title: str, ylabel: str, groups: dict[str, list[float]]) -> str:
     vals = [v for g in groups.values() for v in g if v is not None]
     c = Chart(title, "", ylabel, [0, max(1, len(groups))], vals or [0, 1])
     c.x0, c.x1 = 0, max(1, len(groups))
-    c.axes()
+    c.axes(xticks=False)
     for i, (name, g) in enumerate(groups.items()):
         g = [v for v in g if v is not None]
         x = c.px(i + 0.5)
@@ -153,7 +153,7 @@ def bars(title: str, ylabel: str, groups: dict[str, float | None], errors: dict[
     vals += [e for pair in (errors or {}).values() for e in pair]
     c = Chart(title, "", ylabel, [0, max(1, len(groups))], vals or [0, 1])
     c.x0, c.x1 = 0, max(1, len(groups))
-    c.axes()
+    c.axes(xticks=False)
     for i, (name, v) in enumerate(groups.items()):
         x = c.px(i + 0.5)
         col = PALETTE[i % len(PALETTE)]

@@ -1,8 +1,14 @@
 """Semantic drift between each candidate variant and the baseline on the same case, next to the
 baseline's own noise floor.
 
-Reference: the baseline's repeat 0 of each case. Drift pair: a candidate's output vs that
-reference. Noise-floor pair: another repeat of the baseline (another seed) vs that reference.
+Like is compared with like. The reference is the baseline's output under a *different* seed from
+the candidates' (repeat 1, when the baseline was sent twice). The noise-floor pair is the
+baseline's repeat 0 vs that reference; the drift pair is a candidate's repeat 0 (the same seed as
+the baseline's repeat 0) vs that reference. Both pairs then differ by one seed; the only other
+difference is which model wrote the seed-0 output. (Comparing a candidate with the baseline under
+the *same* seed would share the sampler's random stream and understate drift against a floor
+that does not.) Without a second baseline repeat, the reference is repeat 0 and there is no floor.
+
 Each pair stores cosine similarity of sentence embeddings, ROUGE-L F1 (lexical), and for JSON
 outputs a field-by-field comparison. Drift means 1 - cosine; the report compares drift with the
 floor case by case and bootstraps the difference.
@@ -55,13 +61,14 @@ class DriftGrader:
     """Run-level grader: needs every variant's outputs, so it grades a whole run at once."""
 
     name = "drift"
-    version = "1"
+    version = "2"  # 2: the reference is the baseline under another seed (v1 used the same seed)
 
     def __init__(self, embed: Callable[[list[str]], Any]) -> None:
         self.embed = embed
 
     def grade_run(self, items: list[GradedRequest], repeats: dict[int, int], baseline: str) -> dict[int, Score]:
-        refs = {i.case.id: i for i in items if i.variant == baseline and repeats[i.request_id] == 0}
+        base = {(i.case.id, repeats[i.request_id]): i for i in items if i.variant == baseline}
+        refs = {case: base.get((case, 1)) or base[(case, 0)] for case, rep in base if rep in (0, 1)}
         pairs: list[tuple[GradedRequest, GradedRequest, str]] = []
         out: dict[int, Score] = {}
         for i in items:
