@@ -66,12 +66,13 @@ def main() -> int:
             [g.grade(i) for i in items]
         per[g.name] = time.perf_counter() - t
     total = time.perf_counter() - t0
-    # peer: just the embeddings those graders need (persona: output + description; drift: pairs)
+    # peer: sentence-transformers alone encoding the distinct texts the graders need (every output
+    # once, every persona description once), with no evalkit code around it
+    from evalkit.grading.embeddings import _model
+
+    texts = list(dict.fromkeys([prose(i.text) for i in items] + [i.case.persona_description for i in items]))
     t = time.perf_counter()
-    texts = [prose(i.text) for i in items]
-    embed(texts)
-    embed([i.case.persona_description for i in items])
-    embed(texts)
+    _model().encode(texts, batch_size=32, normalize_embeddings=True, show_progress_bar=False)
     peer = time.perf_counter() - t
     n = len(items)
     print(f"{n} generations graded by schema + persona + formality + drift in {total:.2f} s "

@@ -88,6 +88,47 @@ def build_payload(
     return body
 
 
+def _handle_line(line: bytes, now: float, t0: float, res: RequestResult, parts: list[str]) -> bool:
+    """Apply one SSE line to the result; True at `data: [DONE]`."""
+    if not line or line[:1] == b":":
+        return False
+    if not line.startswith(b"data:"):
+        res.n_malformed += 1
+        return False
+    data = line[5:].strip()
+    if res.first_chunk_ms is None:
+        res.first_chunk_ms = (now - t0) * 1000
+    if data == b"[DONE]":
+        return True
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        res.n_malformed += 1
+        return False
+    res.n_chunks += 1
+    if not isinstance(obj, dict):
+        res.n_malformed += 1
+        return False
+    if obj.get("error"):
+        res.error_class = "server_error"
+        res.error = json.dumps(obj["error"])[:2000]
+        return False
+    usage = obj.get("usage")
+    if usage:
+        res.prompt_tokens = usage.get("prompt_tokens")
+        res.completion_tokens = usage.get("completion_tokens")
+        res.usage_source = "stream_usage"
+    for choice in obj.get("choices") or ():
+        delta = choice.get("delta")
+        content = delta.get("content") if delta else None
+        if content:
+            res.chunk_offsets_ms.append((now - t0) * 1000)
+            parts.append(content)
+        if choice.get("finish_reason"):
+            res.finish_reason = choice["finish_reason"]
+    return False
+
+
 async def stream_chat(
     session: aiohttp.ClientSession,
     url: str,
@@ -115,45 +156,24 @@ async def stream_chat(
                 res.error = body[:2000]
                 res.e2e_ms = (time.perf_counter() - t0) * 1000
                 return res
-            async for raw in resp.content:
+            # Read whatever bytes have arrived and split them into lines ourselves: one await per
+            # network read instead of one per SSE line. Events that arrived in the same read get the
+            # same arrival time, which is when they really arrived.
+            buf = b""
+            async for data in resp.content.iter_any():
                 now = time.perf_counter()
-                line = raw.strip()
-                if not line or line.startswith(b":"):
+                buf += data
+                if b"\n" not in data:
                     continue
-                if not line.startswith(b"data:"):
-                    res.n_malformed += 1
-                    continue
-                data = line[5:].strip()
-                if res.first_chunk_ms is None:
-                    res.first_chunk_ms = (now - t0) * 1000
-                if data == b"[DONE]":
-                    done = True
+                *lines, buf = buf.split(b"\n")
+                for raw in lines:
+                    if _handle_line(raw.strip(), now, t0, res, parts):
+                        done = True
+                        break
+                if done:
                     break
-                try:
-                    obj = json.loads(data)
-                except ValueError:
-                    res.n_malformed += 1
-                    continue
-                res.n_chunks += 1
-                if not isinstance(obj, dict):
-                    res.n_malformed += 1
-                    continue
-                if obj.get("error"):
-                    res.error_class = "server_error"
-                    res.error = json.dumps(obj["error"])[:2000]
-                    continue
-                usage = obj.get("usage")
-                if usage:
-                    res.prompt_tokens = usage.get("prompt_tokens")
-                    res.completion_tokens = usage.get("completion_tokens")
-                    res.usage_source = "stream_usage"
-                for choice in obj.get("choices") or []:
-                    content = (choice.get("delta") or {}).get("content")
-                    if content:
-                        res.chunk_offsets_ms.append((now - t0) * 1000)
-                        parts.append(content)
-                    if choice.get("finish_reason"):
-                        res.finish_reason = choice["finish_reason"]
+            if not done and buf.strip():
+                done = _handle_line(buf.strip(), time.perf_counter(), t0, res, parts)
     except asyncio.TimeoutError:
         res.error_class = "timeout"
         res.error = f"no complete answer within {timeout_s:g} s"

@@ -86,12 +86,19 @@ def _fill(schema: dict[str, Any], hint: str) -> Any:
     return text[:hi]
 
 
+def _text(content: Any) -> str:
+    """Message content as text: a string, or OpenAI-style parts [{"type": "text", "text": ...}]."""
+    if isinstance(content, list):
+        return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content or ""
+
+
 def answer_text(body: dict[str, Any]) -> str:
     rf = body.get("response_format") or {}
     if rf.get("type") == "json_schema":
         schema = (rf.get("json_schema") or {}).get("schema") or {}
         return json.dumps(_fill(schema, "the request"))
-    last = next((m.get("content", "") for m in reversed(body.get("messages", [])) if m.get("role") == "user"), "")
+    last = next((_text(m.get("content")) for m in reversed(body.get("messages", [])) if m.get("role") == "user"), "")
     return f"This is a stub reply to a prompt of {len(last.split())} words. It is deterministic and plain."
 
 
@@ -190,7 +197,7 @@ def make_app(cfg: StubConfig) -> web.Application:
             if fault == "stall" and i == 0:
                 await asyncio.sleep(3600)
         await resp.write(_chunk(rid, model, {}, "length" if cfg.max_chunks else "stop"))
-        usage = {"prompt_tokens": sum(len(m.get("content", "").split()) for m in body.get("messages", [])),
+        usage = {"prompt_tokens": sum(len(_text(m.get("content")).split()) for m in body.get("messages", [])),
                  "completion_tokens": len(pieces), "total_tokens": 0}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         if cfg.usage:

