@@ -394,11 +394,13 @@ def publish(ledger: Path | None, run_id: str | None, repo: str | None, private: 
 
 
 def _run_judge(db: Any, run_id: str) -> Any:
-    from .matrix import Matrix
+    """The run's judge settings, if its matrix had any (only that section is read back)."""
+    from .matrix import Judge
 
     if not db["runs"].count_where("id = ?", [run_id]):
         return None
-    return Matrix.model_validate_json(db["runs"].get(run_id)["matrix_json"]).judge
+    judge = json.loads(db["runs"].get(run_id)["matrix_json"] or "{}").get("judge")
+    return Judge.model_validate(judge) if judge else None
 
 
 @cli.command()

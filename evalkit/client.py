@@ -184,7 +184,9 @@ async def stream_chat(
         res.error_class = "stream_cut"
         res.error = f"{type(e).__name__}: {e}"[:500]
     except aiohttp.ClientError as e:
-        res.error_class = "client_error"
+        # e.g. ClientOSError "connection reset": after the headers it cut a stream, before them it
+        # failed to connect
+        res.error_class = "stream_cut" if res.http_status is not None else "connect_error"
         res.error = f"{type(e).__name__}: {e}"[:500]
     res.e2e_ms = (time.perf_counter() - t0) * 1000
     res.text = "".join(parts)

@@ -54,7 +54,8 @@ class Retry(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     max_retries: int = Field(0, ge=0, le=10)
-    on: list[str] = Field(default_factory=lambda: ["http_429", "http_503", "connect_error"])
+    # not `on`: YAML 1.1 reads a bare `on:` key as the boolean true
+    on_errors: list[str] = Field(default_factory=lambda: ["http_429", "http_503", "connect_error"])
     backoff_s: float = Field(1.0, ge=0)
 
 

@@ -341,7 +341,7 @@ class Sender:
             r = await stream_chat(http, f"{sess.base_url}/v1/chat/completions", payload, headers=sess.headers,
                                   timeout_s=self.matrix.generation.timeout_s, epoch=self.epoch)
             fill_token_counts(r, payload["messages"], sess.server.model_path if sess.server else None)
-            will_retry = (r.error_class in retry.on) and attempt < retry.max_retries
+            will_retry = (r.error_class in retry.on_errors) and attempt < retry.max_retries
             self.seq += 1
             row = request_row(self.run_id, item, self.seq, attempt, not will_retry, payload, r)
             if before is not None and scraper is not None:
@@ -610,7 +610,11 @@ def resume_context(db: Database, run_id: str) -> ResumeContext:
     dpath = Path(run["dataset_path"])
     if dataset_hash(dpath) != run["dataset_hash"]:
         raise UsageError(f"--resume: {dpath} changed since run {run_id} started (hash differs)")
-    matrix = Matrix.model_validate_json(run["matrix_json"])
+    try:
+        matrix = Matrix.model_validate_json(run["matrix_json"])
+    except ValueError as e:
+        raise UsageError(f"--resume: run {run_id}'s matrix does not load in this evalkit version "
+                         f"({str(e).splitlines()[0]})") from None
     by_id = {c.id: c for c in load_cases(dpath)}
     cases = [by_id[i] for i in json.loads(run["case_ids_json"])]
     load_d = json.loads(run["load_json"] or "{}")

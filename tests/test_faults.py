@@ -307,3 +307,20 @@ def test_tokenizer_fallback_for_local_models(tmp_path):
     r = RequestResult(started_at="t", text="Hello there, Priya!", chunk_offsets_ms=[1.0, 2.0])
     fill_token_counts(r, [{"role": "user", "content": "Say hello."}], model)
     assert r.usage_source == "tokenizer" and 3 <= r.completion_tokens <= 8 and r.prompt_tokens > 5
+
+
+def test_retry_honours_retry_after(runner, endpoint_matrix, ledger_path):
+    from datetime import datetime
+
+    # every 2nd request gets 429 with Retry-After: 1; the retry must wait that second, not backoff_s
+    with StubServer(StubConfig(fault="http_429", fault_every=2, ttft_ms=1, itl_ms=0)) as s:
+        m = endpoint_matrix(s.base_url, warmup=0, extra="retry:\n  max_retries: 1\n  backoff_s: 0\n  on_errors: [http_429]\n")
+        r = runner.invoke(cli, ["run", "--matrix", str(m), "--limit", "2", "--ledger", str(ledger_path), "-q",
+                                "--no-grade"])
+    assert r.exit_code == 0, r.output
+    rows = list(Database(ledger_path).query("select started_at, e2e_ms, error_class, final from requests order by seq"))
+    assert [x["error_class"] for x in rows] == [None, "http_429", None]
+    t = [datetime.fromisoformat(x["started_at"]) for x in rows]
+    waited = (t[2] - t[1]).total_seconds() - rows[1]["e2e_ms"] / 1000
+    assert waited >= 0.95, waited  # Retry-After: 1
+    assert rows[1]["final"] == 0 and rows[2]["final"] == 1
