@@ -33,13 +33,18 @@ def node_line(root: yaml.Node | None, loc: tuple) -> int | None:
     return line
 
 
-def load_yaml_model(path: Path, model: type[M], error: type[UsageError], kind: str) -> M:
+def read_text(path: Path, error: type[UsageError], kind: str) -> str:
+    """A user's input file as text; a missing or unreadable one is a one-line error naming it."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise error(f"{path}: {kind} file not found") from None
     except (OSError, UnicodeDecodeError) as e:
         raise error(f"{path}: cannot read {kind}: {e}") from None
+
+
+def load_yaml_model(path: Path, model: type[M], error: type[UsageError], kind: str) -> M:
+    text = read_text(path, error, kind)
     try:
         root = yaml.compose(text)
         data: Any = yaml.safe_load(text)

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
+from .config import read_text
 from .errors import DatasetError
 from .paths import default_dataset_path
 from .schemas import known_schema_names
@@ -60,12 +61,7 @@ def _field_path(loc: tuple) -> str:
 def load_cases(path: str | Path | None = None, schemas_dir: Path | None = None) -> list[Case]:
     """Load and validate every row; the first bad row raises DatasetError naming file:line, field."""
     p = Path(path) if path else default_dataset_path()
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DatasetError(f"{p}: dataset file not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise DatasetError(f"{p}: cannot read dataset: {e}") from None
+    text = read_text(p, DatasetError, "dataset")
     known = known_schema_names(schemas_dir)
     cases: list[Case] = []
     seen: dict[str, int] = {}

@@ -112,11 +112,17 @@ def test_server_that_fails_to_start_is_reported_and_others_still_run(runner, stu
     assert db["requests"].count == 3  # the healthy variant ran (1 warmup + 2)
 
 
+def _run_faulty_stub(runner, endpoint_matrix, ledger_path, fault: str, limit: int, extra: str = ""):
+    """One stub that fails every 2nd request with `fault`; run `limit` cases against it, no warm-up."""
+    with StubServer(StubConfig(fault=fault, fault_every=2, ttft_ms=1, itl_ms=0)) as s:
+        m = endpoint_matrix(s.base_url, warmup=0, extra=extra)
+        return runner.invoke(cli, ["run", "--matrix", str(m), "--limit", str(limit), "--ledger", str(ledger_path),
+                                   "-q", "--no-grade"])
+
+
 def test_retry_policy_adds_rows_per_attempt(runner, endpoint_matrix, ledger_path):
-    with StubServer(StubConfig(fault="http_503", fault_every=2, ttft_ms=1, itl_ms=0)) as s:
-        m = endpoint_matrix(s.base_url, warmup=0, extra="retry:\n  max_retries: 2\n  backoff_s: 0\n")
-        r = runner.invoke(cli, ["run", "--matrix", str(m), "--limit", "4", "--ledger", str(ledger_path), "-q",
-                                "--no-grade"])
+    r = _run_faulty_stub(runner, endpoint_matrix, ledger_path, "http_503", 4,
+                         "retry:\n  max_retries: 2\n  backoff_s: 0\n")
     assert r.exit_code == 0, r.output
     db = Database(ledger_path)
     finals = list(db["requests"].rows_where("final = 1"))
@@ -127,10 +133,8 @@ def test_retry_policy_adds_rows_per_attempt(runner, endpoint_matrix, ledger_path
 
 
 def test_retries_are_off_by_default(runner, endpoint_matrix, ledger_path):
-    with StubServer(StubConfig(fault="http_429", fault_every=2, ttft_ms=1, itl_ms=0)) as s:
-        m = endpoint_matrix(s.base_url, warmup=0)
-        runner.invoke(cli, ["run", "--matrix", str(m), "--limit", "4", "--ledger", str(ledger_path), "-q",
-                            "--no-grade"])
+    r = _run_faulty_stub(runner, endpoint_matrix, ledger_path, "http_429", 4)
+    assert r.exit_code == 0, r.output
     db = Database(ledger_path)
     assert db["requests"].count == 4 and db["requests"].count_where("error_class = 'http_429'") == 2
 
@@ -313,10 +317,8 @@ def test_retry_honours_retry_after(runner, endpoint_matrix, ledger_path):
     from datetime import datetime
 
     # every 2nd request gets 429 with Retry-After: 1; the retry must wait that second, not backoff_s
-    with StubServer(StubConfig(fault="http_429", fault_every=2, ttft_ms=1, itl_ms=0)) as s:
-        m = endpoint_matrix(s.base_url, warmup=0, extra="retry:\n  max_retries: 1\n  backoff_s: 0\n  on_errors: [http_429]\n")
-        r = runner.invoke(cli, ["run", "--matrix", str(m), "--limit", "2", "--ledger", str(ledger_path), "-q",
-                                "--no-grade"])
+    r = _run_faulty_stub(runner, endpoint_matrix, ledger_path, "http_429", 2,
+                         "retry:\n  max_retries: 1\n  backoff_s: 0\n  on_errors: [http_429]\n")
     assert r.exit_code == 0, r.output
     rows = list(Database(ledger_path).query("select started_at, e2e_ms, error_class, final from requests order by seq"))
     assert [x["error_class"] for x in rows] == [None, "http_429", None]
