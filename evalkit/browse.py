@@ -9,9 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sqlite_utils import Database
-
 from .findings import findings
+from .grading import refresh_view
+from .grading.registry import available
+from .ledger import Ledger
 
 PLUGINS = Path(__file__).with_name("datasette_plugins")
 
@@ -36,8 +37,8 @@ COLUMNS = {
 }
 
 CANNED = {
-    "seed_summary": {
-        "title": "Seed-study summary",
+    "study_summary": {
+        "title": "The study's summary",
         "description": "TTFT tax by complexity, E2E delta on medium generations, KV-cache, preemptions, quality",
         "sql": "select run_id, variant, json_extract(json, '$.n') as n, json_extract(json, '$.errors') as errors, "
                "round(json_extract(json, '$.ttft_tax_short_pct'), 1) as ttft_tax_short_pct, "
@@ -67,18 +68,26 @@ CANNED = {
 }
 
 
-def refresh_derived(db: Database) -> None:
-    """Recompute the Python-only findings (spikes, summary) for every run into derived tables."""
-    db["derived_spikes"].delete_where()
-    db["derived_summary"].delete_where()
-    for run in db.query("select id from runs"):
-        f = findings(db, run["id"])
-        db["derived_spikes"].insert_all([{**{k: s[k] for k in ("request_id", "variant", "complexity", "case_id",
-                                                                "metric", "value", "slice_median", "robust_z",
-                                                                "cause", "evidence", "line")}, "run_id": run["id"]}
-                                         for s in f["spikes"]])
-        db["derived_summary"].insert_all([{"run_id": run["id"], "variant": s["variant"], "json": json.dumps(s)}
-                                          for s in f["seed_summary"]])
+SPIKE_FIELDS = ("request_id", "variant", "complexity", "case_id", "metric", "value", "slice_median", "robust_z",
+                "cause", "evidence", "line")
+
+
+def refresh_derived(ledger: Ledger) -> None:
+    """Recompute the Python-only findings (spikes, summary) for every run into derived tables, and
+    the `requests_joined` view's grader columns from the registry."""
+    spikes, summary = [], []
+    for run_id in ledger.run_ids():
+        f = findings(ledger, run_id)
+        spikes += [{**{k: s[k] for k in SPIKE_FIELDS}, "run_id": run_id} for s in f["spikes"]]
+        summary += [{"run_id": run_id, "variant": s["variant"], "json": json.dumps(s)} for s in f["study_summary"]]
+    ledger.replace_derived(spikes, summary)
+    refresh_view(ledger)
+
+
+def grade_columns() -> dict[str, str]:
+    """Column descriptions for every registered grader's view columns."""
+    return {col: f"{name}: newest grade's {fld} ({cls.description})" if cls.description else f"{name}: {fld}"
+            for name, cls in available().items() for col, fld in cls.view_columns}
 
 
 def metadata(db_name: str) -> dict[str, Any]:
@@ -89,7 +98,8 @@ def metadata(db_name: str) -> dict[str, Any]:
             "tables": {
                 "requests": {"title": "Requests (one row per request, failed ones too)", "columns": COLUMNS,
                              "facets": ["variant", "error_class", "finish_reason", "is_warmup"]},
-                "requests_joined": {"title": "Requests with their case and grades", "columns": COLUMNS,
+                "requests_joined": {"title": "Requests with their case and grades",
+                                    "columns": {**COLUMNS, **grade_columns()},
                                     "facets": ["variant", "complexity", "persona", "formality", "task"]},
                 "cases": {"title": "Benchmark cases", "facets": ["complexity", "persona", "formality", "task"]},
                 "grades": {"title": "Grades (value, pass, explanation, raw detail)", "facets": ["grader", "passed"]},
@@ -107,9 +117,9 @@ def serve_command(ledger: Path, meta_path: Path, host: str, port: int) -> list[s
             "--plugins-dir", str(PLUGINS), "-h", host, "-p", str(port), "--setting", "sql_time_limit_ms", "5000"]
 
 
-def browse(db: Database, ledger: Path, host: str = "127.0.0.1", port: int = 8001, meta_dir: Path | None = None,
+def browse(ledger_db: Ledger, ledger: Path, host: str = "127.0.0.1", port: int = 8001, meta_dir: Path | None = None,
            wait: bool = True) -> subprocess.Popen[bytes]:
-    refresh_derived(db)
+    refresh_derived(ledger_db)
     meta_dir = meta_dir or ledger.parent
     meta_path = meta_dir / f".{ledger.stem}-datasette.json"
     meta_path.write_text(json.dumps(metadata(ledger.stem), indent=2), encoding="utf-8")

@@ -15,21 +15,16 @@ from . import __version__
 from .client import RequestResult
 from .dataset import Case, load_cases, stratified_subset
 from .errors import EvalkitError, UsageError
-from .grading import grade_run, make_graders
-from .ledger import open_ledger
+from .grading import GraderContext, grade_run, make_graders
+from .host import host_line
+from .ledger import Ledger, open_ledger
+from .load import LoadSpec
 from .matrix import load_matrix
 from .paths import default_dataset_path, default_ledger_path
-from .report import (
-    COLUMNS,
-    QUALITY_COLUMNS,
-    SERVER_COLUMNS,
-    build_report,
-    latest_run_id,
-    markdown_table,
-    table_cells,
-    to_json,
-)
-from .runner import LoadSpec, resume_context, run_matrix
+from .progress import ProgressLog
+from .report import COLUMNS, SERVER_COLUMNS, build_report, markdown_table, quality_columns, table_cells, to_json
+from .runner import resume_context
+from .workflow import run_and_grade
 
 err_console = Console(stderr=True)
 
@@ -79,10 +74,15 @@ def cli() -> None:
 
 
 class RichReporter:
-    def __init__(self, quiet: bool = False) -> None:
+    """A rich progress bar on a terminal; plain progress lines when output goes to a log."""
+
+    def __init__(self, quiet: bool = False, interval_s: float = 15.0) -> None:
         self.quiet = quiet
         self.progress: Progress | None = None
         self.task: Any = None
+        self.plain = not err_console.is_terminal
+        self.interval_s = interval_s
+        self.logs: dict[str, ProgressLog] = {}
 
     def message(self, text: str) -> None:
         if not self.quiet:
@@ -90,6 +90,9 @@ class RichReporter:
 
     def variant_start(self, variant: str, total: int) -> None:
         if self.quiet:
+            return
+        if self.plain:
+            self.logs[variant.split(" ")[0]] = ProgressLog(variant, total, self.interval_s)
             return
         self.progress = Progress(
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -100,6 +103,11 @@ class RichReporter:
         self.task = self.progress.add_task(variant, total=total, errors=0)
 
     def request_done(self, variant: str, case: Case, result: RequestResult) -> None:
+        log = self.logs.get(variant)
+        if log is not None and not case.id.startswith("_warmup"):
+            line = log.add(result)
+            if line:
+                click.echo(f"evalkit: {line}", err=True)
         if self.progress is not None:
             errors = self.progress.tasks[0].fields["errors"] + (0 if result.ok else 1)
             self.progress.update(self.task, advance=1, errors=errors)
@@ -112,13 +120,16 @@ class RichReporter:
 
 def _print_report(report: dict[str, Any]) -> None:
     run = report["run"]
+    click.echo(host_line(report.get("host")))
+    if report.get("host_warning"):
+        click.echo(report["host_warning"])
     # Not a terminal (a pipe, CI, a file): wide enough that no column is cut.
     console = Console(width=None if Console().is_terminal else 200)
     titles = [(COLUMNS, f"run {run['id']} — {run['matrix_name']} (baseline: {report['baseline']}), times in ms"),
               (SERVER_COLUMNS, "what the server did (vLLM /metrics), times in ms"
                + (f"; goodput SLOs: {report['slo_ms']}" if report["slo_ms"] else "")),
-              (QUALITY_COLUMNS, "quality: persona rubric, formality vs requested level, drift (1 − cosine) "
-               "vs the baseline's own noise floor")]
+              (quality_columns(report["graders"]), "quality: "
+               + ", ".join(report["graders"] or ["no grades yet"]) + " (drift: 1 − cosine vs the baseline's own noise floor)")]
     for columns, title in titles:
         header, body = table_cells(report, columns)
         t = Table(title=title)
@@ -163,24 +174,6 @@ def parse_sweep(text: str | None) -> list[int]:
     return levels
 
 
-def build_load(mode: str | None, concurrency: int | None, rate: float | None, sweep: str | None,
-               stop_kv: float, slo: str | None, interleave: bool, seed: int) -> LoadSpec:
-    """Turn the flags into one LoadSpec, refusing combinations that contradict each other."""
-    if rate is not None and rate <= 0:
-        raise click.BadParameter("must be a positive number of requests per second", param_hint="--rate")
-    inferred = "rate" if rate is not None else "concurrency" if (concurrency or 1) > 1 else "sequential"
-    if mode and mode != inferred and not (mode == "concurrency" and concurrency is None):
-        raise UsageError(f"--mode {mode} conflicts with "
-                         + (f"--rate {rate:g}" if rate is not None else f"--concurrency {concurrency}"))
-    levels = parse_sweep(sweep)
-    if levels and (rate is not None or concurrency):
-        raise UsageError("--sweep sets the concurrency levels itself: drop --rate/--concurrency")
-    if interleave and (levels or rate is not None or (concurrency or 1) > 1):
-        raise UsageError("--interleave alternates variants one request at a time: use it with sequential mode")
-    s = parse_slo(slo)
-    return LoadSpec(mode=mode or inferred, concurrency=concurrency or 1, rate=rate, sweep=levels, stop_kv=stop_kv,
-                    slo_ttft_ms=s.get("ttft"), slo_tpot_ms=s.get("tpot"), slo_e2e_ms=s.get("e2e"),
-                    interleave=interleave, seed=seed)
 
 
 @cli.command()
@@ -196,8 +189,14 @@ def build_load(mode: str | None, concurrency: int | None, rate: float | None, sw
               help="send each case this many times per variant (sampling seed + repeat index)")
 @click.option("--mode", type=click.Choice(["sequential", "concurrency", "rate"]), default=None,
               help="load pattern [default: sequential, or implied by --concurrency/--rate]")
-@click.option("--concurrency", type=click.IntRange(min=1), default=None, help="requests in flight at once")
-@click.option("--rate", type=float, default=None, help="requests per second, Poisson arrivals (seeded)")
+@click.option("--concurrency", type=click.IntRange(min=1), default=None,
+              help="closed loop: this many requests in flight, the next sent when one finishes")
+@click.option("--rate", type=float, default=None,
+              help="open loop: arrivals at this many requests per second whatever the server does (seeded)")
+@click.option("--arrival", type=click.Choice(["poisson", "constant"]), default=None,
+              help="with --rate: Poisson (exponential gaps, the default) or constant gaps")
+@click.option("--max-concurrency", type=click.IntRange(min=1), default=None,
+              help="with --rate: cap on requests in flight; time held back is recorded as client_wait_ms")
 @click.option("--sweep", default=None, help="concurrency levels, e.g. 1,2,4,8: stops at saturation")
 @click.option("--stop-kv", type=click.FloatRange(0, 1, min_open=True), default=0.9, show_default=True,
               help="sweep saturation: peak KV-cache use at or above this fraction")
@@ -210,9 +209,9 @@ def build_load(mode: str | None, concurrency: int | None, rate: float | None, sw
 @click.option("--no-grade", is_flag=True, help="skip grading after the run (use `evalkit grade` later)")
 @click.option("--quiet", "-q", is_flag=True, help="no progress output")
 def run(matrix_path: Path | None, dataset_path: Path | None, limit: int | None, seed: int, repeats: int,
-        mode: str | None, concurrency: int | None, rate: float | None, sweep: str | None, stop_kv: float,
-        slo: str | None, interleave: bool, resume_id: str | None, ledger: Path | None, no_grade: bool,
-        quiet: bool) -> None:
+        mode: str | None, concurrency: int | None, rate: float | None, arrival: str | None,
+        max_concurrency: int | None, sweep: str | None, stop_kv: float, slo: str | None, interleave: bool,
+        resume_id: str | None, ledger: Path | None, no_grade: bool, quiet: bool) -> None:
     """Serve each variant of the matrix, send every case, record every request in the ledger.
 
     Launched variants get their own vLLM server (started, health-checked, stopped); endpoint
@@ -220,26 +219,26 @@ def run(matrix_path: Path | None, dataset_path: Path | None, limit: int | None, 
     /metrics is scraped alongside so every request carries what the server did around it.
     """
     if resume_id:
-        if matrix_path or dataset_path or limit or repeats != 1 or mode or concurrency or rate or sweep:
+        if matrix_path or dataset_path or limit or repeats != 1 or mode or concurrency or rate or sweep \
+                or arrival or max_concurrency:
             raise UsageError("--resume takes the matrix, dataset, cases and load of the original run: "
                              "drop the other run options")
         db = open_ledger(_ledger_path(ledger), create=False)
         ctx = resume_context(db, resume_id)
         matrix, cases, dpath, load, repeats = ctx.matrix, ctx.cases, ctx.dataset_path, ctx.load, ctx.repeats
     else:
-        load = build_load(mode, concurrency, rate, sweep, stop_kv, slo, interleave, seed)
-        load.validate()
+        load = LoadSpec.from_options(mode=mode, concurrency=concurrency, rate=rate, arrival=arrival,
+                                     max_concurrency=max_concurrency, sweep=parse_sweep(sweep), stop_kv=stop_kv,
+                                     slo=parse_slo(slo), interleave=interleave, seed=seed)
         matrix = load_matrix(matrix_path)
         dpath = dataset_path or default_dataset_path()
         cases = stratified_subset(load_cases(dpath), limit, seed)
         db = open_ledger(_ledger_path(ledger))
-    summary = run_matrix(db, matrix, cases, dpath, repeats=repeats, seed=seed, load=load,
-                         reporter=RichReporter(quiet), resume_run=resume_id)
+    reporter = RichReporter(quiet)
+    summary, n = run_and_grade(db, matrix, cases, dpath, repeats=repeats, seed=seed, load=load,
+                               reporter=reporter, resume_run=resume_id, grade=not no_grade)
     if not no_grade:
-        names = ["schema", "persona", "formality", "drift"] + (["judge"] if matrix.judge else [])
-        n = grade_run(db, summary.run_id, make_graders(names, judge=matrix.judge))
-        if not quiet:
-            err_console.print(f"[dim]evalkit:[/dim] graded {n} outputs")
+        reporter.message(f"graded {n} outputs")
     skipped = f", {summary.n_skipped} already in the ledger (skipped)" if resume_id else ""
     click.echo(f"run {summary.run_id}: {summary.n_requests} requests, {summary.n_errors} errors{skipped} "
                f"-> {_ledger_path(ledger)}")
@@ -285,7 +284,9 @@ def report(ledger: Path | None, run_id: str | None, as_json: bool, markdown: boo
     if as_json:
         click.echo(to_json({**rep, "findings": fnd}))
     elif markdown:
-        click.echo("\n\n".join(markdown_table(rep, c) for c in (COLUMNS, SERVER_COLUMNS, QUALITY_COLUMNS)))
+        click.echo(host_line(rep.get("host")) + "\n")
+        click.echo("\n\n".join(markdown_table(rep, c) for c in (COLUMNS, SERVER_COLUMNS,
+                                                               quality_columns(rep["graders"]))))
     else:
         _print_report(rep)
         _print_findings(fnd, by.split(",") if by else None)
@@ -334,7 +335,7 @@ def recommend(ledger: Path | None, run_id: str | None, slo: str, as_json: bool) 
 
     targets = parse_slo_targets(slo)
     db = open_ledger(_ledger_path(ledger), create=False)
-    rid = run_id or latest_run_id(db)
+    rid = db.require_run(run_id)["id"]
     out = rec(request_rows(db, rid), targets)
     if as_json:
         click.echo(json.dumps(out, indent=2))
@@ -393,13 +394,11 @@ def publish(ledger: Path | None, run_id: str | None, repo: str | None, private: 
         click.echo(f"pushed to {push(target, repo, private)}")
 
 
-def _run_judge(db: Any, run_id: str) -> Any:
+def _run_judge(db: Ledger, run_id: str) -> Any:
     """The run's judge settings, if its matrix had any (only that section is read back)."""
     from .matrix import Judge
 
-    if not db["runs"].count_where("id = ?", [run_id]):
-        return None
-    judge = json.loads(db["runs"].get(run_id)["matrix_json"] or "{}").get("judge")
+    judge = json.loads(db.require_run(run_id)["matrix_json"] or "{}").get("judge")
     return Judge.model_validate(judge) if judge else None
 
 
@@ -407,18 +406,29 @@ def _run_judge(db: Any, run_id: str) -> Any:
 @LEDGER_OPT
 @click.option("--run", "run_id", default=None, help="run id [default: the latest run]")
 @click.option("--grader", "graders", multiple=True,
-              help="schema, persona, formality, drift or judge (repeatable) [default: all but judge]")
+              help="a registered grader (repeatable; `evalkit graders list`) [default: the default ones]")
 def grade(ledger: Path | None, run_id: str | None, graders: tuple[str, ...]) -> None:
     """Grade a run's outputs again without regenerating; new grader versions add rows."""
     db = open_ledger(_ledger_path(ledger), create=False)
-    rid = run_id or latest_run_id(db)
-    n = grade_run(db, rid, make_graders(list(graders) or None, judge=_run_judge(db, rid)))
+    rid = db.require_run(run_id)["id"]
+    n = grade_run(db, rid, make_graders(list(graders) or None, GraderContext(judge=_run_judge(db, rid))))
     click.echo(f"run {rid}: {n} new grades")
 
 
 @cli.group(cls=Group)
 def graders() -> None:
     """Check the graders themselves."""
+
+
+@graders.command("list")
+def graders_list() -> None:
+    """Every registered grader (built-in and plugins, entry point group `evalkit.graders`)."""
+    from .grading import available
+
+    for name, cls in available().items():
+        cols = ", ".join(c.key for c in cls.summary_columns)
+        click.echo(f"{name} v{cls.version} ({cls.kind}{', default' if cls.default else ''}): {cls.description} "
+                   f"[{cols}]")
 
 
 @graders.command("calibrate")
@@ -455,8 +465,8 @@ def rubrics_validate(directory: Path | None) -> None:
     """Load every rubric (persona, formality) and JSON Schema, reporting the first error."""
     from .grading.formality import FormalityRubric, load_yaml_model
     from .grading.persona import PersonaRubric
+    from .output_schemas import known_schema_names, load_schema
     from .paths import rubrics_dir
-    from .schemas import known_schema_names, load_schema
 
     d = directory or rubrics_dir()
     p = load_yaml_model(d / "persona.yaml", PersonaRubric)

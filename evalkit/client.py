@@ -14,7 +14,7 @@ from typing import Any
 
 import aiohttp
 
-from . import metrics
+from . import timing
 from .ledger import utcnow
 
 
@@ -43,15 +43,15 @@ class RequestResult:
 
     @property
     def ttft_ms(self) -> float | None:
-        return metrics.ttft_ms(self.chunk_offsets_ms)
+        return timing.ttft_ms(self.chunk_offsets_ms)
 
     @property
     def itl_mean_ms(self) -> float | None:
-        return metrics.itl_mean_ms(self.chunk_offsets_ms)
+        return timing.itl_mean_ms(self.chunk_offsets_ms)
 
     @property
     def tpot_ms(self) -> float | None:
-        return metrics.tpot_ms(self.e2e_ms, self.ttft_ms, self.completion_tokens)
+        return timing.tpot_ms(self.e2e_ms, self.ttft_ms, self.completion_tokens)
 
 
 def build_payload(

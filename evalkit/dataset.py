@@ -13,8 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from .config import read_text
 from .errors import DatasetError
+from .output_schemas import known_schema_names
 from .paths import default_dataset_path
-from .schemas import known_schema_names
 
 Complexity = Literal["short", "medium", "long"]
 COMPLEXITIES: tuple[str, ...] = ("short", "medium", "long")

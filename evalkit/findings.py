@@ -1,6 +1,6 @@
 """Findings computed from the ledger: distributions per slice, paired comparisons against the
 baseline with bootstrap intervals, spikes and their attribution, capacity, SLO recommendations,
-and the seed-style summary. Everything here reads rows; nothing is measured again."""
+and the study-style summary. Everything here reads rows; nothing is measured again."""
 
 from __future__ import annotations
 
@@ -9,13 +9,12 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from sqlite_utils import Database
-
 from .errors import UsageError
-from .report import latest_grades, latest_run_id, quality
+from .ledger import Ledger
+from .report import quality
 from .stats import bootstrap_ci, mean, percentile, verdict
 
-METRICS = ("ttft_ms", "tpot_ms", "itl_mean_ms", "e2e_ms", "out_tps")
+LATENCY_FIELDS = ("ttft_ms", "tpot_ms", "itl_mean_ms", "e2e_ms", "out_tps")
 SLICE_FIELDS = ("complexity", "persona", "formality", "task", "candidate")
 
 
@@ -28,14 +27,10 @@ def describe(values: list[float]) -> dict[str, float | None]:
             "p95": percentile(xs, 95), "p99": percentile(xs, 99), "max": max(xs) if xs else None}
 
 
-def request_rows(db: Database, run_id: str) -> list[dict[str, Any]]:
+def request_rows(ledger: Ledger, run_id: str) -> list[dict[str, Any]]:
     """Measured requests (non-warmup, final attempt) joined with their case and latest grades."""
-    rows = list(db.query(
-        """select r.*, c.complexity, c.persona, c.formality, c.task, c.candidate
-           from requests r join runs u on u.id = r.run_id
-           join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
-           where r.run_id = ? and r.is_warmup = 0 and r.final = 1 order by r.seq""", [run_id]))
-    grades = latest_grades(db, run_id)
+    rows = ledger.measured_requests(run_id)
+    grades = ledger.latest_grades(run_id)
     for r in rows:
         r["grades"] = grades.get(r["id"], {})
         r["out_tps"] = (r["completion_tokens"] / (r["e2e_ms"] / 1000.0)
@@ -56,7 +51,7 @@ def slices(rows: list[dict[str, Any]], by: list[str]) -> list[dict[str, Any]]:
         ok = [r for r in rs if r["error_class"] is None]
         entry: dict[str, Any] = {"variant": key[0], **dict(zip(by, key[1:], strict=True)), "n": len(rs),
                                  "errors": len(rs) - len(ok)}
-        for m in METRICS:
+        for m in LATENCY_FIELDS:
             entry[m] = describe([r[m] for r in ok])
         entry.update(quality(ok))
         out.append(entry)
@@ -158,11 +153,12 @@ def spikes(rows: list[dict[str, Any]], metric: str = "ttft_ms", k: float = 3.5) 
 # --- capacity, SLOs, summary ---------------------------------------------------------------------
 
 
-def capacity(db: Database, run_id: str, rows: list[dict[str, Any]], max_tokens: int) -> list[dict[str, Any]]:
+def capacity(variants: list[dict[str, Any]], rows: list[dict[str, Any]], max_tokens: int,
+             stop_kv: float = 0.9) -> list[dict[str, Any]]:
     """Max concurrent sequences the engine's KV cache holds at the dataset's lengths, next to the
     measured saturation point of a sweep (if any)."""
     out = []
-    for v in db.query("select name, cache_config_json from variants where run_id = ?", [run_id]):
+    for v in variants:
         cfg = json.loads(v["cache_config_json"] or "{}")
         try:
             blocks, bs = int(cfg["num_gpu_blocks"]), int(cfg["block_size"])
@@ -176,7 +172,7 @@ def capacity(db: Database, run_id: str, rows: list[dict[str, Any]], max_tokens: 
             if p:
                 per[cx] = blocks // max(1, math.ceil((p + max_tokens) / bs))
         vrows = [r for r in rows if r["variant"] == v["name"]]
-        sat = [r["concurrency"] for r in vrows if (r["srv_kv_cache_usage_peak"] or 0) >= 0.9
+        sat = [r["concurrency"] for r in vrows if (r["srv_kv_cache_usage_peak"] or 0) >= stop_kv
                or (r["srv_preemptions"] or 0) > 0]
         out.append({"variant": v["name"], "kv_tokens": blocks * bs, "block_size": bs, "blocks": blocks,
                     "engine_max_concurrency": cfg.get("kv_cache_max_concurrency"),
@@ -242,16 +238,14 @@ def recommend(rows: list[dict[str, Any]], targets: dict[tuple[str, float], float
     return out
 
 
-def seed_summary(db: Database, run_id: str, rows: list[dict[str, Any]], baseline: str) -> list[dict[str, Any]]:
-    """The seed study's table: TTFT tax by complexity, E2E delta on medium generations, KV-cache
+def study_summary(ledger: Ledger, run_id: str, rows: list[dict[str, Any]], baseline: str) -> list[dict[str, Any]]:
+    """The study's table: TTFT tax by complexity, E2E delta on medium generations, KV-cache
     peak and mean, preemptions, and the quality ledger, for each variant against the baseline."""
     out = []
     ttft = {(p["variant"], p["complexity"]): p for p in paired(rows, baseline, "ttft_ms")}
     e2e = {(p["variant"], p["complexity"]): p for p in paired(rows, baseline, "e2e_ms")}
     for v in sorted({r["variant"] for r in rows}):
-        kv = [x["value"] for x in db.query(
-            "select value from server_metrics where run_id = ? and variant = ? and series = 'kv_cache_usage_perc'",
-            [run_id, v])]
+        kv = [x["value"] for x in ledger.server_series(run_id, "kv_cache_usage_perc", v)]
         vr = [r for r in rows if r["variant"] == v]
         ok = [r for r in vr if r["error_class"] is None]
         entry: dict[str, Any] = {"variant": v, "is_baseline": v == baseline, "n": len(vr), "errors": len(vr) - len(ok)}
@@ -268,25 +262,24 @@ def seed_summary(db: Database, run_id: str, rows: list[dict[str, Any]], baseline
         entry["kv_cache_peak_pct"] = 100 * max(kv) if kv else None
         entry["kv_cache_mean_pct"] = 100 * mean(kv) if kv else None
         entry["preemptions"] = sum(r["srv_preemptions"] or 0 for r in vr)
-        entry.update(quality(ok))
+        entry.update(quality(ok, None if v == baseline else [r for r in rows if r["variant"] == baseline
+                                                              and r["error_class"] is None]))
         out.append(entry)
     return out
 
 
-def findings(db: Database, run_id: str | None = None, by: list[str] | None = None, k: float = 3.5) -> dict[str, Any]:
-    run_id = run_id or latest_run_id(db)
-    if not db["runs"].count_where("id = ?", [run_id]):
-        raise UsageError(f"no run '{run_id}' in the ledger")
-    run = db["runs"].get(run_id)
-    baseline = next((v["name"] for v in db.query(
-        "select name from variants where run_id = ? and is_baseline = 1", [run_id])), None)
-    rows = request_rows(db, run_id)
+def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = None, k: float = 3.5) -> dict[str, Any]:
+    run = ledger.require_run(run_id)
+    run_id = run["id"]
+    baseline = ledger.baseline(run_id)
+    rows = request_rows(ledger, run_id)
     max_tokens = json.loads(run["matrix_json"])["generation"]["max_tokens"]
+    stop_kv = json.loads(run["load_json"] or "{}").get("stop_kv", 0.9)
     return {
         "run_id": run_id, "baseline": baseline,
         "slices": slices(rows, by or ["complexity"]),
         "paired": [p for m in ("ttft_ms", "e2e_ms", "tpot_ms") for p in paired(rows, baseline, m)] if baseline else [],
         "spikes": spikes(rows, "ttft_ms", k),
-        "capacity": capacity(db, run_id, rows, max_tokens),
-        "seed_summary": seed_summary(db, run_id, rows, baseline) if baseline else [],
+        "capacity": capacity(ledger.variants(run_id), rows, max_tokens, stop_kv),
+        "study_summary": study_summary(ledger, run_id, rows, baseline) if baseline else [],
     }

@@ -10,11 +10,10 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from sqlite_utils import Database
-
 from . import svgplot
 from .findings import findings, request_rows
-from .report import COLUMNS, QUALITY_COLUMNS, SERVER_COLUMNS, build_report, table_cells
+from .ledger import Ledger
+from .report import COLUMNS, SERVER_COLUMNS, build_report, quality_columns, table_cells
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:24px auto;max-width:1180px;color:#222}
@@ -41,7 +40,7 @@ def _f(v: Any, d: int = 0) -> str:
     return f"{v:,.{d}f}" if isinstance(v, (int, float)) else str(v)
 
 
-def plots(db: Database, run_id: str, rows: list[dict[str, Any]], spikes: list[dict[str, Any]],
+def plots(ledger: Ledger, run_id: str, rows: list[dict[str, Any]], spikes: list[dict[str, Any]],
           report: dict[str, Any]) -> list[tuple[str, str]]:
     ok = [r for r in rows if r["error_class"] is None]
     variants = list(dict.fromkeys(r["variant"] for r in rows))
@@ -62,8 +61,7 @@ def plots(db: Database, run_id: str, rows: list[dict[str, Any]], spikes: list[di
     for metric, label in (("kv_cache_usage_perc", "KV-cache use (%)"), ("num_requests_waiting", "requests waiting"),
                           ("num_requests_running", "requests running")):
         ts: dict[str, list[tuple[float, float]]] = defaultdict(list)
-        for x in db.query("select variant, mono_ms, value from server_metrics where run_id = ? and series = ? "
-                          "order by variant, mono_ms", [run_id, metric]):
+        for x in ledger.server_series(run_id, metric):
             ts[x["variant"]].append((x["mono_ms"] / 1000.0, x["value"] * (100 if "perc" in metric else 1)))
         if ts:
             out.append((f"{label} timeline", svgplot.lines(f"{label} over the run", "seconds since the variant's start",
@@ -86,11 +84,11 @@ def plots(db: Database, run_id: str, rows: list[dict[str, Any]], spikes: list[di
     return out
 
 
-def render_html(db: Database, run_id: str | None = None) -> str:
-    report = build_report(db, run_id)
+def render_html(ledger: Ledger, run_id: str | None = None) -> str:
+    report = build_report(ledger, run_id)
     rid = report["run"]["id"]
-    f = findings(db, rid)
-    rows = request_rows(db, rid)
+    f = findings(ledger, rid)
+    rows = request_rows(ledger, rid)
     run = report["run"]
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>evalkit run {escape(rid)}</title>"
              f"<style>{CSS}</style></head><body>",
@@ -100,7 +98,7 @@ def render_html(db: Database, run_id: str | None = None) -> str:
     parts.append(_table(["variant", "model", "engine", "quantization", "status", "server ready (s)"],
                         [[v["name"], v["model"] or "", v["engine_version"] or v["engine"], v["quantization"] or "none",
                           v["status"], _f(v["ready_s"], 0)] for v in report["variants"]]))
-    parts.append("<h2>Summary (seed-study style)</h2>")
+    parts.append("<h2>Summary (as in the study)</h2>")
     parts.append(_table(
         ["variant", "n", "err", "TTFT tax short %", "medium %", "long % [95% CI]", "E2E Δ medium % [95% CI]",
          "TTFT max ms", "KV peak %", "KV mean %", "preempt", "schema %", "persona", "formality MAE"],
@@ -109,13 +107,13 @@ def render_html(db: Database, run_id: str | None = None) -> str:
           f"{_f(s['ttft_tax_long_pct'], 1)} {_f(s['ttft_tax_long_ci95_pct'], 1)}",
           f"{_f(s['e2e_delta_medium_pct'], 1)} {_f(s['e2e_delta_medium_ci95_pct'], 1)}", _f(s["ttft_max_ms"]),
           _f(s["kv_cache_peak_pct"], 1), _f(s["kv_cache_mean_pct"], 1), _f(s["preemptions"]),
-          _f(s["schema_pass_pct"]), _f(s["persona_score"], 2), _f(s["formality_mae"], 2)] for s in f["seed_summary"]]))
+          _f(s["schema_pass_pct"]), _f(s["persona_score"], 2), _f(s["formality_mae"], 2)] for s in f["study_summary"]]))
     parts.append("<h2>Plots</h2><div class='plots'>")
     parts += [f"<figure><figcaption class='note'>{escape(t)}</figcaption>{svg}</figure>"
-              for t, svg in plots(db, rid, rows, f["spikes"], report)]
+              for t, svg in plots(ledger, rid, rows, f["spikes"], report)]
     parts.append("</div>")
     for title, cols in (("Latency (ms)", COLUMNS), ("What the server did (ms)", SERVER_COLUMNS),
-                        ("Quality", QUALITY_COLUMNS)):
+                        ("Quality", quality_columns(report["graders"]))):
         header, body = table_cells(report, cols)
         parts += [f"<h2>{escape(title)}</h2>", _table(header, body)]
     parts.append("<h2>Paired comparisons against the baseline (same case, same seed)</h2>"
@@ -150,8 +148,8 @@ def render_html(db: Database, run_id: str | None = None) -> str:
     return "\n".join(parts)
 
 
-def write_html(db: Database, path: Path, run_id: str | None = None) -> Path:
-    html = render_html(db, run_id)
+def write_html(ledger: Ledger, path: Path, run_id: str | None = None) -> Path:
+    html = render_html(ledger, run_id)
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(html, encoding="utf-8")
     tmp.replace(path)  # never a half-written report

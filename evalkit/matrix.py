@@ -65,6 +65,25 @@ class Telemetry(BaseModel):
     interval_s: float = Field(0.5, gt=0, le=60)
 
 
+class Cost(BaseModel):
+    """What serving a variant costs, to put $ per million tokens next to a hosted API's price."""
+
+    model_config = ConfigDict(extra="forbid")
+    usd_per_hour: float = Field(gt=0, description="price of the machine (or share of it) serving the variant")
+
+
+class ReferencePrice(BaseModel):
+    """A hosted API's list price, for the break-even comparison."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = "hosted API"
+    usd_per_m_input: float = Field(ge=0)
+    usd_per_m_output: float = Field(ge=0)
+
+
+DTYPE_NATIVE = "native"  # the fastest unquantized dtype this processor runs natively (see evalkit.host)
+
+
 class Variant(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
@@ -76,6 +95,9 @@ class Variant(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     api_key_env: str | None = Field(None, description="name of the environment variable holding the key")
     startup_timeout_s: float = Field(900.0, gt=0)
+    dtype: str | None = Field(None, description="'native' (bf16 where the CPU has AVX-512 BF16/AMX, float32 otherwise; "
+                                                "auto on a GPU) or a vLLM --dtype value; recorded per variant")
+    cost: Cost | None = None
 
     @field_validator("name")
     @classmethod
@@ -91,9 +113,30 @@ class Variant(BaseModel):
     def _model_or_endpoint(self) -> Variant:
         if not self.model and not self.endpoint:
             raise ValueError("give a model to launch or an endpoint to call")
-        if self.endpoint and self.vllm_args:
-            raise ValueError("vllm_args apply only to launched servers, not to an endpoint")
+        if self.endpoint and (self.vllm_args or self.dtype):
+            raise ValueError("vllm_args and dtype apply only to launched servers, not to an endpoint")
+        if self.dtype and any(a == "--dtype" or a.startswith("--dtype=") for a in self.vllm_args):
+            raise ValueError("give the dtype once: either `dtype:` or `--dtype` in vllm_args")
         return self
+
+    def resolved_dtype(self) -> str | None:
+        if self.dtype != DTYPE_NATIVE:
+            return self.dtype
+        from .host import native_dtype
+
+        return native_dtype()[0]
+
+    def dtype_reason(self) -> str | None:
+        if self.dtype != DTYPE_NATIVE:
+            return f"set in the matrix: {self.dtype}" if self.dtype else None
+        from .host import native_dtype
+
+        return native_dtype()[1]
+
+    def effective_vllm_args(self) -> list[str]:
+        """vllm_args plus `--dtype` when the matrix sets one (resolving 'native' on this host)."""
+        d = self.resolved_dtype()
+        return [*self.vllm_args, "--dtype", d] if d else list(self.vllm_args)
 
     @property
     def launched(self) -> bool:
@@ -129,6 +172,8 @@ class Matrix(BaseModel):
     retry: Retry = Field(default_factory=Retry)
     telemetry: Telemetry = Field(default_factory=Telemetry)
     judge: Judge | None = None
+    cost: Cost | None = Field(None, description="default price for variants that give none")
+    reference_price: ReferencePrice | None = None
     variants: list[Variant] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -140,6 +185,9 @@ class Matrix(BaseModel):
             seen.add(v.name)
         if self.baseline not in seen:
             raise ValueError(f"baseline '{self.baseline}' is not one of the variants ({', '.join(seen)})")
+        if self.cost:
+            for v in self.variants:
+                v.cost = v.cost or self.cost
         return self
 
     def variant(self, name: str) -> Variant:

@@ -12,22 +12,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from sqlite_utils import Database
-
 from .errors import UsageError
 from .findings import findings
+from .ledger import Ledger
 from .paths import PROJECT_DIR
 from .redact import SECRET_ENV_HINT, SECRET_PATTERNS
-from .report import build_report, latest_run_id, markdown_table
+from .report import build_report, markdown_table, quality_columns
 
-CONFIGS = {
-    "requests": "select * from requests where run_id = ?",
-    "grades": "select * from grades where run_id = ?",
-    "server_metrics": "select * from server_metrics where run_id = ?",
-    "variants": "select * from variants where run_id = ?",
-    "cases": "select c.* from cases c join runs u on u.dataset_hash = c.dataset_hash where u.id = ?",
-    "runs": "select * from runs where id = ?",
-}
 TOKEN_ENVS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 
 
@@ -43,15 +34,15 @@ def find_secret(rows: list[dict[str, Any]], where: str) -> str | None:
     return None
 
 
-def _card(db: Database, run_id: str, configs: dict[str, int]) -> str:
-    rep = build_report(db, run_id)
-    run = db["runs"].get(run_id)
-    f = findings(db, run_id)
+def _card(ledger: Ledger, run_id: str, configs: dict[str, int]) -> str:
+    rep = build_report(ledger, run_id)
+    run = ledger.require_run(run_id)
+    f = findings(ledger, run_id)
     yaml_configs = "\n".join(f"- config_name: {c}\n  data_files: {c}/*.parquet" for c in configs)
     summary = "\n".join(
         f"| {s['variant']} | {s['n']} | {s['errors']} | {_n(s['ttft_tax_long_pct'])} | {_n(s['e2e_delta_medium_pct'])} | "
         f"{_n(s['kv_cache_peak_pct'])} | {s['preemptions']:.0f} | {_n(s['schema_pass_pct'])} | {_n(s['formality_mae'], 2)} |"
-        for s in f["seed_summary"])
+        for s in f["study_summary"])
     metrics_doc = (PROJECT_DIR / "docs" / "metrics.md").read_text(encoding="utf-8") \
         if (PROJECT_DIR / "docs" / "metrics.md").exists() else ""
     return f"""---
@@ -78,6 +69,10 @@ Rows per config: {", ".join(f"{k} {v}" for k, v in configs.items())}.
 
 {markdown_table(rep)}
 
+## Quality per variant and complexity
+
+{markdown_table(rep, quality_columns(rep["graders"]))}
+
 ## Run configuration
 
 ```json
@@ -94,21 +89,18 @@ def _n(v: Any, d: int = 1) -> str:
     return "-" if v is None else f"{v:,.{d}f}"
 
 
-def export(db: Database, out: Path, run_id: str | None = None) -> dict[str, int]:
+def export(ledger: Ledger, out: Path, run_id: str | None = None) -> dict[str, int]:
     """Write parquet files + README.md (the dataset card) into ``out``; refuses secrets."""
     import datasets
 
-    run_id = run_id or latest_run_id(db)
-    if not db["runs"].count_where("id = ?", [run_id]):
-        raise UsageError(f"no run '{run_id}' in the ledger")
-    tables: dict[str, list[dict[str, Any]]] = {}
-    for name, sql in CONFIGS.items():
-        tables[name] = list(db.query(sql, [run_id]))
-        where = find_secret(tables[name], name)
+    run_id = ledger.require_run(run_id)["id"]
+    tables = ledger.export_tables(run_id)
+    for name, rows in tables.items():
+        where = find_secret(rows, name)
         if where:
             raise UsageError(f"refusing to publish: a value in {where} looks like a secret")
     tables["summary"] = [{k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in s.items()}
-                         for s in findings(db, run_id)["seed_summary"]]
+                         for s in findings(ledger, run_id)["study_summary"]]
     tmp = Path(tempfile.mkdtemp(prefix=".evalkit-publish-", dir=out.parent if out.parent.exists() else None))
     counts = {}
     try:
@@ -118,7 +110,7 @@ def export(db: Database, out: Path, run_id: str | None = None) -> dict[str, int]
             (tmp / name).mkdir()
             datasets.Dataset.from_list(rows).to_parquet(str(tmp / name / "data.parquet"))
             counts[name] = len(rows)
-        (tmp / "README.md").write_text(_card(db, run_id, counts), encoding="utf-8")
+        (tmp / "README.md").write_text(_card(ledger, run_id, counts), encoding="utf-8")
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)  # all or nothing

@@ -6,74 +6,33 @@ import json
 from collections import defaultdict
 from typing import Any
 
-from sqlite_utils import Database
-
 from .dataset import COMPLEXITIES
-from .errors import UsageError
-from .stats import bootstrap_ci, mean, pct_delta, percentile, verdict
+from .grading.registry import available, summary_columns
+from .host import hosts_differ
+from .ledger import Ledger
+from .stats import mean, pct_delta, percentile
 
 SLICES = (*COMPLEXITIES, "all")
 
 
-def latest_grades(db: Database, run_id: str) -> dict[int, dict[str, dict[str, Any]]]:
-    """request id -> grader -> its newest grade row (re-grading adds rows; the newest counts)."""
-    out: dict[int, dict[str, dict[str, Any]]] = defaultdict(dict)
-    for g in db.query(
-        """select g.request_id, g.grader, g.value, g.passed, g.detail_json from grades g
-           join (select max(id) as id from grades where run_id = ? group by request_id, grader) m on m.id = g.id""",
-        [run_id],
-    ):
-        g["detail"] = json.loads(g.pop("detail_json") or "{}")
-        out[g["request_id"]][g["grader"]] = g
+def _grades_of(rows: list[dict[str, Any]], grader: str) -> list[dict[str, Any]]:
+    return [{**r["grades"][grader], "case_id": r["case_id"]} for r in rows if grader in r["grades"]]
+
+
+def quality(rows: list[dict[str, Any]], base_rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Quality aggregates over rows carrying their newest grades (failed requests have none): each
+    registered grader summarises its own grades. ``base_rows``: the baseline's same slice, for
+    per-pair graders (None when these rows are the baseline's own)."""
+    out: dict[str, Any] = {}
+    for name, cls in available().items():
+        out.update(cls.summarise(_grades_of(rows, name), None if base_rows is None else _grades_of(base_rows, name)))
     return out
 
 
-def quality(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Quality aggregates over rows carrying their newest grades (failed requests have none)."""
-    schema = [r["grades"]["schema"]["passed"] for r in rows if "schema" in r["grades"]]
-    persona = [r["grades"]["persona"] for r in rows if "persona" in r["grades"]]
-    form = [r["grades"]["formality"]["detail"] for r in rows if "formality" in r["grades"]]
-    return {
-        "schema_pass_pct": 100.0 * sum(schema) / len(schema) if schema else None,
-        "schema_graded": len(schema),
-        "persona_score": mean([p["value"] for p in persona]),
-        "persona_pass_pct": 100.0 * sum(p["passed"] for p in persona) / len(persona) if persona else None,
-        "formality_mae": mean([abs(f["error"]) for f in form]),
-        "formality_within1_pct": 100.0 * sum(abs(f["error"]) <= 1 for f in form) / len(form) if form else None,
-        "formality_n": len(form),
-    }
-
-
-def _per_case_drift(rows: list[dict[str, Any]], kind: str) -> dict[str, float]:
-    """case -> mean drift (1 - cosine) of that kind of pair."""
-    acc: dict[str, list[float]] = defaultdict(list)
-    for r in rows:
-        d = r["grades"].get("drift", {}).get("detail", {})
-        if d.get("kind") == kind:
-            acc[r["case_id"]].append(d["drift"])
-    return {k: sum(v) / len(v) for k, v in acc.items()}
-
-
-def drift_vs_floor(rows: list[dict[str, Any]], base_rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Drift next to the baseline's own noise floor, paired by case, with a bootstrap CI."""
-    drift, floor = _per_case_drift(rows, "drift"), _per_case_drift(base_rows, "noise_floor")
-    paired = sorted(set(drift) & set(floor))
-    diffs = [drift[c] - floor[c] for c in paired]
-    ci = bootstrap_ci(diffs)
-    return {
-        "drift_mean": mean(list(drift.values())), "floor_mean": mean(list(floor.values())),
-        "drift_minus_floor": mean(diffs), "drift_minus_floor_ci95": list(ci) if ci else None,
-        "drift_pairs": len(paired),
-        "drift_verdict": verdict(ci, "drift above the noise floor", "drift below the noise floor",
-                                 "within the noise floor") if drift else None,
-    }
-
-
-def latest_run_id(db: Database) -> str:
-    row = next(db.query("select id from runs order by created_at desc limit 1"), None)
-    if row is None:
-        raise UsageError("the ledger has no runs yet: run `evalkit run` first")
-    return row["id"]
+def quality_columns(graders: list[str] | None = None) -> list[tuple[str, str, int | None]]:
+    """The quality table: variant, slice, then every registered grader's summary columns."""
+    return [("variant", "variant", None), ("complexity", "slice", None),
+            *((c.key, c.label, c.digits) for c in summary_columns(graders))]
 
 
 def _meets(r: dict[str, Any], slo: dict[str, float]) -> bool:
@@ -110,22 +69,12 @@ def _slice_stats(rows: list[dict[str, Any]], slo: dict[str, float]) -> dict[str,
     }
 
 
-def build_report(db: Database, run_id: str | None = None, slo: dict[str, float] | None = None) -> dict[str, Any]:
-    run_id = run_id or latest_run_id(db)
-    run = db["runs"].get(run_id) if db["runs"].count_where("id = ?", [run_id]) else None
-    if run is None:
-        raise UsageError(f"no run '{run_id}' in the ledger")
-    variants = list(db.query("select * from variants where run_id = ? order by rowid", [run_id]))
-    rows = list(db.query(
-        """select r.id, r.variant, r.case_id, r.ttft_ms, r.e2e_ms, r.tpot_ms, r.itl_mean_ms, r.completion_tokens,
-                  r.error_class, r.srv_method, r.srv_queue_ms, r.srv_prefill_ms, r.srv_decode_ms, r.srv_ttft_ms,
-                  r.srv_kv_cache_usage_peak, r.srv_preemptions, c.complexity
-           from requests r join runs u on u.id = r.run_id
-           join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
-           where r.run_id = ? and r.is_warmup = 0 and r.final = 1""",
-        [run_id],
-    ))
-    grades = latest_grades(db, run_id)
+def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float] | None = None) -> dict[str, Any]:
+    run = ledger.require_run(run_id)
+    run_id = run["id"]
+    variants = ledger.variants(run_id)
+    rows = ledger.measured_requests(run_id)
+    grades = ledger.latest_grades(run_id)
     for r in rows:
         r["grades"] = grades.get(r["id"], {})
     baseline = next((v["name"] for v in variants if v["is_baseline"]), None)
@@ -144,11 +93,7 @@ def build_report(db: Database, run_id: str | None = None, slo: dict[str, float] 
             table.append({"variant": v["name"], "complexity": s, **_slice_stats(groups[(v["name"], s)], slo)})
     for r in table:
         slice_rows = groups[(r["variant"], r["complexity"])]
-        r.update(quality(slice_rows))
-        if r["variant"] == baseline:
-            r.update(drift_vs_floor([], slice_rows))
-        else:
-            r.update(drift_vs_floor(slice_rows, groups.get((baseline, r["complexity"]), [])))
+        r.update(quality(slice_rows, None if r["variant"] == baseline else groups.get((baseline, r["complexity"]), [])))
     base_rows = {r["complexity"]: r for r in table if r["variant"] == baseline}
     for r in table:
         b = base_rows.get(r["complexity"])
@@ -167,6 +112,9 @@ def build_report(db: Database, run_id: str | None = None, slo: dict[str, float] 
         "variants": [{k: v[k] for k in ("name", "is_baseline", "model", "engine", "engine_version", "quantization",
                                         "status", "error", "ready_s", "metrics_available")} for v in variants],
         "rows": table,
+        "graders": sorted({g for r in rows for g in r["grades"]}),
+        "host": ledger.host(run.get("host_id")),
+        "host_warning": hosts_differ(ledger.run_hosts(run["matrix_name"])),
     }
 
 
@@ -191,15 +139,6 @@ SERVER_COLUMNS = [
     ("srv_prefill_p50_ms", "prefill p50", 0), ("srv_decode_p50_ms", "decode p50", 0),
     ("tpot_p50_ms", "TPOT p50", 1), ("kv_peak_pct", "KV peak %", 1), ("preemptions", "preempt", 0),
     ("goodput_pct", "goodput %", 0),
-]
-
-
-QUALITY_COLUMNS = [
-    ("variant", "variant", None), ("complexity", "slice", None), ("schema_pass_pct", "schema %", 0),
-    ("persona_score", "persona score", 2), ("persona_pass_pct", "persona pass %", 0),
-    ("formality_mae", "formality MAE", 2), ("formality_within1_pct", "formality ±1 %", 0),
-    ("drift_mean", "drift", 3), ("floor_mean", "noise floor", 3), ("drift_minus_floor", "drift − floor", 3),
-    ("drift_minus_floor_ci95", "95% CI", 3), ("drift_verdict", "verdict", None),
 ]
 
 

@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-from sqlite_utils import Database
 
-from .ledger import utcnow
+from .ledger import Ledger, utcnow
 
 # raw name -> canonical name, for names whose meaning survives a rename or another engine.
 ALIASES: dict[str, str] = {
@@ -223,7 +222,7 @@ class Scrape:
 class MetricsScraper:
     """Scrapes one server's /metrics on an interval into ``server_metrics`` (changed values only)."""
 
-    db: Database
+    ledger: Ledger
     run_id: str
     variant: str
     base_url: str
@@ -257,8 +256,7 @@ class MetricsScraper:
              "series": k, "value": v}
             for k, v in snap.items() if self._last.get(k) != v and not (isinstance(v, float) and math.isnan(v))
         ]
-        if changed:
-            self.db["server_metrics"].insert_all(changed)
+        self.ledger.insert_server_samples(changed)
         self._last = snap
         s = Scrape(mono, snap)
         self.history.append(s)
@@ -274,6 +272,11 @@ class MetricsScraper:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def restart(self) -> None:
+        """Ready to `run` again, possibly in another event loop (each load phase runs in its own
+        `asyncio.run`, and an Event stays bound to the loop it was first awaited in)."""
+        self._stop = asyncio.Event()
 
     def at(self, mono_ms: float) -> dict[str, float]:
         """The last scrape at or before a moment (or the first one)."""

@@ -12,7 +12,7 @@ evaluate = pytest.importorskip("evaluate")
 
 
 def load(name: str):
-    return evaluate.load(str(PROJECT_DIR / "metrics" / name))
+    return evaluate.load(str(PROJECT_DIR / "evaluate_modules" / name))
 
 
 def test_formality_metric():

@@ -151,7 +151,7 @@ def _bad_inputs(tmp: Path, shipped_row: dict) -> list[tuple[str, list[str]]]:
     newer = tmp / "newer.db"
     from evalkit.ledger import open_ledger
 
-    open_ledger(newer)["_sqlite_migrations"].insert({"migration_set": "evalkit", "name": "m999_x", "applied_at": "x"})
+    open_ledger(newer).db["_sqlite_migrations"].insert({"migration_set": "evalkit", "name": "m999_x", "applied_at": "x"})
     (tmp / "plain.db").write_text("not a database " * 100)
     rub = tmp / "rub"
     (rub / "schemas").mkdir(parents=True, exist_ok=True)
@@ -305,7 +305,7 @@ def test_token_counts_fall_back_and_say_so(runner, endpoint_matrix, ledger_path)
 def test_tokenizer_fallback_for_local_models(tmp_path):
     from evalkit.client import RequestResult
     from evalkit.engines.bundled import resolve_model
-    from evalkit.runner import fill_token_counts
+    from evalkit.tokens import fill_token_counts
 
     model = resolve_model("bundled:smollm2-135m-instruct")  # prepared once per cache (~30 s), then reused
     r = RequestResult(started_at="t", text="Hello there, Priya!", chunk_offsets_ms=[1.0, 2.0])

@@ -30,7 +30,7 @@ def _row(i: int, ttft: float, **kw) -> dict:
 
 def test_find_spikes_known_answer():
     vals = [400, 410, 395, 405, 402, 398, 1740, 401]
-    assert find_spikes(vals) == [6]  # the seed's lone 1740 ms spike among ~400 ms
+    assert find_spikes(vals) == [6]  # the study's lone 1740 ms spike among ~400 ms
     assert find_spikes([400.0] * 10) == []  # identical values: no spikes
     assert find_spikes([1, 2, 3]) == []  # too few to say
 
@@ -68,7 +68,7 @@ def test_paired_comparison_has_ci_and_verdict_only_when_clear():
         rows.append(_row(i, 866.93 + (i % 5), variant="bf16", complexity="long", case_id=f"c{i}"))
         rows.append(_row(100 + i, 1372.12 + (i % 7), variant="fp8", complexity="long", case_id=f"c{i}"))
     p = next(x for x in paired(rows, "bf16", "ttft_ms") if x["complexity"] == "long")
-    assert p["pairs"] == 20 and p["delta_pct"] == pytest.approx(58.5, abs=0.5)  # the seed's +58 % TTFT tax
+    assert p["pairs"] == 20 and p["delta_pct"] == pytest.approx(58.5, abs=0.5)  # the study's +58 % TTFT tax
     assert p["ci95_pct"][0] > 55 and p["verdict"] == "fp8 slower"
     noisy = [_row(i, 1000 + (-1) ** i * 300, variant="a", case_id=f"c{i}") for i in range(20)]
     noisy += [_row(100 + i, 1000 + (-1) ** (i + 1) * 300, variant="b", case_id=f"c{i}") for i in range(20)]
@@ -101,7 +101,7 @@ def test_report_findings_cli(runner, stub_ledger):
     assert r.exit_code == 0, r.output
     assert "paired comparisons" in r.output and "slices by complexity, task" in r.output
     js = json.loads(runner.invoke(cli, ["report", "--ledger", str(stub_ledger), "--json"]).output)
-    assert {"slices", "paired", "spikes", "capacity", "seed_summary"} <= set(js["findings"])
+    assert {"slices", "paired", "spikes", "capacity", "study_summary"} <= set(js["findings"])
     cap = js["findings"]["capacity"][0]
     assert cap["kv_tokens"] == 1024 * 16 and set(cap["max_concurrent_by_complexity"]) == {"short", "medium", "long"}
     r = runner.invoke(cli, ["report", "--ledger", str(stub_ledger), "--by", "colour"])
@@ -180,7 +180,7 @@ def test_browse_serves_canned_queries_over_http(stub_ledger, tmp_path):
             with urllib.request.urlopen(base + path, timeout=10) as r:
                 return json.loads(r.read())
 
-        summary = get(f"/{name}/seed_summary.json?_shape=array")
+        summary = get(f"/{name}/study_summary.json?_shape=array")
         assert {x["variant"] for x in summary} == {"base", "cand"}
         fails = get(f"/{name}/failures.json?_shape=array")
         assert fails == []  # a canned query that correctly returns no rows
@@ -189,7 +189,7 @@ def test_browse_serves_canned_queries_over_http(stub_ledger, tmp_path):
         page = urllib.request.urlopen(base + f"/{name}/requests", timeout=10).read().decode()
         assert "Requests (one row per request" in page and "<dl" in page  # title + rendered JSON text
         meta = get("/-/metadata.json")
-        assert "seed_summary" in meta["databases"][name]["queries"]
+        assert "study_summary" in meta["databases"][name]["queries"]
         conns = subprocess.run(["ss", "-ltnp"], capture_output=True, text=True).stdout
         assert f"127.0.0.1:{port}" in conns and f"0.0.0.0:{port}" not in conns
     finally:

@@ -7,11 +7,11 @@ import pytest
 
 from evalkit.errors import LedgerError
 from evalkit.ledger import open_ledger
-from evalkit.migrations import migrations
+from evalkit.ledger import MIGRATION_NAMES, migrations
 
 
 def test_blank_db_migrates_to_current_columns(tmp_path: Path):
-    db = open_ledger(tmp_path / "l.db")
+    db = open_ledger(tmp_path / "l.db").db
     assert set(db.table_names()) >= {"runs", "variants", "cases", "requests", "grades", "_sqlite_migrations"}
     req = set(db["requests"].columns_dict)
     assert req >= {"run_id", "variant", "case_id", "repeat", "is_warmup", "started_at", "ttft_ms", "e2e_ms",
@@ -23,15 +23,15 @@ def test_blank_db_migrates_to_current_columns(tmp_path: Path):
     assert set(db["runs"].columns_dict) >= {"matrix_json", "dataset_hash", "evalkit_version", "host"}
     assert db.execute("pragma journal_mode").fetchone()[0] == "wal"
     applied = [m.name for m in migrations.applied(db)]
-    assert applied == [m.name for m in migrations._migrations]
+    assert applied == MIGRATION_NAMES
     # opening again applies nothing new and keeps data
     db["runs"].insert({"id": "r1"})
-    db2 = open_ledger(tmp_path / "l.db")
+    db2 = open_ledger(tmp_path / "l.db").db
     assert db2["runs"].count == 1
 
 
 def test_migration_names_are_unique_and_numbered():
-    names = [m.name for m in migrations._migrations]
+    names = list(MIGRATION_NAMES)
     assert len(names) == len(set(names))
     assert all(n[0] == "m" and n[1:4].isdigit() for n in names)
     assert names == sorted(names)
@@ -50,7 +50,7 @@ def test_not_an_evalkit_ledger(tmp_path: Path):
 
 def test_newer_schema_is_refused(tmp_path: Path):
     p = tmp_path / "l.db"
-    db = open_ledger(p)
+    db = open_ledger(p).db
     db["_sqlite_migrations"].insert({"migration_set": "evalkit", "name": "m999_future", "applied_at": "x"})
     with pytest.raises(LedgerError, match="newer evalkit"):
         open_ledger(p)

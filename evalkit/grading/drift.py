@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .base import GradedRequest, Score
+from ..stats import bootstrap_ci, mean, verdict
+from .base import GradedRequest, Grader, GraderContext, Score, SummaryColumn
 from .text import json_fields, prose
 
 
@@ -57,16 +58,52 @@ def field_diff(a: str, b: str) -> dict[str, Any] | None:
     }
 
 
-class DriftGrader:
-    """Run-level grader: needs every variant's outputs, so it grades a whole run at once."""
+class DriftGrader(Grader):
+    """Per-pair grader: needs the baseline's outputs for the same cases, so it grades a run at once."""
 
     name = "drift"
     version = "2"  # 2: the reference is the baseline under another seed (v1 used the same seed)
+    kind = "pair"
+    description = "1 - cosine of MiniLM embeddings vs the baseline's output, next to the baseline's own noise floor"
+    view_columns = (("drift_cosine", "value"),)
+    summary_columns = (
+        SummaryColumn("drift_mean", "drift", 3, "mean 1 - cosine vs the baseline's output"),
+        SummaryColumn("floor_mean", "noise floor", 3, "mean 1 - cosine between two baseline runs (other seed)"),
+        SummaryColumn("drift_minus_floor", "drift − floor", 3, "paired by case"),
+        SummaryColumn("drift_minus_floor_ci95", "95% CI", 3, "bootstrap 95% interval of drift - floor"),
+        SummaryColumn("drift_verdict", "verdict", None, "a verdict only where the interval excludes 0"),
+    )
 
     def __init__(self, embed: Callable[[list[str]], Any]) -> None:
         self.embed = embed
 
-    def grade_run(self, items: list[GradedRequest], repeats: dict[int, int], baseline: str) -> dict[int, Score]:
+    @classmethod
+    def from_context(cls, ctx: GraderContext) -> DriftGrader:
+        assert ctx.embed is not None
+        return cls(ctx.embed)
+
+    @classmethod
+    def summarise(cls, grades: list[dict[str, Any]], base_grades: list[dict[str, Any]] | None) -> dict[str, Any]:
+        """Drift next to the baseline's own noise floor, paired by case, with a bootstrap CI. For the
+        baseline's own slice (``base_grades`` None) only the floor."""
+        if base_grades is None:
+            drift, floor = {}, _per_case(grades, "noise_floor")
+        else:
+            drift, floor = _per_case(grades, "drift"), _per_case(base_grades, "noise_floor")
+        paired = sorted(set(drift) & set(floor))
+        diffs = [drift[c] - floor[c] for c in paired]
+        ci = bootstrap_ci(diffs)
+        return {
+            "drift_mean": mean(list(drift.values())), "floor_mean": mean(list(floor.values())),
+            "drift_minus_floor": mean(diffs), "drift_minus_floor_ci95": list(ci) if ci else None,
+            "drift_pairs": len(paired),
+            "drift_verdict": verdict(ci, "drift above the noise floor", "drift below the noise floor",
+                                     "within the noise floor") if drift else None,
+        }
+
+    def grade_run(self, items: list[GradedRequest], repeats: dict[int, int], baseline: str | None) -> dict[int, Score]:
+        if baseline is None:
+            return {}
         base = {(i.case.id, repeats[i.request_id]): i for i in items if i.variant == baseline}
         refs = {case: base.get((case, 1)) or base[(case, 0)] for case, rep in base if rep in (0, 1)}
         pairs: list[tuple[GradedRequest, GradedRequest, str]] = []
@@ -94,3 +131,13 @@ class DriftGrader:
                  "drift": round(1 - cos, 6), "rouge_l": round(rl, 6), "json": field_diff(i.text, ref.text)},
             )
         return out
+
+
+def _per_case(grades: list[dict[str, Any]], kind: str) -> dict[str, float]:
+    """case -> mean drift (1 - cosine) of that kind of pair."""
+    acc: dict[str, list[float]] = {}
+    for g in grades:
+        d = g["detail"]
+        if d.get("kind") == kind:
+            acc.setdefault(g["case_id"], []).append(d["drift"])
+    return {k: sum(v) / len(v) for k, v in acc.items()}

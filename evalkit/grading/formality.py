@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..config import load_yaml_model as _load
 from ..errors import RubricError
 from ..paths import rubrics_dir
-from .base import GradedRequest, Score
+from ..stats import mean
+from .base import GradedRequest, Grader, Score, SummaryColumn
 from .text import prose, sentences, words
 
 FEATURES = (
@@ -155,9 +156,20 @@ def predict(text: str, rubric: FormalityRubric | None = None) -> tuple[int, floa
     return level, raw, f, markers
 
 
-class FormalityGrader:
+class FormalityGrader(Grader):
     name = "formality"
     version = "1"
+    description = "formality level 1-5 predicted by the marker scorer (rubrics/formality.yaml) vs the requested one"
+    view_columns = (("formality_predicted", "value"),)
+    summary_columns = (SummaryColumn("formality_mae", "formality MAE", 2, "mean |predicted - requested| level"),
+                       SummaryColumn("formality_within1_pct", "formality ±1 %", 0, "share within one level"))
+
+    @classmethod
+    def summarise(cls, grades: list[dict[str, Any]], base_grades: list[dict[str, Any]] | None) -> dict[str, Any]:
+        errs = [abs(g["detail"]["error"]) for g in grades if "error" in g["detail"]]
+        return {"formality_mae": mean(errs),
+                "formality_within1_pct": 100.0 * sum(e <= 1 for e in errs) / len(errs) if errs else None,
+                "formality_n": len(errs)}
 
     def __init__(self, rubric: FormalityRubric | None = None) -> None:
         self.rubric = rubric or load_formality_rubric()

@@ -10,8 +10,9 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from ..errors import UsageError
 from ..redact import redact
-from .base import GradedRequest, Score
+from .base import GradedRequest, Grader, GraderContext, Score, SummaryColumn
 from .text import prose
 
 GRADE = re.compile(r"(?i)\bscore\s*[:=]\s*([1-5])\b")
@@ -23,9 +24,19 @@ PROMPT = (
 )
 
 
-class JudgeGrader:
+class JudgeGrader(Grader):
     name = "judge"
     version = "1"
+    default = False  # only when the run's matrix has a `judge:` section
+    description = "an LLM judge (the matrix's `judge:` endpoint) grades each criterion 1-5"
+    view_columns = (("judge_mean", "value"),)
+    summary_columns = (SummaryColumn("judge_mean", "judge /5", 2, "mean judge grade over criteria"),)
+
+    @classmethod
+    def from_context(cls, ctx: GraderContext) -> JudgeGrader:
+        if ctx.judge is None:
+            raise UsageError("grader 'judge' needs a `judge:` section in the run's matrix")
+        return cls(ctx.judge)
 
     def __init__(self, judge: Any) -> None:
         self.judge = judge

@@ -12,7 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..dataset import Case
 from ..paths import rubrics_dir
-from .base import GradedRequest, Score
+from ..stats import mean
+from .base import GradedRequest, Grader, GraderContext, Score, SummaryColumn, pass_pct
 from .formality import load_yaml_model
 from .text import json_fields, prose, sentences, words
 
@@ -162,13 +163,25 @@ def check(rule_name: str, rule: Rule, case: Case, text: str, raw: str) -> tuple[
     raise AssertionError(rule_name)
 
 
-class PersonaGrader:
+class PersonaGrader(Grader):
     name = "persona"
     version = "1"
+    description = "persona rubric (rubrics/persona.yaml): weighted rules, required ones decide pass"
+    view_columns = (("persona_score", "value"),)
+    summary_columns = (SummaryColumn("persona_score", "persona score", 2, "weighted share of rubric rules met"),
+                       SummaryColumn("persona_pass_pct", "persona pass %", 0, "share passing every required rule"))
 
     def __init__(self, rubric: PersonaRubric | None = None, embed: Any = None) -> None:
         self.rubric = rubric or load_persona_rubric()
         self.embed = embed  # callable list[str] -> vectors; None: no similarity signal
+
+    @classmethod
+    def from_context(cls, ctx: GraderContext) -> PersonaGrader:
+        return cls(embed=ctx.embed)
+
+    @classmethod
+    def summarise(cls, grades: list[dict[str, Any]], base_grades: list[dict[str, Any]] | None) -> dict[str, Any]:
+        return {"persona_score": mean([g["value"] for g in grades]), "persona_pass_pct": pass_pct(grades)}
 
     def grade(self, item: GradedRequest, similarity: float | None = None) -> Score:
         text = prose(item.text)

@@ -3,20 +3,28 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from ..schemas import load_schema
-from .base import GradedRequest, Score
+from ..output_schemas import load_schema
+from .base import GradedRequest, Grader, Score, SummaryColumn, pass_pct
 
 
 def _path(parts: object) -> str:
     return "/" + "/".join(str(p) for p in parts)  # type: ignore[union-attr]
 
 
-class SchemaGrader:
+class SchemaGrader(Grader):
     name = "schema"
     version = "1"
+    description = "the output parses as JSON and validates against the case's JSON Schema"
+    view_columns = (("schema_passed", "passed"),)
+    summary_columns = (SummaryColumn("schema_pass_pct", "schema %", 0, "share of outputs valid against their schema"),)
+
+    @classmethod
+    def summarise(cls, grades: list[dict[str, Any]], base_grades: list[dict[str, Any]] | None) -> dict[str, Any]:
+        return {"schema_pass_pct": pass_pct(grades), "schema_graded": len(grades)}
 
     def grade(self, item: GradedRequest) -> Score:
         schema = load_schema(item.case.schema_name)

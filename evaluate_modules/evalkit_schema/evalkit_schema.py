@@ -9,7 +9,7 @@ import datasets
 import evaluate
 from jsonschema import Draft202012Validator
 
-from evalkit.schemas import load_schema
+from evalkit.output_schemas import load_schema
 
 
 class EvalkitSchema(evaluate.Metric):

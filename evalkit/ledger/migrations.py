@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
 MIGRATION_SET = "evalkit"
 migrations = Migrations(MIGRATION_SET)
+MIGRATION_NAMES: list[str] = []  # every migration this evalkit knows, in order
 
 
-@migrations(name="m001_initial")
+def migration(name: str) -> Callable[[Callable[[Database], None]], Callable[[Database], None]]:
+    MIGRATION_NAMES.append(name)
+    return migrations(name=name)
+
+
+@migration("m001_initial")
 def m001_initial(db: Database) -> None:
     db["runs"].create(
         {
@@ -64,7 +72,7 @@ def m001_initial(db: Database) -> None:
     db["grades"].create_index(["request_id"])
 
 
-@migrations(name="m002_server_telemetry")
+@migration("m002_server_telemetry")
 def m002_server_telemetry(db: Database) -> None:
     db["server_metrics"].create(
         {"id": int, "run_id": str, "variant": str, "mono_ms": float, "ts": str, "series": str, "value": float},
@@ -87,14 +95,14 @@ def m002_server_telemetry(db: Database) -> None:
     db["runs"].add_column("load_json", str)
 
 
-@migrations(name="m003_case_persona_text")
+@migration("m003_case_persona_text")
 def m003_case_persona_text(db: Database) -> None:
     # graders need the persona's words (similarity signal), not only its id
     db["cases"].add_column("persona_title", str)
     db["cases"].add_column("persona_description", str)
 
 
-@migrations(name="m004_browse_views")
+@migration("m004_browse_views")
 def m004_browse_views(db: Database) -> None:
     # One row per request with its case and newest grades: what Datasette facets and queries use.
     db.execute("""
@@ -120,3 +128,45 @@ def m004_browse_views(db: Database) -> None:
                                  "case_id": str, "metric": str, "value": float, "slice_median": float,
                                  "robust_z": float, "cause": str, "evidence": str, "line": str})
     db["derived_summary"].create({"run_id": str, "variant": str, "json": str})
+
+
+def requests_view_sql(grade_columns: Iterable[tuple[str, str, str]]) -> str:
+    """`requests_joined`: one row per request with its case and the newest grade of each grader,
+    given as (column name, grader, field) with field `value` or `passed`."""
+    sub = "".join(
+        f"(select {field} from grades g where g.request_id = r.id and g.grader = '{grader}' "
+        f"order by g.id desc limit 1) as {column},\n"
+        for column, grader, field in grade_columns
+        if column.isidentifier() and grader.replace("-", "_").isidentifier() and field in ("value", "passed"))
+    return f"""
+        create view requests_joined as
+        select r.id, r.run_id, r.variant, r.replica, c.task, c.persona, c.complexity, c.formality, r.case_id,
+               r.repeat, r.phase, r.concurrency, r.is_warmup, r.final, r.started_at, r.ttft_ms,
+               r.ttft_from_schedule_ms, r.client_wait_ms, r.tpot_ms, r.itl_mean_ms, r.e2e_ms, r.prompt_tokens,
+               r.completion_tokens, r.finish_reason, r.error_class, r.srv_queue_ms, r.srv_prefill_ms,
+               r.srv_decode_ms, r.srv_kv_cache_usage_peak, r.srv_preemptions,
+               {sub}r.text
+        from requests r join runs u on u.id = r.run_id
+        left join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
+    """
+
+
+@migration("m005_hosts_load_cost")
+def m005_hosts_load_cost(db: Database) -> None:
+    # The machine is part of the result: one row per distinct host description.
+    db["hosts"].create({
+        "id": str, "hostname": str, "cpu_model": str, "cpu_vendor": str, "cores": int, "threads": int,
+        "memory_gib": float, "isa_json": str, "cpu_class": str, "gpu_json": str, "os": str,
+        "python_version": str, "torch_version": str, "vllm_version": str, "evalkit_version": str,
+    }, pk="id")
+    db["runs"].add_column("host_id", str)
+    # Recorded per variant: the dtype it was served in, and why (a fact, not part of the name).
+    for col in ("dtype", "dtype_reason", "cost_json", "replicas_json"):
+        db["variants"].add_column(col, str)
+    # Open-loop load: when the request was due, when it was sent, how long a cap held it back.
+    for col, typ in (("replica", int), ("scheduled_ms", float), ("sent_ms", float), ("client_wait_ms", float),
+                     ("ttft_from_schedule_ms", float)):
+        db["requests"].add_column(col, typ)
+    db.execute("drop view if exists requests_joined")
+    db.execute(requests_view_sql([("schema_passed", "schema", "passed"), ("persona_score", "persona", "value"),
+                                  ("formality_predicted", "formality", "value"), ("drift_cosine", "drift", "value")]))

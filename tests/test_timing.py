@@ -1,4 +1,4 @@
-"""Each client metric definition (docs/metrics.md) pinned on recorded chunk timings."""
+"""Each client metric definition (docs/timing.md) pinned on recorded chunk timings."""
 
 from __future__ import annotations
 
@@ -7,21 +7,21 @@ import asyncio
 import aiohttp
 import pytest
 
-from evalkit import metrics
+from evalkit import timing
 from evalkit.client import build_payload, stream_chat
 from evalkit.stub_server import StubConfig, StubServer
 
 
 def test_definitions_on_recorded_offsets():
     offsets = [900.0, 950.0, 1010.0, 1050.0]  # content-bearing chunk arrivals, ms after send
-    assert metrics.ttft_ms(offsets) == 900.0
-    assert metrics.itl_ms(offsets) == [50.0, 60.0, 40.0]  # TTFT is not an inter-token gap
-    assert metrics.itl_mean_ms(offsets) == pytest.approx(50.0)
+    assert timing.ttft_ms(offsets) == 900.0
+    assert timing.itl_ms(offsets) == [50.0, 60.0, 40.0]  # TTFT is not an inter-token gap
+    assert timing.itl_mean_ms(offsets) == pytest.approx(50.0)
     # TPOT = (E2E - TTFT) / (tokens - 1)
-    assert metrics.tpot_ms(1100.0, 900.0, 5) == pytest.approx(50.0)
-    assert metrics.tpot_ms(1100.0, 900.0, 1) is None
-    assert metrics.output_tps(2000.0, 100) == pytest.approx(50.0)
-    assert metrics.ttft_ms([]) is None and metrics.itl_mean_ms([900.0]) is None
+    assert timing.tpot_ms(1100.0, 900.0, 5) == pytest.approx(50.0)
+    assert timing.tpot_ms(1100.0, 900.0, 1) is None
+    assert timing.output_tps(2000.0, 100) == pytest.approx(50.0)
+    assert timing.ttft_ms([]) is None and timing.itl_mean_ms([900.0]) is None
 
 
 def _run(cfg: StubConfig, **kw) -> object:

@@ -1,0 +1,271 @@
+"""The SQLite ledger: the only code in evalkit that talks to SQLite (as sqlite-utils' `db.py` is
+for its CLI). Everything else calls these methods and holds no SQL.
+
+Write side: runs, variants, requests, server samples, grades, derived tables.
+Read side: `require_run`, `baseline`, one `measured_requests` join, latest grades, done keys for
+resume, the saturation rows, the series behind the plots, the tables that get published.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections import defaultdict
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from sqlite_utils import Database
+
+from ..errors import LedgerError, UsageError
+from .migrations import MIGRATION_NAMES, MIGRATION_SET, migrations, requests_view_sql
+
+
+def utcnow() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+# Case fields carried by every measured request (what slices, graders and reports need).
+CASE_FIELDS = ("task", "persona", "persona_title", "persona_description", "candidate", "complexity", "formality",
+               "schema_name", "context_keys_json", "messages_json")
+
+# What `publish` exports per run: config name -> (table, how rows belong to the run).
+EXPORTS = {
+    "requests": "select * from requests where run_id = ?",
+    "grades": "select * from grades where run_id = ?",
+    "server_metrics": "select * from server_metrics where run_id = ?",
+    "variants": "select * from variants where run_id = ?",
+    "cases": "select c.* from cases c join runs u on u.dataset_hash = c.dataset_hash where u.id = ?",
+    "runs": "select * from runs where id = ?",
+    "hosts": "select h.* from hosts h join runs u on u.host_id = h.id where u.id = ?",
+}
+
+
+class Ledger:
+    """One ledger file, migrated. ``db`` is the sqlite-utils Database, for tests and tools."""
+
+    def __init__(self, db: Database, path: Path) -> None:
+        self.db = db
+        self.path = path
+
+    # --- runs ---------------------------------------------------------------------------------
+
+    def create_run(self, row: dict[str, Any]) -> None:
+        self.db["runs"].insert(row)
+
+    def update_run(self, run_id: str, fields: dict[str, Any]) -> None:
+        self.db["runs"].update(run_id, fields)
+
+    def has_run(self, run_id: str) -> bool:
+        return bool(self.db["runs"].count_where("id = ?", [run_id]))
+
+    def require_run(self, run_id: str | None = None, what: str = "") -> dict[str, Any]:
+        """The run's row (the latest run when ``run_id`` is None); a usage error if there is none."""
+        run_id = run_id or self.latest_run_id()
+        if not self.has_run(run_id):
+            raise UsageError(f"{what}no run '{run_id}' in the ledger")
+        return dict(self.db["runs"].get(run_id))
+
+    def latest_run_id(self) -> str:
+        row = next(self.db.query("select id from runs order by created_at desc, rowid desc limit 1"), None)
+        if row is None:
+            raise UsageError("the ledger has no runs yet: run `evalkit run` first")
+        return row["id"]
+
+    def run_ids(self, matrix_name: str | None = None) -> list[str]:
+        if matrix_name is None:
+            return [r["id"] for r in self.db.query("select id from runs order by created_at, rowid")]
+        return [r["id"] for r in self.db.query("select id from runs where matrix_name = ? order by created_at, rowid",
+                                               [matrix_name])]
+
+    def run_hosts(self, matrix_name: str) -> list[dict[str, Any] | None]:
+        """The host of every run of one matrix (None for runs recorded before hosts were)."""
+        return [self.host(r["host_id"]) for r in self.db.query(
+            "select host_id from runs where matrix_name = ? order by created_at, rowid", [matrix_name])]
+
+    # --- hosts ----------------------------------------------------------------------------------
+
+    def record_host(self, host: dict[str, Any]) -> str:
+        """Store a host description once (keyed by its content hash) and return its id."""
+        self.db["hosts"].upsert(host, pk="id")
+        return host["id"]
+
+    def host(self, host_id: str | None) -> dict[str, Any] | None:
+        if not host_id or not self.db["hosts"].count_where("id = ?", [host_id]):
+            return None
+        return dict(self.db["hosts"].get(host_id))
+
+    # --- cases, variants ------------------------------------------------------------------------
+
+    def record_cases(self, rows: list[dict[str, Any]]) -> None:
+        self.db["cases"].upsert_all(rows, pk=("dataset_hash", "id"))
+
+    def upsert_variant(self, row: dict[str, Any]) -> None:
+        self.db["variants"].upsert(row, pk="id")
+
+    def update_variant(self, vid: str, fields: dict[str, Any]) -> None:
+        self.db["variants"].update(vid, fields)
+
+    def variants(self, run_id: str) -> list[dict[str, Any]]:
+        return list(self.db.query("select * from variants where run_id = ? order by rowid", [run_id]))
+
+    def baseline(self, run_id: str) -> str | None:
+        return next((v["name"] for v in self.db.query(
+            "select name from variants where run_id = ? and is_baseline = 1", [run_id])), None)
+
+    # --- requests -------------------------------------------------------------------------------
+
+    def insert_request(self, row: dict[str, Any]) -> int:
+        return int(self.db["requests"].insert(row).last_pk)
+
+    def update_request(self, request_id: int, fields: dict[str, Any]) -> None:
+        self.db["requests"].update(request_id, fields)
+
+    def request(self, request_id: int) -> dict[str, Any]:
+        return dict(self.db["requests"].get(request_id))
+
+    def max_seq(self, run_id: str) -> int:
+        return int(self.db.execute("select coalesce(max(seq), 0) from requests where run_id = ?", [run_id]).fetchone()[0])
+
+    def done_keys(self, run_id: str) -> set[tuple[str, str, int, str]]:
+        """(variant, case, repeat, phase) already measured in a run: a resume skips exactly these."""
+        return {
+            (r["variant"], r["case_id"], r["repeat"], r["phase"] or "main")
+            for r in self.db.query("select variant, case_id, repeat, phase from requests "
+                                   "where run_id = ? and is_warmup = 0 and final = 1", [run_id])
+        }
+
+    def measured_requests(self, run_id: str, *, ok_only: bool = False, phase: str | None = None,
+                          variant: str | None = None) -> list[dict[str, Any]]:
+        """Measured requests (not warm-ups, final attempts) of a run, each with its case's fields,
+        in send order. The one requests ⋈ cases join."""
+        where = ["r.run_id = ?", "r.is_warmup = 0", "r.final = 1"]
+        params: list[Any] = [run_id]
+        if ok_only:
+            where.append("r.error_class is null")
+        if phase is not None:
+            where.append("r.phase = ?")
+            params.append(phase)
+        if variant is not None:
+            where.append("r.variant = ?")
+            params.append(variant)
+        cols = ", ".join(f"c.{f}" for f in CASE_FIELDS)
+        return list(self.db.query(
+            f"""select r.*, {cols} from requests r join runs u on u.id = r.run_id
+                join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
+                where {' and '.join(where)} order by r.seq, r.id""", params))
+
+    # --- server samples -------------------------------------------------------------------------
+
+    def insert_server_samples(self, rows: list[dict[str, Any]]) -> None:
+        if rows:
+            self.db["server_metrics"].insert_all(rows)
+
+    def server_series(self, run_id: str, series: str, variant: str | None = None) -> list[dict[str, Any]]:
+        """(variant, mono_ms, value) points of one /metrics series, in time order."""
+        sql = "select variant, mono_ms, value from server_metrics where run_id = ? and series = ?"
+        params: list[Any] = [run_id, series]
+        if variant is not None:
+            sql += " and variant = ?"
+            params.append(variant)
+        return list(self.db.query(sql + " order by variant, mono_ms", params))
+
+    # --- grades ---------------------------------------------------------------------------------
+
+    def insert_grades(self, rows: list[dict[str, Any]]) -> None:
+        if rows:
+            self.db["grades"].insert_all(rows)
+
+    def graded_request_ids(self, run_id: str, grader: str, version: str) -> set[int]:
+        return {r["request_id"] for r in self.db.query(
+            "select request_id from grades where run_id = ? and grader = ? and grader_version = ?",
+            [run_id, grader, version])}
+
+    def latest_grades(self, run_id: str) -> dict[int, dict[str, dict[str, Any]]]:
+        """request id -> grader -> its newest grade row (re-grading adds rows; the newest counts)."""
+        out: dict[int, dict[str, dict[str, Any]]] = defaultdict(dict)
+        for g in self.db.query(
+            """select g.request_id, g.grader, g.grader_version, g.value, g.passed, g.explanation, g.detail_json
+               from grades g join (select max(id) as id from grades where run_id = ? group by request_id, grader) m
+               on m.id = g.id""",
+            [run_id],
+        ):
+            g["detail"] = json.loads(g.pop("detail_json") or "{}")
+            out[g["request_id"]][g["grader"]] = g
+        return out
+
+    def grader_names(self, run_id: str | None = None) -> list[str]:
+        sql, params = "select distinct grader from grades", []
+        if run_id:
+            sql, params = sql + " where run_id = ?", [run_id]
+        return [r["grader"] for r in self.db.query(sql + " order by grader", params)]
+
+    # --- derived tables and views ---------------------------------------------------------------
+
+    def replace_derived(self, spikes: list[dict[str, Any]], summary: list[dict[str, Any]]) -> None:
+        """Findings that need Python (robust statistics), recomputed for Datasette in one transaction."""
+        with self.db.conn:
+            self.db["derived_spikes"].delete_where()
+            self.db["derived_summary"].delete_where()
+            if spikes:
+                self.db["derived_spikes"].insert_all(spikes)
+            if summary:
+                self.db["derived_summary"].insert_all(summary)
+
+    def define_requests_view(self, grade_columns: Iterable[tuple[str, str, str]]) -> None:
+        """(Re)create `requests_joined` with one column per (column, grader, field) given."""
+        with self.db.conn:
+            self.db.execute("drop view if exists requests_joined")
+            self.db.execute(requests_view_sql(grade_columns))
+
+    # --- export ---------------------------------------------------------------------------------
+
+    def export_tables(self, run_id: str) -> dict[str, list[dict[str, Any]]]:
+        self.require_run(run_id)
+        return {name: list(self.db.query(sql, [run_id])) for name, sql in EXPORTS.items()}
+
+    def close(self) -> None:
+        self.db.conn.close()
+
+
+def _check_is_ledger(db: Database, path: Path) -> None:
+    tables = set(db.table_names())
+    if not tables:
+        return  # a blank database: migrations will make it a ledger
+    if "_sqlite_migrations" not in tables or not db.execute(
+        "select count(*) from _sqlite_migrations where migration_set = ?", [MIGRATION_SET]
+    ).fetchone()[0]:
+        raise LedgerError(f"{path}: not an evalkit ledger (it has tables but no evalkit migrations)")
+    known = set(MIGRATION_NAMES)
+    applied = {m.name for m in migrations.applied(db)}
+    newer = sorted(applied - known)
+    if newer:
+        raise LedgerError(
+            f"{path}: ledger was written by a newer evalkit (unknown migrations: {', '.join(newer)}); upgrade evalkit"
+        )
+
+
+def open_ledger(path: str | Path, *, create: bool = True) -> Ledger:
+    """Open a ledger, migrate it to the current schema, and return it (WAL mode)."""
+    p = Path(path)
+    if not create and not p.exists():
+        raise LedgerError(f"{p}: ledger not found (run `evalkit run` first, or pass --ledger)")
+    if p.parent and not p.parent.exists():
+        p.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        conn = sqlite3.connect(str(p), timeout=30)
+        db = Database(conn)
+        db.execute("select count(*) from sqlite_master").fetchone()
+    except sqlite3.DatabaseError as e:
+        raise LedgerError(f"{p}: not a SQLite database ({e})") from None
+    _check_is_ledger(db, p)
+    # WAL: a reader (Datasette, report) never blocks the writer; each row is its own transaction.
+    db.execute("pragma journal_mode=wal")
+    db.execute("pragma synchronous=normal")
+    migrations.apply(db)
+    return Ledger(db, p)

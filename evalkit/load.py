@@ -1,0 +1,188 @@
+"""Load planning: what is sent, in which order, under which pattern. No I/O here.
+
+- sequential: one request at a time (the interactive setting of the study);
+- concurrency N: closed loop, N requests in flight, the next one sent when one finishes;
+- rate R: open loop, arrivals scheduled from a seeded Poisson (or constant) process at R/s,
+  whatever the server does; in flight is uncapped unless `max_concurrency` is set, and any time
+  a cap held a request back is measured (`client_wait_ms`);
+- sweep: closed-loop concurrency levels, stopping at the first saturated level.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .dataset import Case, Message
+from .errors import UsageError
+from .matrix import Matrix
+from .stats import percentile
+
+Mode = Literal["sequential", "concurrency", "rate"]
+Arrival = Literal["poisson", "constant"]
+
+
+@dataclass
+class LoadSpec:
+    """How requests are sent. ``sequential`` is the interactive setting of the study."""
+
+    mode: Mode = "sequential"
+    concurrency: int = 1
+    rate: float | None = None  # requests/s (open loop)
+    arrival: Arrival = "poisson"  # rate mode: exponential gaps (seeded) or a constant 1/rate
+    max_concurrency: int | None = None  # rate mode: cap on requests in flight (None = uncapped)
+    sweep: list[int] = field(default_factory=list)  # concurrency levels, stop at saturation
+    stop_kv: float = 0.9  # saturation: peak KV-cache use at or above this fraction
+    stop_on_preemption: bool = True
+    slo_ttft_ms: float | None = None  # saturation / goodput SLOs
+    slo_tpot_ms: float | None = None
+    slo_e2e_ms: float | None = None
+    interleave: bool = False  # bring all variants up at once and alternate A B A B ...
+    seed: int = 0
+
+    @classmethod
+    def from_options(cls, *, mode: str | None = None, concurrency: int | None = None, rate: float | None = None,
+                     arrival: str | None = None, max_concurrency: int | None = None, sweep: list[int] | None = None,
+                     stop_kv: float = 0.9, slo: dict[str, float] | None = None, interleave: bool = False,
+                     seed: int = 0) -> LoadSpec:
+        """One LoadSpec from the command line's options, refusing combinations that contradict
+        each other (the rules live here, not in the CLI)."""
+        if rate is not None and rate <= 0:
+            raise UsageError("--rate must be a positive number of requests per second")
+        inferred: Mode = "rate" if rate is not None else "concurrency" if (concurrency or 1) > 1 else "sequential"
+        if mode and mode != inferred and not (mode == "concurrency" and concurrency is None and rate is None):
+            raise UsageError(f"--mode {mode} conflicts with "
+                             + (f"--rate {rate:g}" if rate is not None else f"--concurrency {concurrency or 1}"))
+        if rate is not None and concurrency is not None:
+            raise UsageError("--concurrency is closed-loop; an open-loop --rate takes --max-concurrency N to cap "
+                             "requests in flight")
+        if rate is None and (arrival is not None or max_concurrency is not None):
+            raise UsageError("--arrival and --max-concurrency shape open-loop arrivals: use them with --rate")
+        levels = list(sweep or [])
+        if levels and (rate is not None or concurrency):
+            raise UsageError("--sweep sets the concurrency levels itself: drop --rate/--concurrency")
+        if interleave and (levels or rate is not None or (concurrency or 1) > 1):
+            raise UsageError("--interleave alternates variants one request at a time: use it with sequential mode")
+        slo = slo or {}
+        spec = cls(mode=mode or inferred, concurrency=concurrency or 1, rate=rate,
+                   arrival=arrival or "poisson",  # type: ignore[arg-type]
+                   max_concurrency=max_concurrency, sweep=levels, stop_kv=stop_kv,
+                   slo_ttft_ms=slo.get("ttft"), slo_tpot_ms=slo.get("tpot"), slo_e2e_ms=slo.get("e2e"),
+                   interleave=interleave, seed=seed)
+        spec.validate()
+        return spec
+
+    def validate(self) -> None:
+        if self.mode == "rate" and (self.rate is None or self.rate <= 0):
+            raise UsageError("--rate must be a positive number of requests per second")
+        if self.concurrency < 1:
+            raise UsageError("--concurrency must be at least 1")
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise UsageError("--max-concurrency must be at least 1")
+        if self.arrival not in ("poisson", "constant"):
+            raise UsageError(f"--arrival must be poisson or constant, not {self.arrival!r}")
+        if any(c < 1 for c in self.sweep):
+            raise UsageError("--sweep levels must be positive integers")
+        if self.sweep and self.mode == "rate":
+            raise UsageError("--sweep and --rate are mutually exclusive")
+        if not 0 < self.stop_kv <= 1:
+            raise UsageError("--stop-kv must be a fraction in (0, 1]")
+
+    @property
+    def concurrent(self) -> bool:
+        return self.mode != "sequential" or bool(self.sweep)
+
+    def phases(self) -> list[tuple[str, int]]:
+        """(phase name, closed-loop concurrency) in order: one per sweep level, else one."""
+        if self.sweep:
+            return [(f"c={c}", c) for c in self.sweep]
+        return [("main", self.concurrency if self.mode == "concurrency" else 1)]
+
+
+def arrival_offsets(n: int, rate: float, arrival: Arrival, seed: int) -> list[float]:
+    """Scheduled send times in seconds from the start of the load, for n requests at `rate`/s.
+    Poisson: exponential gaps from a seeded generator (the same seed gives the same schedule)."""
+    rng = random.Random(seed)
+    t, out = 0.0, []
+    for _ in range(n):
+        out.append(t)
+        t += rng.expovariate(rate) if arrival == "poisson" else 1.0 / rate
+    return out
+
+
+@dataclass
+class WorkItem:
+    variant: str
+    case: Case
+    repeat: int
+    warmup: bool
+    phase: str = "main"
+    concurrency: int = 1
+    replica: int | None = None
+
+
+WARMUP_PROMPT = ("This is a warm-up request, not part of the benchmark. Write one short, friendly sentence "
+                 "inviting a colleague to a coffee chat next week.")
+# Filler for the long warm-up: prefill is timed at two prompt lengths so the run's duration can
+# be estimated before the measured requests (evalkit.estimate). It shares nothing with the cases.
+WARMUP_FILLER = ("Background for the warm-up only: the office kitchen has a new kettle, the plants on the third "
+                 "floor are watered on Mondays, and the library corner now has two more armchairs. ") * 28
+
+
+def warmup_cases(cases: list[Case], n: int, structured: bool) -> list[Case]:
+    """Warm-up requests that share no prompt with the measured cases (so no measured request
+    finds its prefix already cached) and, with structured output, one per schema in use (so
+    the grammar is compiled before measuring)."""
+    if n <= 0 or not cases:
+        return []
+    schemas = list(dict.fromkeys(c.schema_name for c in cases)) if structured else [cases[0].schema_name]
+    out = []
+    for i in range(max(n, len(schemas) if structured else n)):
+        base = next(c for c in cases if c.schema_name == schemas[i % len(schemas)])
+        long = i % 2 == 1  # every second warm-up is long: two prompt lengths to time prefill at
+        out.append(base.model_copy(update={
+            "id": f"_warmup-{i}{'-long' if long else ''}-{base.schema_name}",
+            "messages": [Message(role="user", content=(WARMUP_FILLER if long else "") + f"{WARMUP_PROMPT} ({i})")],
+        }))
+    return out
+
+
+def build_plan(matrix: Matrix, variants: list[str], cases: list[Case], repeats: int, load: LoadSpec,
+               phase: str = "main", concurrency: int = 1, warmup: bool = True) -> list[WorkItem]:
+    items: list[WorkItem] = []
+    gen = matrix.generation
+    warm = warmup_cases(cases, gen.warmup, gen.structured_output) if warmup else []
+    for v in variants:
+        items += [WorkItem(v, c, 0, True, phase, concurrency) for c in warm]
+
+    def n_rep(v: str) -> int:
+        # the baseline is sent more often: its extra repeats are drift's noise floor
+        return max(repeats, gen.baseline_repeats) if v == matrix.baseline else repeats
+
+    top = max(n_rep(v) for v in variants)
+    main = [(rep, c) for rep in range(top) for c in cases]
+    if load.interleave and len(variants) > 1:
+        rng = random.Random(load.seed)
+        for rep, c in main:
+            order = [v for v in variants if rep < n_rep(v)]
+            rng.shuffle(order)  # randomised within each case, so neither variant always goes first
+            items += [WorkItem(v, c, rep, False, phase, concurrency) for v in order]
+    else:
+        for v in variants:
+            items += [WorkItem(v, c, rep, False, phase, concurrency) for rep, c in main if rep < n_rep(v)]
+    return items
+
+
+def saturation_reason(rows: list[dict[str, Any]], load: LoadSpec) -> str | None:
+    """Why a sweep level counts as saturated (KV, preemptions or an SLO), or None."""
+    kv = [r["srv_kv_cache_usage_peak"] for r in rows if r["srv_kv_cache_usage_peak"] is not None]
+    if kv and max(kv) >= load.stop_kv:
+        return f"KV-cache use peaked at {max(kv):.1%} (>= {load.stop_kv:.0%})"
+    if load.stop_on_preemption and sum(r["srv_preemptions"] or 0 for r in rows) > 0:
+        return f"{sum(r['srv_preemptions'] or 0 for r in rows):.0f} preemptions observed"
+    for key, slo in (("ttft_ms", load.slo_ttft_ms), ("tpot_ms", load.slo_tpot_ms), ("e2e_ms", load.slo_e2e_ms)):
+        p99 = percentile([r[key] for r in rows if r[key] is not None], 99)
+        if slo is not None and p99 is not None and p99 > slo:
+            return f"{key.removesuffix('_ms')} p99 {p99:.0f} ms > SLO {slo:.0f} ms"
+    return None

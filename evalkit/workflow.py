@@ -1,0 +1,25 @@
+"""The whole job, as the CLI's `run` does it: run the matrix, then grade what it produced.
+Kept out of the CLI so that other front ends (a notebook, Ray) do the same thing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .dataset import Case
+from .grading import GraderContext, default_names, grade_run, make_graders
+from .ledger import Ledger
+from .load import LoadSpec
+from .matrix import Matrix
+from .runner import Reporter, RunSummary, run_matrix
+
+
+def run_and_grade(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: Path, *, repeats: int = 1,
+                  seed: int = 0, load: LoadSpec | None = None, reporter: Reporter | None = None,
+                  resume_run: str | None = None, grade: bool = True) -> tuple[RunSummary, int]:
+    """Returns the run's summary and the number of grades added (0 with grade=False)."""
+    summary = run_matrix(ledger, matrix, cases, dataset_path, repeats=repeats, seed=seed, load=load,
+                         reporter=reporter, resume_run=resume_run)
+    if not grade:
+        return summary, 0
+    graders = make_graders(default_names(with_judge=matrix.judge is not None), GraderContext(judge=matrix.judge))
+    return summary, grade_run(ledger, summary.run_id, graders)
