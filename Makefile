@@ -44,7 +44,7 @@ run: setup quant-env
 	$(VENV)/bin/evalkit run --limit $(LIMIT) --ledger $(LEDGER)
 
 test: setup quant-env browser
-	$(VENV)/bin/ruff check evalkit tests benchmarks cli.py data metrics
+	$(VENV)/bin/ruff check evalkit tests benchmarks cli.py data evaluate_modules
 	$(PY) -m pytest -q
 
 test-fast: setup browser
@@ -56,7 +56,7 @@ bench: setup quant-env
 	$(PY) benchmarks/grading_throughput.py
 
 lint: setup
-	$(VENV)/bin/ruff check evalkit tests benchmarks cli.py data metrics
+	$(VENV)/bin/ruff check evalkit tests benchmarks cli.py data evaluate_modules
 
 clean:
 	rm -rf $(VENV) $(QVENV) *.egg-info

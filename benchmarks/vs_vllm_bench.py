@@ -102,8 +102,7 @@ def main() -> int:
             db = open_ledger(work / f"ledger{r}.db")
             t0 = time.monotonic()
             s = run_matrix(db, matrix, load_cases(work / "cases.jsonl"), work / "cases.jsonl")
-            got = list(db.query("select ttft_ms, e2e_ms, first_chunk_ms, srv_ttft_ms from requests "
-                                "where run_id = ? and is_warmup = 0 and error_class is null", [s.run_id]))
+            got = db.measured_requests(s.run_id, ok_only=True)
             ev_ttft += [x["ttft_ms"] for x in got]
             ev_e2e += [x["e2e_ms"] for x in got]
             ev_first += [x["first_chunk_ms"] for x in got]

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from evalkit.cli import cli
 from evalkit.ledger import open_ledger
 from evalkit.paths import default_dataset_path
 from evalkit.stub_server import StubConfig, StubServer
@@ -66,3 +67,13 @@ def shipped_rows() -> list[dict]:
 @pytest.fixture
 def db(ledger_path: Path):
     return open_ledger(ledger_path)
+
+
+@pytest.fixture
+def stub_ledger(runner, stub_pair, endpoint_matrix, tmp_path) -> Path:
+    a, b = stub_pair
+    ledger = tmp_path / "l.db"
+    r = runner.invoke(cli, ["run", "--matrix", str(endpoint_matrix(a.base_url, b.base_url, baseline_repeats=2)),
+                            "--limit", "6", "--ledger", str(ledger), "-q"])
+    assert r.exit_code == 0, r.output
+    return ledger

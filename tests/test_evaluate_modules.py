@@ -33,3 +33,30 @@ def test_drift_metric():
                                       references=["I build payment systems.", "The committee met on Tuesday."])
     assert r["cosine"][0] == pytest.approx(1.0, abs=1e-4) and r["cosine"][1] < 0.5
     assert 0 < r["drift_mean"] < 1
+
+
+def test_modules_and_graders_agree_on_the_same_inputs():
+    """The evaluate modules wrap the graders, so both give the same answer for every input."""
+    from evalkit.grading import GradedRequest, make_graders
+    from evalkit.grading.base import bare_case
+    from evalkit.grading.embeddings import cosine, embed
+    from evalkit.grading.text import prose
+    from evalkit.paths import rubrics_dir
+
+    rows = [json.loads(x) for x in (rubrics_dir() / "formality_calibration.jsonl").read_text().splitlines()[:30]]
+    texts, levels = [r["text"] for r in rows], [r["level"] for r in rows]
+    module = load("evalkit_formality").compute(predictions=texts, references=levels)
+    (formality,) = make_graders(["formality"])
+    direct = [int(formality.grade(GradedRequest(0, "v", t, None, bare_case(formality=lv))).value)
+              for t, lv in zip(texts, levels, strict=True)]
+    assert module["predicted_levels"] == direct
+
+    outputs = [json.dumps({"subject": "Hello there", "body": "x" * 50, "sign_off": "Best, M"}), "{", texts[0]]
+    module = load("evalkit_schema").compute(predictions=outputs, references=["outreach_email"] * 3)
+    (schema,) = make_graders(["schema"])
+    assert module["passed"] == [bool(schema.grade(GradedRequest(0, "v", o, None, bare_case())).passed) for o in outputs]
+
+    a, b = texts[:5], texts[5:10]
+    module = load("evalkit_drift").compute(predictions=a, references=b)
+    va, vb = embed([prose(x) for x in a]), embed([prose(x) for x in b])
+    assert module["cosine"] == pytest.approx([cosine(x, y) for x, y in zip(va, vb, strict=True)], abs=1e-5)

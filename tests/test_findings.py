@@ -86,16 +86,6 @@ def test_recommend_uses_intervals():
         parse_slo_targets("latency=5")
 
 
-@pytest.fixture
-def stub_ledger(runner, stub_pair, endpoint_matrix, tmp_path) -> Path:
-    a, b = stub_pair
-    ledger = tmp_path / "l.db"
-    r = runner.invoke(cli, ["run", "--matrix", str(endpoint_matrix(a.base_url, b.base_url, baseline_repeats=2)),
-                            "--limit", "6", "--ledger", str(ledger), "-q"])
-    assert r.exit_code == 0, r.output
-    return ledger
-
-
 def test_report_findings_cli(runner, stub_ledger):
     r = runner.invoke(cli, ["report", "--ledger", str(stub_ledger), "--by", "complexity,task"])
     assert r.exit_code == 0, r.output

@@ -1,13 +1,20 @@
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
 import pytest
 
+from evalkit.cli import cli
 from evalkit.errors import LedgerError
-from evalkit.ledger import open_ledger
-from evalkit.ledger import MIGRATION_NAMES, migrations
+from evalkit.ledger import MIGRATION_NAMES, migrations, open_ledger
+from evalkit.paths import default_dataset_path
+from evalkit.stub_server import StubConfig, StubServer
+
+# Written by evalkit before the ledger package (migrations m001-m004): one complete run of 3 cases
+# with grades, and one run of 2 cases marked interrupted with its last 2 measured requests missing.
+LEGACY = Path(__file__).parent / "fixtures" / "ledger_m004.db"
 
 
 def test_blank_db_migrates_to_current_columns(tmp_path: Path):
@@ -20,7 +27,13 @@ def test_blank_db_migrates_to_current_columns(tmp_path: Path):
     assert set(db["grades"].columns_dict) >= {"request_id", "grader", "grader_version", "value", "passed",
                                               "explanation", "detail_json"}
     assert set(db["variants"].columns_dict) >= {"server_args_json", "engine_version", "endpoint_url", "log_tail"}
-    assert set(db["runs"].columns_dict) >= {"matrix_json", "dataset_hash", "evalkit_version", "host"}
+    assert set(db["runs"].columns_dict) >= {"matrix_json", "dataset_hash", "evalkit_version", "host", "host_id"}
+    assert set(db["hosts"].columns_dict) >= {"cpu_model", "cores", "memory_gib", "isa_json", "cpu_class", "gpu_json",
+                                             "torch_version", "vllm_version", "evalkit_version", "os"}
+    assert req >= {"replica", "scheduled_ms", "sent_ms", "client_wait_ms", "ttft_from_schedule_ms"}
+    assert set(db["variants"].columns_dict) >= {"dtype", "dtype_reason", "cost_json"}
+    view = set(db["requests_joined"].columns_dict)
+    assert view >= {"schema_passed", "persona_score", "formality_predicted", "drift_cosine", "ttft_from_schedule_ms"}
     assert db.execute("pragma journal_mode").fetchone()[0] == "wal"
     applied = [m.name for m in migrations.applied(db)]
     assert applied == MIGRATION_NAMES
@@ -59,3 +72,36 @@ def test_newer_schema_is_refused(tmp_path: Path):
 def test_missing_ledger_when_not_creating(tmp_path: Path):
     with pytest.raises(LedgerError, match="ledger not found"):
         open_ledger(tmp_path / "nope.db", create=False)
+
+
+def test_ledger_from_before_the_ledger_package_opens_reports_and_resumes(tmp_path: Path, runner):
+    p = tmp_path / "old.db"
+    p.write_bytes(LEGACY.read_bytes())
+    ledger = open_ledger(p)
+    assert [m.name for m in migrations.applied(ledger.db)] == MIGRATION_NAMES  # m005+ applied on open
+    old_run, cut_run = ledger.run_ids()
+    assert ledger.require_run(old_run)["host_id"] is None  # hosts were not recorded then
+
+    r = runner.invoke(cli, ["report", "--json", "--run", old_run, "--ledger", str(p)])
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.output)
+    base = next(x for x in rep["rows"] if x["variant"] == "base" and x["complexity"] == "all")
+    assert base["n"] == 6 and base["schema_pass_pct"] == 100.0 and rep["host"] is None
+    assert {"schema", "persona", "formality", "drift"} <= set(rep["graders"])
+    assert "host: not recorded" in runner.invoke(cli, ["report", "--run", old_run, "--ledger", str(p)]).output
+
+    # resume the cut run against live stubs (its stored endpoints are long gone) and the shipped data
+    before = ledger.done_keys(cut_run)
+    with StubServer(StubConfig(ttft_ms=5, itl_ms=1)) as a, StubServer(StubConfig(ttft_ms=25, itl_ms=1)) as b:
+        m = json.loads(ledger.require_run(cut_run)["matrix_json"])
+        for v, s in zip(m["variants"], (a, b), strict=True):
+            v["endpoint"] = s.base_url
+        ledger.update_run(cut_run, {"matrix_json": json.dumps(m), "dataset_path": str(default_dataset_path())})
+        r = runner.invoke(cli, ["run", "--resume", cut_run, "--ledger", str(p), "-q"])
+    assert r.exit_code == 0, r.output
+    assert "2 already" not in r.output and "skipped" in r.output
+    after = ledger.done_keys(cut_run)
+    assert len(after) == len(before) + 2  # exactly the two missing requests
+    finals = ledger.measured_requests(cut_run)
+    keys = [(x["variant"], x["case_id"], x["repeat"], x["phase"]) for x in finals]
+    assert len(keys) == len(set(keys))  # no duplicates

@@ -90,3 +90,15 @@ class Grader:
 def pass_pct(grades: list[dict[str, Any]]) -> float | None:
     passed = [g["passed"] for g in grades if g["passed"] is not None]
     return 100.0 * sum(passed) / len(passed) if passed else None
+
+
+def bare_case(case_id: str = "case", *, formality: int = 3, schema: str = "outreach_email",
+              task: str = "cold_outreach") -> Case:
+    """A case with only what text-only graders read (formality level, schema name): how the
+    `evaluate` modules hand plain texts to the real graders."""
+    return Case.model_validate({
+        "id": case_id, "task": task, "persona": "unspecified", "candidate": "unspecified", "complexity": "short",
+        "formality": formality, "schema": schema,
+        "context_keys": {"company": "-", "role": "-", "skills": ["-"]},
+        "messages": [{"role": "user", "content": "-"}],
+    })

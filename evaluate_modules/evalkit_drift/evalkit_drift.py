@@ -1,15 +1,15 @@
-"""evalkit's semantic drift as an `evaluate` metric: cosine of all-MiniLM-L6-v2 embeddings and ROUGE-L
+"""evalkit's drift grader as an `evaluate` metric: cosine of all-MiniLM-L6-v2 embeddings and ROUGE-L
 between each prediction and its reference (e.g. a quantized model's output vs the baseline's).
+It wraps the grader itself (each pair is one case: the reference as the baseline's output).
 
-    evaluate.load("metrics/evalkit_drift").compute(predictions=[...], references=[...])
+    evaluate.load("evaluate_modules/evalkit_drift").compute(predictions=[...], references=[...])
 """
 
 import datasets
 import evaluate
 
-from evalkit.grading.drift import rouge_l
-from evalkit.grading.embeddings import cosine, embed
-from evalkit.grading.text import prose
+from evalkit.grading import GradedRequest, make_graders
+from evalkit.grading.base import bare_case
 
 
 class EvalkitDrift(evaluate.Metric):
@@ -21,11 +21,16 @@ class EvalkitDrift(evaluate.Metric):
         )
 
     def _compute(self, predictions, references):
-        p = [prose(x) for x in predictions]
-        r = [prose(x) for x in references]
-        vp, vr = embed(p), embed(r)
-        cos = [cosine(a, b) for a, b in zip(vp, vr, strict=True)]
-        rl = [rouge_l(a, b) for a, b in zip(p, r, strict=True)]
+        (grader,) = make_graders(["drift"])
+        items, repeats = [], {}
+        for k, (p, r) in enumerate(zip(predictions, references, strict=True)):
+            case = bare_case(f"pair{k}")
+            items += [GradedRequest(2 * k, "reference", r, None, case), GradedRequest(2 * k + 1, "prediction", p, None, case)]
+            repeats[2 * k] = repeats[2 * k + 1] = 0
+        scores = grader.grade_run(items, repeats, "reference")
+        got = [scores[2 * k + 1] for k in range(len(predictions))]
+        cos = [s.detail["cosine"] for s in got]
+        rl = [s.detail["rouge_l"] for s in got]
         n = len(cos) or 1
         return {"cosine_mean": sum(cos) / n, "drift_mean": 1 - sum(cos) / n, "rouge_l_mean": sum(rl) / n,
                 "cosine": cos}

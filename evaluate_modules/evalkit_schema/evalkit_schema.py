@@ -1,15 +1,14 @@
-"""evalkit's JSON Schema adherence as an `evaluate` metric: references name schemas in rubrics/schemas.
+"""evalkit's JSON Schema grader as an `evaluate` metric: references name schemas in rubrics/schemas.
+It wraps the grader itself, so the two can never disagree.
 
-    evaluate.load("metrics/evalkit_schema").compute(predictions=['{"subject": ...}'], references=["outreach_email"])
+    evaluate.load("evaluate_modules/evalkit_schema").compute(predictions=['{"subject": ...}'], references=["outreach_email"])
 """
-
-import json
 
 import datasets
 import evaluate
-from jsonschema import Draft202012Validator
 
-from evalkit.output_schemas import load_schema
+from evalkit.grading import GradedRequest, make_graders
+from evalkit.grading.base import bare_case
 
 
 class EvalkitSchema(evaluate.Metric):
@@ -21,12 +20,8 @@ class EvalkitSchema(evaluate.Metric):
         )
 
     def _compute(self, predictions, references):
-        ok = []
-        for text, name in zip(predictions, references, strict=True):
-            try:
-                obj = json.loads(text)
-            except ValueError:
-                ok.append(False)
-                continue
-            ok.append(not any(Draft202012Validator(load_schema(name)).iter_errors(obj)))
+        (grader,) = make_graders(["schema"])
+        items = [GradedRequest(i, "prediction", text, None, bare_case(f"c{i}", schema=name))
+                 for i, (text, name) in enumerate(zip(predictions, references, strict=True))]
+        ok = [bool(s.passed) for s in grader.grade_batch(items)]
         return {"schema_pass_rate": sum(ok) / (len(ok) or 1), "passed": ok}

@@ -1,0 +1,81 @@
+"""A grader from another installed package (entry point `evalkit.graders`) shows up in the
+report, the HTML, Datasette's view and the dataset card with no edit to evalkit."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from evalkit.cli import cli
+from evalkit.grading import registry
+
+PLUGIN = Path(__file__).parent / "plugins" / "evalkit-wordcount"
+
+
+@pytest.fixture(scope="module")
+def plugin_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """pip-installs the test plugin into its own folder and puts that folder on sys.path."""
+    site = tmp_path_factory.mktemp("site")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--no-index", "--target", str(site), str(PLUGIN)], check=True)
+    sys.path.insert(0, str(site))
+    registry.available.cache_clear()
+    yield site
+    sys.path.remove(str(site))
+    sys.modules.pop("evalkit_wordcount", None)
+    registry.available.cache_clear()
+
+
+def test_plugin_is_registered(plugin_site, runner):
+    assert "wordcount" in registry.available()
+    assert "wordcount" not in registry.default_names()  # it declared default = False
+    r = runner.invoke(cli, ["graders", "list"])
+    assert r.exit_code == 0 and "wordcount v1 (request)" in r.output and "schema v1 (request, default)" in r.output
+
+
+def test_plugin_grades_reach_report_html_datasette_and_card(plugin_site, runner, stub_ledger, tmp_path):
+    r = runner.invoke(cli, ["grade", "--grader", "wordcount", "--ledger", str(stub_ledger)])
+    assert r.exit_code == 0 and "new grades" in r.output, r.output
+    rep = json.loads(runner.invoke(cli, ["report", "--json", "--ledger", str(stub_ledger)]).output)
+    assert "wordcount" in rep["graders"]
+    row = next(x for x in rep["rows"] if x["variant"] == "base" and x["complexity"] == "all")
+    assert row["wordcount_mean"] > 0 and row["wordcount_short_pct"] is not None
+    md = runner.invoke(cli, ["report", "--markdown", "--ledger", str(stub_ledger)]).output
+    assert "| words |" in md and "≤120 words %" in md
+
+    html = tmp_path / "r.html"
+    assert runner.invoke(cli, ["report", "--html", str(html), "--ledger", str(stub_ledger)]).exit_code == 0
+    assert "≤120 words %" in html.read_text(encoding="utf-8")
+
+    out = tmp_path / "ds"
+    assert runner.invoke(cli, ["publish", "--out", str(out), "--ledger", str(stub_ledger)]).exit_code == 0
+    assert "≤120 words %" in (out / "README.md").read_text(encoding="utf-8")
+
+    from evalkit.browse import browse
+    from evalkit.ledger import open_ledger
+
+    from .test_findings import _free_port
+
+    port = _free_port()
+    p = browse(open_ledger(stub_ledger), stub_ledger, "127.0.0.1", port, meta_dir=tmp_path, wait=False)
+    try:
+        base = f"http://127.0.0.1:{port}/{stub_ledger.stem}"
+        for _ in range(100):
+            try:
+                with urllib.request.urlopen(base + "/requests_joined.json?_shape=array&_size=50", timeout=2) as resp:
+                    rows = json.loads(resp.read())
+                break
+            except OSError:
+                time.sleep(0.2)
+        assert rows and all("word_count" in x for x in rows)
+        assert any(x["word_count"] for x in rows if x["is_warmup"] == 0)
+    finally:
+        p.terminate()
+        p.wait(timeout=10)
