@@ -7,7 +7,7 @@ QVENV := .venv-quant
 PY := $(VENV)/bin/python
 # EXTRA=gpu on a CUDA host (regular vllm); the default is the CPU build of vLLM.
 EXTRA ?= cpu
-LIMIT ?= 24
+LIMIT ?= 12
 LEDGER ?= evalkit.db
 
 .PHONY: setup quant-env browser run test test-fast lint bench clean

@@ -138,6 +138,14 @@ def _print_report(report: dict[str, Any]) -> None:
         for row in body:
             t.add_row(*row)
         console.print(t)
+    for a in report.get("arrivals", []):
+        click.echo(f"arrivals {a['variant']} {a['phase']}: {a['arrival']} at {a['requested_rps']:g}/s requested, "
+                   f"{a['achieved_rps'] or 0:.2f}/s achieved over {a['n']} requests; send lag p50/p99/max "
+                   f"{a['lag_p50_ms']:,.1f}/{a['lag_p99_ms']:,.1f}/{a['lag_max_ms']:,.1f} ms; "
+                   f"max in flight {a['max_in_flight']}"
+                   + (f" (cap {a['max_concurrency']})" if a["max_concurrency"] else " (uncapped)"))
+        if a["warning"]:
+            click.echo(f"warning: {a['variant']}: {a['warning']}")
     for v in report["variants"]:
         if v["status"] != "complete":
             click.echo(f"variant {v['name']}: {v['status']}: {v['error'] or ''}")

@@ -54,6 +54,8 @@ def estimate_variant(warm_rows: list[dict[str, Any]], warm: list[WorkItem], main
     ok = [r for r in warm_rows if r["error_class"] is None and r["ttft_ms"] is not None and r["prompt_tokens"]]
     if not ok or not main:
         return None
+    # the timing probes come after the grammars are compiled; the first warm-ups pay for that
+    ok = [r for r in ok if "-probe-" in r["case_id"]] or ok
     chars = {it.case.id: _chars(it) for it in warm}
     # tokens per character of this model's tokenizer (chat template included), from the warm-ups
     tok_per_char = mean([r["prompt_tokens"] / chars[r["case_id"]] for r in ok if chars.get(r["case_id"])]) or 0.25

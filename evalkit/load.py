@@ -132,18 +132,23 @@ WARMUP_FILLER = ("Background for the warm-up only: the office kitchen has a new 
 
 def warmup_cases(cases: list[Case], n: int, structured: bool) -> list[Case]:
     """Warm-up requests that share no prompt with the measured cases (so no measured request
-    finds its prefix already cached) and, with structured output, one per schema in use (so
-    the grammar is compiled before measuring)."""
+    finds its prefix already cached): first, with structured output, one per schema in use (so
+    each grammar is compiled before measuring); then two timing probes, a short and a long
+    prompt, whose prefill and decode times estimate the run's duration (`evalkit.estimate`)."""
     if n <= 0 or not cases:
         return []
     schemas = list(dict.fromkeys(c.schema_name for c in cases)) if structured else [cases[0].schema_name]
     out = []
     for i in range(max(n, len(schemas) if structured else n)):
         base = next(c for c in cases if c.schema_name == schemas[i % len(schemas)])
-        long = i % 2 == 1  # every second warm-up is long: two prompt lengths to time prefill at
         out.append(base.model_copy(update={
-            "id": f"_warmup-{i}{'-long' if long else ''}-{base.schema_name}",
-            "messages": [Message(role="user", content=(WARMUP_FILLER if long else "") + f"{WARMUP_PROMPT} ({i})")],
+            "id": f"_warmup-{i}-{base.schema_name}",
+            "messages": [Message(role="user", content=f"{WARMUP_PROMPT} ({i})")],
+        }))
+    for kind, filler in (("short", ""), ("long", WARMUP_FILLER)):
+        out.append(cases[0].model_copy(update={
+            "id": f"_warmup-probe-{kind}-{cases[0].schema_name}",
+            "messages": [Message(role="user", content=f"{filler}{WARMUP_PROMPT} (timing probe, {kind})")],
         }))
     return out
 

@@ -26,6 +26,7 @@ class Generation(BaseModel):
     seed: int = 1234
     structured_output: bool = True
     warmup: int = Field(1, ge=0, description="requests sent first, stored flagged, excluded from stats")
+    warmup_max_tokens: int = Field(16, ge=2, description="output tokens of a warm-up (enough to time decode)")
     baseline_repeats: int = Field(
         2, ge=1, description="times the baseline is sent per case: repeats beyond the first are drift's noise floor")
     timeout_s: float = Field(600.0, gt=0)

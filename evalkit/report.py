@@ -56,6 +56,13 @@ def _slice_stats(rows: list[dict[str, Any]], slo: dict[str, float]) -> dict[str,
         "tpot_p50_ms": percentile([r["tpot_ms"] for r in ok if r["tpot_ms"] is not None], 50),
         "itl_p50_ms": percentile([r["itl_mean_ms"] for r in ok if r["itl_mean_ms"] is not None], 50),
         "goodput_pct": 100.0 * sum(_meets(r, slo) for r in rows) / len(rows) if slo and rows else None,
+        # open loop: TTFT as a user of the schedule feels it (from the scheduled arrival), and the
+        # time a client-side cap held requests back (docs/metrics.md)
+        "ttft_sched_p50_ms": percentile([r["ttft_from_schedule_ms"] for r in ok
+                                         if r.get("ttft_from_schedule_ms") is not None], 50),
+        "ttft_sched_p99_ms": percentile([r["ttft_from_schedule_ms"] for r in ok
+                                         if r.get("ttft_from_schedule_ms") is not None], 99),
+        "client_wait_p99_ms": percentile([r["client_wait_ms"] for r in rows if r.get("client_wait_ms") is not None], 99),
         # what the server says happened (per-request histogram deltas or window means)
         "srv_queue_p50_ms": percentile([r["srv_queue_ms"] for r in ok if r["srv_queue_ms"] is not None], 50),
         "srv_prefill_p50_ms": percentile([r["srv_prefill_ms"] for r in ok if r["srv_prefill_ms"] is not None], 50),
@@ -112,10 +119,53 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
         "variants": [{k: v[k] for k in ("name", "is_baseline", "model", "engine", "engine_version", "quantization",
                                         "status", "error", "ready_s", "metrics_available")} for v in variants],
         "rows": table,
+        "arrivals": arrivals(rows, json.loads(run["load_json"] or "{}")),
         "graders": sorted({g for r in rows for g in r["grades"]}),
         "host": ledger.host(run.get("host_id")),
         "host_warning": hosts_differ(ledger.run_hosts(run["matrix_name"])),
     }
+
+
+def max_in_flight(intervals: list[tuple[float, float]]) -> int:
+    """The most requests open at once, from (send, end) times."""
+    events = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals], key=lambda e: (e[0], e[1]))
+    best = cur = 0
+    for _, d in events:
+        cur += d
+        best = max(best, cur)
+    return best
+
+
+def arrivals(rows: list[dict[str, Any]], load: dict[str, Any]) -> list[dict[str, Any]]:
+    """Open-loop runs: per variant and phase, the requested and achieved arrival rate, how far
+    sends fell behind the schedule (event-loop lateness plus any cap's wait), and the most
+    requests in flight. A warning when the client could not keep the schedule."""
+    if not load.get("rate"):
+        return []
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        if r.get("scheduled_ms") is not None and r.get("sent_ms") is not None:
+            groups[(r["variant"], r["phase"] or "main")].append(r)
+    out = []
+    for (variant, phase), rs in sorted(groups.items()):
+        sent = sorted(r["sent_ms"] for r in rs)
+        lag = [r["sent_ms"] - r["scheduled_ms"] for r in rs]
+        span_s = (sent[-1] - sent[0]) / 1000.0
+        achieved = (len(sent) - 1) / span_s if span_s > 0 else None
+        gap_ms = 1000.0 / load["rate"]
+        p99 = percentile(lag, 99) or 0.0
+        entry = {
+            "variant": variant, "phase": phase, "n": len(rs), "requested_rps": load["rate"],
+            "achieved_rps": achieved, "arrival": load.get("arrival", "poisson"),
+            "max_concurrency": load.get("max_concurrency"),
+            "lag_p50_ms": percentile(lag, 50), "lag_p99_ms": p99, "lag_max_ms": max(lag),
+            "max_in_flight": max_in_flight([(r["sent_ms"], r["sent_ms"] + (r["e2e_ms"] or 0.0)) for r in rs]),
+        }
+        entry["warning"] = (f"the client fell behind its schedule (send lag p99 {p99:,.0f} ms vs a mean gap of "
+                            f"{gap_ms:,.0f} ms): TTFT from the schedule includes that wait"
+                            if p99 > max(50.0, 0.1 * gap_ms) else None)
+        out.append(entry)
+    return out
 
 
 def _fmt(x: Any, digits: int = 0, signed: bool = False) -> str:
@@ -138,7 +188,8 @@ SERVER_COLUMNS = [
     ("srv_ttft_p50_ms", "server TTFT p50", 0), ("srv_queue_p50_ms", "queue p50", 0),
     ("srv_prefill_p50_ms", "prefill p50", 0), ("srv_decode_p50_ms", "decode p50", 0),
     ("tpot_p50_ms", "TPOT p50", 1), ("kv_peak_pct", "KV peak %", 1), ("preemptions", "preempt", 0),
-    ("goodput_pct", "goodput %", 0),
+    ("goodput_pct", "goodput %", 0), ("ttft_sched_p99_ms", "TTFT from schedule p99", 0),
+    ("client_wait_p99_ms", "client wait p99", 0),
 ]
 
 

@@ -43,6 +43,13 @@ class StubConfig:
     # vLLM-style server metrics of the stub's own (simulated) request phases
     hist: dict[str, list[float]] = field(default_factory=dict)
     running: int = 0
+    # simulated pressure: KV-cache use per running request, and preemptions once more than
+    # `preempt_over` requests run at once (one per request that starts above that line)
+    kv_per_request: float = 1 / 64
+    preempt_over: int | None = None
+    preemptions: int = 0
+    num_blocks: int = 1024
+    block_size: int = 16
 
 
 HISTS = ("time_to_first_token_seconds", "e2e_request_latency_seconds", "request_queue_time_seconds",
@@ -55,9 +62,10 @@ def metrics_text(cfg: StubConfig) -> str:
     lines = [
         f"vllm:num_requests_running{{{lab}}} {float(cfg.running)}",
         f"vllm:num_requests_waiting{{{lab}}} 0.0",
-        f"vllm:kv_cache_usage_perc{{{lab}}} {min(1.0, cfg.running / 64):.6f}",
-        f"vllm:num_preemptions_total{{{lab}}} 0.0",
-        f"vllm:cache_config_info{{block_size=\"16\",cache_dtype=\"auto\",{lab},num_gpu_blocks=\"1024\"}} 1.0",
+        f"vllm:kv_cache_usage_perc{{{lab}}} {min(1.0, cfg.running * cfg.kv_per_request):.6f}",
+        f"vllm:num_preemptions_total{{{lab}}} {float(cfg.preemptions)}",
+        f"vllm:cache_config_info{{block_size=\"{cfg.block_size}\",cache_dtype=\"auto\",{lab},"
+        f"num_gpu_blocks=\"{cfg.num_blocks}\"}} 1.0",
     ]
     for h in HISTS:
         xs = cfg.hist.get(h, [])
@@ -158,6 +166,8 @@ def make_app(cfg: StubConfig) -> web.Application:
         await resp.prepare(request)
         t0 = time.perf_counter()
         cfg.running += 1
+        if cfg.preempt_over is not None and cfg.running > cfg.preempt_over:
+            cfg.preemptions += 1
         try:
             return await _stream(request, resp, body, text, fault, n)
         finally:

@@ -28,9 +28,11 @@ def test_run_two_endpoints_writes_one_row_per_request(runner, stub_pair, endpoin
     assert "12 requests, 0 errors" in r.output
     db = Database(ledger_path)
     rows = list(db["requests"].rows)
-    # one warm-up per output schema in use (both tasks are in the subset), then the six cases
-    assert len(rows) == 2 * (6 + 2)
-    assert sum(x["is_warmup"] for x in rows) == 4
+    # one warm-up per output schema in use (both tasks are in the subset), two timing probes
+    # (short, long), then the six cases
+    assert len(rows) == 2 * (6 + 2 + 2)
+    assert sum(x["is_warmup"] for x in rows) == 8
+    assert sum("-probe-long-" in x["case_id"] for x in rows) == 2
     assert all(x["case_id"].startswith("_warmup-") for x in rows if x["is_warmup"])
     assert all(x["ttft_ms"] > 0 and x["e2e_ms"] >= x["ttft_ms"] and x["text"] for x in rows)
     assert all(x["completion_tokens"] > 0 and x["prompt_tokens"] > 0 for x in rows)
@@ -90,7 +92,7 @@ def test_unreachable_endpoint_is_a_one_line_runtime_error(runner, endpoint_matri
     db = Database(ledger_path)
     v = db["variants"].get(next(db["runs"].rows)["id"] + ":cand")
     assert v["status"] == "failed" and "unreachable" in v["error"]
-    assert db["requests"].count == 3  # the reachable variant still ran (1 warmup + 2)
+    assert db["requests"].count == 5  # the reachable variant still ran (1 warmup + 2 probes + 2)
 
 
 def test_bad_inputs_exit_2_with_one_line(runner, write, shipped_rows, tmp_path):
@@ -120,7 +122,7 @@ def test_validate_commands_on_shipped_files(runner):
     r = runner.invoke(cli, ["dataset", "validate"])
     assert r.exit_code == 0 and "144 cases OK" in r.output
     r = runner.invoke(cli, ["matrix", "validate"])
-    assert r.exit_code == 0 and "bf16 (baseline), w8a8" in r.output
+    assert r.exit_code == 0 and "base (baseline), w8a8" in r.output
 
 
 def test_ledger_path(runner, tmp_path: Path):

@@ -109,7 +109,7 @@ def test_server_that_fails_to_start_is_reported_and_others_still_run(runner, stu
     v = {x["name"]: x for x in db["variants"].rows}
     assert v["ok"]["status"] == "complete" and v["broken"]["status"] == "failed"
     assert "ValueError: no such model" in v["broken"]["log_tail"]
-    assert db["requests"].count == 3  # the healthy variant ran (1 warmup + 2)
+    assert db["requests"].count == 5  # the healthy variant ran (1 warmup + 2 timing probes + 2)
 
 
 def _run_faulty_stub(runner, endpoint_matrix, ledger_path, fault: str, limit: int, extra: str = ""):

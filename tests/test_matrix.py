@@ -9,10 +9,11 @@ from evalkit.matrix import load_matrix
 from evalkit.paths import PROJECT_DIR
 
 
-def test_default_matrix_is_bf16_vs_w8a8():
+def test_default_matrix_is_base_vs_w8a8_in_the_native_dtype():
     m = load_matrix()
-    assert m.baseline == "bf16"
-    assert [v.name for v in m.ordered_variants()] == ["bf16", "w8a8"]
+    assert m.baseline == "base"
+    assert [v.name for v in m.ordered_variants()] == ["base", "w8a8"]
+    assert all(v.dtype == "native" for v in m.variants)  # the dtype is a recorded fact, not the name
     assert all(v.launched and v.model and v.model.startswith("bundled:") for v in m.variants)
     assert m.generation.structured_output
 
