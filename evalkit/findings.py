@@ -268,18 +268,85 @@ def study_summary(ledger: Ledger, run_id: str, rows: list[dict[str, Any]], basel
     return out
 
 
+def load_levels(rows: list[dict[str, Any]], load: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per variant and load level (a sweep's phases, or the one phase): throughput over the level's
+    wall time, and whether the level met the run's SLOs (p99 of each at or under its limit, the
+    sweep's own rule)."""
+    slo = {k: load.get(f"slo_{k}_ms") for k in ("ttft", "tpot", "e2e") if load.get(f"slo_{k}_ms") is not None}
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        groups[(r["variant"], r["phase"] or "main")].append(r)
+    out = []
+    for (v, phase), rs in groups.items():
+        ok = [r for r in rs if r["error_class"] is None]
+        spans = [(r["mono_start_ms"], r["mono_start_ms"] + (r["e2e_ms"] or 0.0)) for r in rs
+                 if r["mono_start_ms"] is not None]
+        wall_s = (max(b for _, b in spans) - min(a for a, _ in spans)) / 1000.0 if spans else None
+        out_tok = sum(r["completion_tokens"] or 0 for r in ok)
+        in_tok = sum(r["prompt_tokens"] or 0 for r in ok)
+        p99 = {k: percentile([r[f"{k}_ms"] for r in ok if r[f"{k}_ms"] is not None], 99) for k in slo}
+        out.append({
+            "variant": v, "phase": phase, "concurrency": max((r["concurrency"] or 1) for r in rs), "n": len(rs),
+            "errors": len(rs) - len(ok), "wall_s": wall_s, "prompt_tokens": in_tok, "output_tokens": out_tok,
+            "output_tps": out_tok / wall_s if wall_s else None, "requests_per_s": len(ok) / wall_s if wall_s else None,
+            "meets_slo": (not (len(rs) - len(ok)) and all(p99[k] is not None and p99[k] <= slo[k] for k in slo))
+            if slo else None,
+            "goodput_pct": 100.0 * sum(r["error_class"] is None and all(
+                r[f"{k}_ms"] is not None and r[f"{k}_ms"] <= slo[k] for k in slo) for r in rs) / len(rs) if slo else None,
+        })
+    return sorted(out, key=lambda x: (x["variant"], x["concurrency"], x["phase"]))
+
+
+def cost(variants: list[dict[str, Any]], levels: list[dict[str, Any]], reference: dict[str, Any] | None
+         ) -> list[dict[str, Any]]:
+    """$ per million output tokens and per 1,000 requests at each measured load level, from the
+    variant's price per hour and the throughput it reached there (the machine is assumed busy at
+    that level), next to a hosted API's list price for the same tokens (break-even)."""
+    price = {v["name"]: json.loads(v["cost_json"])["usd_per_hour"] for v in variants if v.get("cost_json")}
+    out = []
+    for lv in levels:
+        usd_h = price.get(lv["variant"])
+        if usd_h is None or not lv["output_tps"] or not lv["requests_per_s"]:
+            continue
+        usd_s = usd_h / 3600.0
+        entry = {**{k: lv[k] for k in ("variant", "phase", "concurrency", "meets_slo", "output_tps", "requests_per_s")},
+                 "usd_per_hour": usd_h,
+                 "usd_per_m_output_tokens": usd_s / lv["output_tps"] * 1e6,
+                 "usd_per_1k_requests": usd_s / lv["requests_per_s"] * 1000.0}
+        if reference:
+            n_ok = lv["n"] - lv["errors"]
+            per_req = (lv["prompt_tokens"] * reference["usd_per_m_input"]
+                       + lv["output_tokens"] * reference["usd_per_m_output"]) / 1e6 / max(1, n_ok)
+            entry.update({"reference": reference["name"], "reference_usd_per_1k_requests": per_req * 1000.0,
+                          "reference_usd_per_m_output_tokens": reference["usd_per_m_output"],
+                          "break_even_requests_per_hour": usd_h / per_req if per_req else None,
+                          "cheaper_than_reference": entry["usd_per_1k_requests"] < per_req * 1000.0})
+        out.append(entry)
+    # the highest level that still meets the SLOs (or the highest measured, without SLOs), per variant
+    for v in {e["variant"] for e in out}:
+        ok = [e for e in out if e["variant"] == v and e["meets_slo"] is not False]
+        if ok:
+            max(ok, key=lambda e: e["concurrency"])["best_level"] = True
+    return out
+
+
 def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = None, k: float = 3.5) -> dict[str, Any]:
     run = ledger.require_run(run_id)
     run_id = run["id"]
     baseline = ledger.baseline(run_id)
     rows = request_rows(ledger, run_id)
     max_tokens = json.loads(run["matrix_json"])["generation"]["max_tokens"]
-    stop_kv = json.loads(run["load_json"] or "{}").get("stop_kv", 0.9)
+    load = json.loads(run["load_json"] or "{}")
+    stop_kv = load.get("stop_kv", 0.9)
+    variants = ledger.variants(run_id)
+    levels = load_levels(rows, load)
     return {
         "run_id": run_id, "baseline": baseline,
         "slices": slices(rows, by or ["complexity"]),
         "paired": [p for m in ("ttft_ms", "e2e_ms", "tpot_ms") for p in paired(rows, baseline, m)] if baseline else [],
         "spikes": spikes(rows, "ttft_ms", k),
-        "capacity": capacity(ledger.variants(run_id), rows, max_tokens, stop_kv),
+        "capacity": capacity(variants, rows, max_tokens, stop_kv),
+        "load_levels": levels,
+        "cost": cost(variants, levels, json.loads(run["matrix_json"]).get("reference_price")),
         "study_summary": study_summary(ledger, run_id, rows, baseline) if baseline else [],
     }

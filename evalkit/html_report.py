@@ -12,8 +12,10 @@ from typing import Any
 
 from . import svgplot
 from .findings import findings, request_rows
+from .host import host_line
 from .ledger import Ledger
 from .report import COLUMNS, SERVER_COLUMNS, build_report, quality_columns, table_cells
+from .stats import percentile
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:24px auto;max-width:1180px;color:#222}
@@ -41,7 +43,7 @@ def _f(v: Any, d: int = 0) -> str:
 
 
 def plots(ledger: Ledger, run_id: str, rows: list[dict[str, Any]], spikes: list[dict[str, Any]],
-          report: dict[str, Any]) -> list[tuple[str, str]]:
+          report: dict[str, Any], levels: list[dict[str, Any]] | None = None) -> list[tuple[str, str]]:
     ok = [r for r in rows if r["error_class"] is None]
     variants = list(dict.fromkeys(r["variant"] for r in rows))
     out: list[tuple[str, str]] = []
@@ -66,6 +68,21 @@ def plots(ledger: Ledger, run_id: str, rows: list[dict[str, Any]], spikes: list[
         if ts:
             out.append((f"{label} timeline", svgplot.lines(f"{label} over the run", "seconds since the variant's start",
                                                            label, dict(ts), step=True)))
+    levels = levels or []
+    if len({lv["concurrency"] for lv in levels}) > 1:  # a sweep: where each variant stops meeting its SLOs
+        slo = report["slo_ms"]
+        if slo and any(lv["goodput_pct"] is not None for lv in levels):
+            gp = {v: [(lv["concurrency"], lv["goodput_pct"]) for lv in levels if lv["variant"] == v]
+                  for v in variants}
+            out.append(("Goodput vs concurrency", svgplot.lines(
+                "Goodput (requests meeting every SLO) vs concurrency", "concurrency", "goodput (%)", gp,
+                ylim=(0, 100), hlines=[(99.0, "p99 of each SLO met")])))
+        p99 = {v: [(lv["concurrency"], percentile([r["ttft_ms"] for r in ok if r["variant"] == v
+                                                   and (r["phase"] or "main") == lv["phase"]], 99) or 0.0)
+                    for lv in levels if lv["variant"] == v] for v in variants}
+        out.append(("TTFT p99 vs concurrency", svgplot.lines(
+            "TTFT p99 vs concurrency" + (" (dashed: the TTFT SLO)" if slo.get("ttft") else ""), "concurrency",
+            "TTFT p99 (ms)", p99, hlines=[(slo["ttft"], f"SLO {slo['ttft']:,.0f} ms")] if slo.get("ttft") else None)))
     drift_rows = [r for r in report["rows"] if r["complexity"] == "all" and r["variant"] != report["baseline"]]
     if any(r.get("drift_mean") is not None for r in drift_rows):
         base = next((r for r in report["rows"] if r["variant"] == report["baseline"] and r["complexity"] == "all"), {})
@@ -94,10 +111,14 @@ def render_html(ledger: Ledger, run_id: str | None = None) -> str:
              f"<style>{CSS}</style></head><body>",
              f"<h1>evalkit — {escape(run['matrix_name'])}</h1>",
              f"<p class='note'>run {escape(rid)} · created {escape(run['created_at'])} · status {escape(run['status'])} "
-             f"· baseline <b>{escape(str(report['baseline']))}</b> · dataset {escape(run['dataset_hash'][:12])}</p>"]
-    parts.append(_table(["variant", "model", "engine", "quantization", "status", "server ready (s)"],
-                        [[v["name"], v["model"] or "", v["engine_version"] or v["engine"], v["quantization"] or "none",
-                          v["status"], _f(v["ready_s"], 0)] for v in report["variants"]]))
+             f"· baseline <b>{escape(str(report['baseline']))}</b> · dataset {escape(run['dataset_hash'][:12])}</p>",
+             f"<p class='note'><b>{escape(host_line(report.get('host')))}</b></p>"]
+    if report.get("host_warning"):
+        parts.append(f"<p class='note'><b>{escape(report['host_warning'])}</b></p>")
+    parts.append(_table(["variant", "model", "engine", "dtype", "quantization", "status", "server ready (s)"],
+                        [[v["name"], v["model"] or "", v["engine_version"] or v["engine"],
+                          (v.get("dtype") or "-") + (f" ({v['dtype_reason']})" if v.get("dtype_reason") else ""),
+                          v["quantization"] or "none", v["status"], _f(v["ready_s"], 0)] for v in report["variants"]]))
     parts.append("<h2>Summary (as in the study)</h2>")
     parts.append(_table(
         ["variant", "n", "err", "TTFT tax short %", "medium %", "long % [95% CI]", "E2E Δ medium % [95% CI]",
@@ -110,7 +131,7 @@ def render_html(ledger: Ledger, run_id: str | None = None) -> str:
           _f(s["schema_pass_pct"]), _f(s["persona_score"], 2), _f(s["formality_mae"], 2)] for s in f["study_summary"]]))
     parts.append("<h2>Plots</h2><div class='plots'>")
     parts += [f"<figure><figcaption class='note'>{escape(t)}</figcaption>{svg}</figure>"
-              for t, svg in plots(ledger, rid, rows, f["spikes"], report)]
+              for t, svg in plots(ledger, rid, rows, f["spikes"], report, f["load_levels"])]
     parts.append("</div>")
     for title, cols in (("Latency (ms)", COLUMNS), ("What the server did (ms)", SERVER_COLUMNS),
                         ("Quality", quality_columns(report["graders"]))):
@@ -134,6 +155,18 @@ def render_html(ledger: Ledger, run_id: str | None = None) -> str:
                                    for x in ("short", "medium", "long")),
                           c.get("engine_max_concurrency") or "-", c.get("measured_saturation_concurrency") or "not reached",
                           c.get("max_concurrency_tested") or "-"] for c in f["capacity"]]))
+    if f["cost"]:
+        parts.append("<h2>Cost per token</h2><p class='note'>The variant's price per hour over the throughput it "
+                     "reached at each load level (the machine assumed busy at that level); ★ the highest level "
+                     "that still meets the SLOs.</p>")
+        parts.append(_table(["variant", "level", "meets SLOs", "output tok/s", "$/hour", "$ per M output tokens",
+                             "$ per 1k requests", "reference $ per 1k requests", "break-even requests/hour"],
+                            [[c["variant"] + (" ★" if c.get("best_level") else ""), c["phase"],
+                              {True: "yes", False: "no", None: "-"}[c["meets_slo"]], _f(c["output_tps"], 1),
+                              _f(c["usd_per_hour"], 2), _f(c["usd_per_m_output_tokens"], 2),
+                              _f(c["usd_per_1k_requests"], 3),
+                              f"{_f(c.get('reference_usd_per_1k_requests'), 3)} ({c.get('reference') or '-'})",
+                              _f(c.get("break_even_requests_per_hour"), 0)] for c in f["cost"]]))
     parts.append("<h2>Sample outputs (verbatim, escaped)</h2>")
     seen = set()
     for r in rows:

@@ -14,6 +14,7 @@ from typing import Any
 
 from .errors import UsageError
 from .findings import findings
+from .host import host_line
 from .ledger import Ledger
 from .paths import PROJECT_DIR
 from .redact import SECRET_ENV_HINT, SECRET_PATTERNS
@@ -38,6 +39,16 @@ def _card(ledger: Ledger, run_id: str, configs: dict[str, int]) -> str:
     rep = build_report(ledger, run_id)
     run = ledger.require_run(run_id)
     f = findings(ledger, run_id)
+    cost_rows = "\n".join(
+        f"| {c['variant']}{' ★' if c.get('best_level') else ''} | {c['phase']} | {_n(c['output_tps'])} | "
+        f"{_n(c['usd_per_m_output_tokens'], 2)} | {_n(c['usd_per_1k_requests'], 3)} | "
+        f"{_n(c.get('reference_usd_per_1k_requests'), 3)} |" for c in f["cost"])
+    cost_section = ("## Cost per token\n\n★: the highest load level that still meets the SLOs.\n\n"
+                    "| variant | level | output tok/s | $ per M output tokens | $ per 1k requests | reference $ per 1k |\n"
+                    "|---|---|---|---|---|---|\n" + cost_rows) if f["cost"] else ""
+    variant_lines = "\n".join(f"- `{v['name']}`: {v.get('model')}, dtype {v.get('dtype') or '-'}"
+                              + (f" ({v['dtype_reason']})" if v.get("dtype_reason") else "")
+                              + f", quantization {v.get('quantization') or 'none'}" for v in rep["variants"])
     yaml_configs = "\n".join(f"- config_name: {c}\n  data_files: {c}/*.parquet" for c in configs)
     summary = "\n".join(
         f"| {s['variant']} | {s['n']} | {s['errors']} | {_n(s['ttft_tax_long_pct'])} | {_n(s['e2e_delta_medium_pct'])} | "
@@ -57,6 +68,11 @@ tags:
 # evalkit ledger: {run['matrix_name']}
 
 Run `{run_id}` ({run['created_at']}), dataset hash `{run['dataset_hash']}`, evalkit {run['evalkit_version']}.
+
+Every figure below came from this machine ({host_line(rep.get("host"))}). Machines of one
+nominal size differ (an AVX2-only CPU ran the same bf16 prefill 15-17x slower than an AVX-512 BF16
+one): compare runs within one host.
+{variant_lines}
 Rows per config: {", ".join(f"{k} {v}" for k, v in configs.items())}.
 
 ## Summary
@@ -64,6 +80,8 @@ Rows per config: {", ".join(f"{k} {v}" for k, v in configs.items())}.
 | variant | n | errors | TTFT tax long % | E2E Δ medium % | KV peak % | preemptions | schema % | formality MAE |
 |---|---|---|---|---|---|---|---|---|
 {summary}
+
+{cost_section}
 
 ## Latency per variant and complexity
 

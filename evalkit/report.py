@@ -116,8 +116,9 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
         "baseline": baseline,
         "slo_ms": slo,
         "load": json.loads(run["load_json"] or "{}"),
-        "variants": [{k: v[k] for k in ("name", "is_baseline", "model", "engine", "engine_version", "quantization",
-                                        "status", "error", "ready_s", "metrics_available")} for v in variants],
+        "variants": [{k: v.get(k) for k in ("name", "is_baseline", "model", "engine", "engine_version", "quantization",
+                                            "dtype", "dtype_reason", "status", "error", "ready_s", "metrics_available")}
+                     for v in variants],
         "rows": table,
         "arrivals": arrivals(rows, json.loads(run["load_json"] or "{}")),
         "graders": sorted({g for r in rows for g in r["grades"]}),

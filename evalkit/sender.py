@@ -69,7 +69,8 @@ class Sender:
         schema = load_schema(item.case.schema_name) if gen.structured_output else None
         return build_payload(
             self.sessions[item.variant].served, [m.model_dump() for m in item.case.messages],
-            max_tokens=min(gen.max_tokens, gen.warmup_max_tokens) if item.warmup else gen.max_tokens, temperature=gen.temperature, seed=gen.seed + item.repeat,
+            max_tokens=min(gen.max_tokens, gen.warmup_max_tokens) if item.warmup else gen.max_tokens,
+            temperature=gen.temperature, seed=gen.seed + item.repeat,
             top_p=gen.top_p, schema_name=item.case.schema_name, schema=schema, extra_body=gen.extra_body,
         )
 

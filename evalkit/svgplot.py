@@ -75,10 +75,18 @@ class Chart:
 
 
 def lines(title: str, xlabel: str, ylabel: str, series: dict[str, list[tuple[float, float]]],
-          step: bool = False, ylim: tuple[float, float] | None = None) -> str:
+          step: bool = False, ylim: tuple[float, float] | None = None,
+          hlines: list[tuple[float, str]] | None = None) -> str:
+    """Line per series; ``hlines``: dashed horizontal reference lines (value, label), e.g. an SLO."""
     pts = [p for s in series.values() for p in s]
-    c = Chart(title, xlabel, ylabel, [p[0] for p in pts], [p[1] for p in pts], ylim)
+    ys = [p[1] for p in pts] + [v for v, _ in hlines or []]
+    c = Chart(title, xlabel, ylabel, [p[0] for p in pts], ys, ylim)
     c.axes()
+    for v, label in hlines or []:
+        c.parts.append(f'<line x1="{c.px(min(p[0] for p in pts)):.1f}" x2="{c.px(max(p[0] for p in pts)):.1f}" '
+                       f'y1="{c.py(v):.1f}" y2="{c.py(v):.1f}" stroke="#c00" stroke-dasharray="5,4"/>'
+                       f'<text x="{c.px(min(p[0] for p in pts)) + 4:.1f}" y="{c.py(v) - 4:.1f}" font-size="10" '
+                       f'fill="#c00">{escape(label)}</text>')
     for i, (_, s) in enumerate(series.items()):
         if not s:
             continue

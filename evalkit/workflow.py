@@ -3,6 +3,7 @@ Kept out of the CLI so that other front ends (a notebook, Ray) do the same thing
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from .dataset import Case
@@ -15,11 +16,14 @@ from .runner import Reporter, RunSummary, run_matrix
 
 def run_and_grade(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: Path, *, repeats: int = 1,
                   seed: int = 0, load: LoadSpec | None = None, reporter: Reporter | None = None,
-                  resume_run: str | None = None, grade: bool = True) -> tuple[RunSummary, int]:
-    """Returns the run's summary and the number of grades added (0 with grade=False)."""
+                  resume_run: str | None = None, grade: bool = True) -> tuple[RunSummary, int, float]:
+    """Returns the run's summary, the number of grades added (0 with grade=False) and the
+    seconds grading took."""
     summary = run_matrix(ledger, matrix, cases, dataset_path, repeats=repeats, seed=seed, load=load,
                          reporter=reporter, resume_run=resume_run)
     if not grade:
-        return summary, 0
+        return summary, 0, 0.0
+    t0 = time.monotonic()
     graders = make_graders(default_names(with_judge=matrix.judge is not None), GraderContext(judge=matrix.judge))
-    return summary, grade_run(ledger, summary.run_id, graders)
+    n = grade_run(ledger, summary.run_id, graders)
+    return summary, n, time.monotonic() - t0

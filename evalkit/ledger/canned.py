@@ -14,6 +14,13 @@ CANNED = {
                "round(json_extract(json, '$.schema_pass_pct'), 1) as schema_pass_pct, "
                "round(json_extract(json, '$.formality_mae'), 2) as formality_mae from derived_summary",
     },
+    "cost": {"title": "Cost per token vs the reference price",
+             "sql": "select run_id, variant, phase, concurrency, meets_slo, round(output_tps, 1) as output_tps, "
+                    "usd_per_hour, round(usd_per_m_output_tokens, 2) as usd_per_m_output_tokens, "
+                    "round(usd_per_1k_requests, 3) as usd_per_1k_requests, reference, "
+                    "round(reference_usd_per_1k_requests, 3) as reference_usd_per_1k_requests, "
+                    "round(break_even_requests_per_hour) as break_even_requests_per_hour, best_level "
+                    "from derived_cost order by run_id, variant, concurrency"},
     "spikes": {"title": "Latency spikes and their causes",
                "sql": "select run_id, variant, complexity, case_id, round(value) as ttft_ms, round(slice_median) "
                       "as slice_median_ms, round(robust_z, 1) as robust_z, cause, evidence, request_id "

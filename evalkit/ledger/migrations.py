@@ -170,3 +170,12 @@ def m005_hosts_load_cost(db: Database) -> None:
     db.execute("drop view if exists requests_joined")
     db.execute(requests_view_sql([("schema_passed", "schema", "passed"), ("persona_score", "persona", "value"),
                                   ("formality_predicted", "formality", "value"), ("drift_cosine", "drift", "value")]))
+
+
+@migration("m006_derived_cost")
+def m006_derived_cost(db: Database) -> None:
+    # $ per million output tokens / per 1k requests per load level, refreshed by `browse`
+    db["derived_cost"].create({"run_id": str, "variant": str, "phase": str, "concurrency": int, "meets_slo": int,
+                               "output_tps": float, "usd_per_hour": float, "usd_per_m_output_tokens": float,
+                               "usd_per_1k_requests": float, "reference": str, "reference_usd_per_1k_requests": float,
+                               "break_even_requests_per_hour": float, "best_level": int})

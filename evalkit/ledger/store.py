@@ -207,15 +207,14 @@ class Ledger:
 
     # --- derived tables and views ---------------------------------------------------------------
 
-    def replace_derived(self, spikes: list[dict[str, Any]], summary: list[dict[str, Any]]) -> None:
+    def replace_derived(self, spikes: list[dict[str, Any]], summary: list[dict[str, Any]],
+                        cost: list[dict[str, Any]] | None = None) -> None:
         """Findings that need Python (robust statistics), recomputed for Datasette in one transaction."""
         with self.db.conn:
-            self.db["derived_spikes"].delete_where()
-            self.db["derived_summary"].delete_where()
-            if spikes:
-                self.db["derived_spikes"].insert_all(spikes)
-            if summary:
-                self.db["derived_summary"].insert_all(summary)
+            for table, rows in (("derived_spikes", spikes), ("derived_summary", summary), ("derived_cost", cost or [])):
+                self.db[table].delete_where()
+                if rows:
+                    self.db[table].insert_all(rows)
 
     def define_requests_view(self, grade_columns: Iterable[tuple[str, str, str]]) -> None:
         """(Re)create `requests_joined` with one column per (column, grader, field) given."""

@@ -1,0 +1,80 @@
+"""The machine is part of the result: host facts parsed from /proc/cpuinfo (fixtures of both
+kinds of processor seen on this machine kind), recorded per run, shown in every output."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from sqlite_utils import Database
+
+from evalkit.cli import cli
+from evalkit.host import cpu_class, describe_host, dtype_for, host_line, hosts_differ, parse_cpuinfo
+
+FIX = Path(__file__).parent / "fixtures"
+
+
+def _isa(name: str) -> dict[str, bool]:
+    return parse_cpuinfo((FIX / name).read_text())["isa"]
+
+
+def test_cpuinfo_of_an_avx2_only_epyc():
+    cpu = parse_cpuinfo((FIX / "cpuinfo_avx2.txt").read_text())
+    assert cpu["cpu_model"].startswith("AMD EPYC 7B12") and cpu["cpu_vendor"] == "AuthenticAMD"
+    assert cpu["threads"] == 2 and cpu["cores"] == 2
+    assert cpu["isa"]["avx2"] and not cpu["isa"]["avx512f"] and not cpu["isa"]["avx512_bf16"]
+    assert cpu_class(cpu["isa"]) == "avx2"
+
+
+def test_cpuinfo_of_an_avx512_bf16_epyc_and_an_amx_xeon():
+    isa = _isa("cpuinfo_avx512_bf16.txt")
+    assert isa["avx512f"] and isa["avx512_bf16"] and isa["avx512_vnni"] and not isa["amx_bf16"]
+    assert cpu_class(isa) == "avx512_bf16"
+    assert cpu_class(_isa("cpuinfo_amx.txt")) == "amx"
+
+
+@pytest.mark.parametrize("fixture, gpu, dtype", [
+    ("cpuinfo_avx2.txt", None, "float32"),
+    ("cpuinfo_avx512_bf16.txt", None, "bfloat16"),
+    ("cpuinfo_amx.txt", None, "bfloat16"),
+    ("cpuinfo_avx2.txt", [{"name": "NVIDIA H200", "memory_mib": 143771.0, "driver": "570"}], "auto"),
+])
+def test_native_dtype_per_flag_set(fixture, gpu, dtype):
+    got, why = dtype_for(_isa(fixture), gpu)
+    assert got == dtype and why
+
+
+def test_host_row_line_and_warning():
+    avx2 = describe_host((FIX / "cpuinfo_avx2.txt").read_text(), "MemTotal:       24641304 kB\n", [])
+    avx512 = describe_host((FIX / "cpuinfo_avx512_bf16.txt").read_text(), "MemTotal:       24641304 kB\n", [])
+    assert avx2["memory_gib"] == 23.5 and avx2["cpu_class"] == "avx2" and avx2["id"] != avx512["id"]
+    assert avx2["evalkit_version"] and avx2["os"]
+    line = host_line(avx2)
+    assert "AMD EPYC 7B12" in line and "(avx2;" in line and "ISA avx2)" in line and "no GPU" in line
+    assert hosts_differ([avx2, avx2]) is None
+    assert "different hosts" in hosts_differ([avx2, avx512, None])
+    gpu = describe_host((FIX / "cpuinfo_avx2.txt").read_text(), "",
+                        [{"name": "NVIDIA H200", "memory_mib": 143771.0, "driver": "570.1"}])
+    assert "GPU NVIDIA H200 (143771.0 MiB, driver 570.1)" in host_line(gpu)
+
+
+def test_run_records_its_host_and_progress_reaches_a_log(runner, stub, endpoint_matrix, ledger_path):
+    m = endpoint_matrix(stub.base_url)
+    r = runner.invoke(cli, ["run", "--matrix", str(m), "--limit", "12", "--ledger", str(ledger_path)])
+    assert r.exit_code == 0, r.output
+    # not a terminal: plain progress lines (the last at 100 %), a duration estimate before the
+    # measured requests, and how long each stage took
+    lines = r.output.splitlines()
+    progress = [x for x in lines if "progress base:" in x]
+    assert progress and "12/12 (100 %), errors 0, TTFT p50" in progress[-1] and "ETA" in progress[0]
+    est = next(i for i, x in enumerate(lines) if "estimate: 'base' 12 requests take about" in x)
+    assert est < lines.index(progress[0])
+    assert any("'base' warm-up:" in x for x in lines) and any("'base' measure:" in x for x in lines)
+    assert any("graded" in x and "outputs in" in x for x in lines)
+    db = Database(ledger_path)
+    run = next(db["runs"].rows)
+    host = db["hosts"].get(run["host_id"])
+    assert host["cpu_class"] in ("amx", "avx512_bf16", "avx512", "avx2", "other") and host["cores"] >= 1
+    assert json.loads(host["isa_json"]).keys() >= {"avx2", "avx512f", "avx512_bf16", "amx_bf16"}
+    assert host_line(host) in r.output  # the report header names the machine
