@@ -362,6 +362,41 @@ def recommend(ledger: Path | None, run_id: str | None, slo: str, as_json: bool) 
 
 @cli.command()
 @LEDGER_OPT
+@click.option("--run", "run_id", default=None, help="run id [default: the latest run]")
+@click.option("--max-drift-above-floor", type=float, default=None,
+              help="fail a variant whose drift − noise floor is above this (its 95 % CI lies above it)")
+@click.option("--min-schema", type=click.FloatRange(0, 1), default=None, help="minimum schema pass rate, 0-1")
+@click.option("--max-formality-mae", type=click.FloatRange(min=0), default=None, help="maximum formality MAE")
+@click.option("--max-error-rate", type=click.FloatRange(0, 1), default=None, help="maximum failed-request rate, 0-1")
+@click.option("--slo", default=None, help="latency limits, e.g. ttft_p99=2000,e2e_p50=8000 (ms)")
+@click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="also write the checks as JUnit XML")
+def check(ledger: Path | None, run_id: str | None, max_drift_above_floor: float | None, min_schema: float | None,
+          max_formality_mae: float | None, max_error_rate: float | None, slo: str | None,
+          junit_path: Path | None) -> None:
+    """Gate a run: exit 1 when any variant fails a threshold, one line per failure (JUnit XML
+    with --junit), so a model or engine upgrade can be gated in CI."""
+    from .findings import parse_slo_targets
+    from .gate import Thresholds, junit_xml, run_checks, summary_line
+
+    t = Thresholds(max_drift_above_floor, min_schema, max_formality_mae, max_error_rate,
+                   parse_slo_targets(slo) if slo else None)
+    db = open_ledger(_ledger_path(ledger), create=False)
+    rid, checks = run_checks(db, run_id, t)
+    if junit_path:
+        tmp = junit_path.with_suffix(junit_path.suffix + ".tmp")
+        tmp.write_text(junit_xml(rid, checks), encoding="utf-8")
+        tmp.replace(junit_path)
+    for c in checks:
+        if not c.passed:
+            click.echo(f"FAIL {c.variant}: {c.message}")
+    click.echo(f"check run {rid}: {summary_line(checks)}")
+    if any(not c.passed for c in checks):
+        raise EvalkitClickError(f"{sum(not c.passed for c in checks)} check(s) failed", 1)
+
+
+@cli.command()
+@LEDGER_OPT
 @click.option("--host", default="127.0.0.1", show_default=True, help="bind address (anything else exposes the ledger)")
 @click.option("--port", type=click.IntRange(1, 65535), default=8001, show_default=True)
 def browse(ledger: Path | None, host: str, port: int) -> None:

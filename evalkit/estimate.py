@@ -70,9 +70,10 @@ def estimate_variant(warm_rows: list[dict[str, Any]], warm: list[WorkItem], main
         total_ms = max(len(main) / load.rate * 1000.0, max(per))
         basis = f"open loop at {load.rate:g}/s"
     elif load.concurrent:
-        conc = max(load.sweep or [load.concurrency])
-        total_ms = total_ms / max(1, conc) * (len(load.sweep) or 1)
-        basis = "concurrent: a rough bound, batching changes per-request speed"
+        levels = load.sweep or [load.concurrency]
+        total_ms = sum(total_ms / c for c in levels)  # as if batching scaled perfectly
+        basis = (f"{len(levels)} concurrency level(s): a lower bound, assuming batching scales perfectly; "
+                 f"sequential it would be {_mmss(sum(per) / 1000 * len(levels))}")
     else:
         basis = (f"prefill {a:.0f} ms + {b:.2f} ms/prompt token, decode {tpot:.1f} ms/token x "
                  f"{matrix.generation.max_tokens - 1}")

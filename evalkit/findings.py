@@ -122,6 +122,9 @@ def attribute_spike(r: dict[str, Any], slice_rows: list[dict[str, Any]], metric:
                                      f"{prefill_med:.0f} ms{cold}")
     if r["seq"] == first_seq:
         return "cold/long prefill", "first measured request on this server"
+    if (r["srv_running_start"] or 0) >= 1 or (r["srv_waiting_start"] or 0) >= 1:
+        return "contention", (f"{r['srv_running_start'] or 0:.0f} request(s) running and "
+                              f"{r['srv_waiting_start'] or 0:.0f} waiting when it started")
     if r["srv_method"] is None:
         return "unexplained", "no server telemetry for this request"
     return "unexplained", "queue, prefill and preemptions were all normal"
@@ -344,7 +347,7 @@ def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = N
         "run_id": run_id, "baseline": baseline,
         "slices": slices(rows, by or ["complexity"]),
         "paired": [p for m in ("ttft_ms", "e2e_ms", "tpot_ms") for p in paired(rows, baseline, m)] if baseline else [],
-        "spikes": spikes(rows, "ttft_ms", k),
+        "spikes": spikes(rows, "ttft_ms", k) + spikes(rows, "e2e_ms", k),
         "capacity": capacity(variants, rows, max_tokens, stop_kv),
         "load_levels": levels,
         "cost": cost(variants, levels, json.loads(run["matrix_json"]).get("reference_price")),

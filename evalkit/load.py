@@ -180,14 +180,16 @@ def build_plan(matrix: Matrix, variants: list[str], cases: list[Case], repeats: 
 
 
 def saturation_reason(rows: list[dict[str, Any]], load: LoadSpec) -> str | None:
-    """Why a sweep level counts as saturated (KV, preemptions or an SLO), or None."""
+    """Why a sweep level counts as saturated (KV, preemptions, SLOs: every reason that holds), or None."""
+    why = []
     kv = [r["srv_kv_cache_usage_peak"] for r in rows if r["srv_kv_cache_usage_peak"] is not None]
     if kv and max(kv) >= load.stop_kv:
-        return f"KV-cache use peaked at {max(kv):.1%} (>= {load.stop_kv:.0%})"
-    if load.stop_on_preemption and sum(r["srv_preemptions"] or 0 for r in rows) > 0:
-        return f"{sum(r['srv_preemptions'] or 0 for r in rows):.0f} preemptions observed"
+        why.append(f"KV-cache use peaked at {max(kv):.1%} (>= {load.stop_kv:.0%})")
+    preempted = sum(r["srv_preemptions"] or 0 for r in rows)
+    if load.stop_on_preemption and preempted > 0:
+        why.append(f"{preempted:.0f} preemptions observed")
     for key, slo in (("ttft_ms", load.slo_ttft_ms), ("tpot_ms", load.slo_tpot_ms), ("e2e_ms", load.slo_e2e_ms)):
         p99 = percentile([r[key] for r in rows if r[key] is not None], 99)
         if slo is not None and p99 is not None and p99 > slo:
-            return f"{key.removesuffix('_ms')} p99 {p99:.0f} ms > SLO {slo:.0f} ms"
-    return None
+            why.append(f"{key.removesuffix('_ms')} p99 {p99:.0f} ms > SLO {slo:.0f} ms")
+    return "; ".join(why) or None

@@ -199,5 +199,13 @@ class Matrix(BaseModel):
         return [self.variant(self.baseline)] + [v for v in self.variants if v.name != self.baseline]
 
 
+def bundled_matrices() -> list[str]:
+    return sorted(p.stem for p in default_matrix_path().parent.glob("*.yaml"))
+
+
 def load_matrix(path: str | Path | None = None) -> Matrix:
-    return load_yaml_model(Path(path) if path else default_matrix_path(), Matrix, MatrixError, "matrix")
+    """A matrix file, or the name of a bundled one (`default`, `saturation`)."""
+    p = Path(path) if path else default_matrix_path()
+    if path and not p.exists() and str(path) in bundled_matrices():
+        p = default_matrix_path().parent / f"{path}.yaml"
+    return load_yaml_model(p, Matrix, MatrixError, "matrix")

@@ -54,3 +54,28 @@ def verdict(ci: tuple[float, float] | None, above: str, below: str, none: str = 
     if hi < 0:
         return below
     return none
+
+
+def bootstrap_se(values: list[float], *, n_resamples: int = 2000, seed: int = 0) -> float | None:
+    """Standard error of the mean, estimated by the (seeded) bootstrap."""
+    import random
+
+    xs = [v for v in values if v is not None]
+    if len(xs) < 2:
+        return None
+    rng = random.Random(seed)
+    n = len(xs)
+    means = [sum(xs[rng.randrange(n)] for _ in range(n)) / n for _ in range(n_resamples)]
+    m = fmean(means)
+    return math.sqrt(sum((x - m) ** 2 for x in means) / (n_resamples - 1))
+
+
+# two-sided test at 5 % with 80 % power: z(0.975) + z(0.80)
+Z_DETECT = 1.959964 + 0.841621
+
+
+def min_detectable(values: list[float], **kw: float) -> float | None:
+    """The smallest true mean difference a two-sided 5 % test on these paired differences would
+    detect with 80 % power: (z₀.₉₇₅ + z₀.₈₀) × the bootstrap standard error of the mean."""
+    se = bootstrap_se(values, **kw)  # type: ignore[arg-type]
+    return None if se is None else Z_DETECT * se

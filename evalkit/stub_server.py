@@ -36,6 +36,7 @@ class StubConfig:
     fixed_chunks: int | None = None  # benchmarks: exactly this many 1-token chunks of text
     stamp: bool = False  # benchmarks: first content chunk starts "R<n>|", its send time kept in stamps
     stamps: dict[int, float] = field(default_factory=dict)
+    arrivals: list[float] = field(default_factory=list)
     # fault name -> apply to every Nth request (1 = all); None = no faults
     fault: str | None = None
     fault_every: int = 1
@@ -126,8 +127,11 @@ def make_app(cfg: StubConfig) -> web.Application:
     async def version(_: web.Request) -> web.Response:
         return web.json_response({"version": "stub"})
 
-    async def stats(_: web.Request) -> web.Response:
-        return web.json_response({"stamps": cfg.stamps, "requests": cfg.counters["requests"]})
+    async def stats(request: web.Request) -> web.Response:
+        out = {"stamps": cfg.stamps, "requests": cfg.counters["requests"], "arrivals": cfg.arrivals}
+        if request.query.get("reset"):
+            cfg.arrivals = []
+        return web.json_response(out)
 
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(text=metrics_text(cfg), content_type="text/plain")
@@ -137,6 +141,7 @@ def make_app(cfg: StubConfig) -> web.Application:
             cfg.hist.setdefault(k, []).append(v)
 
     async def chat(request: web.Request) -> web.StreamResponse:
+        cfg.arrivals.append(time.perf_counter())  # when each request reached the server (benchmarks)
         cfg.counters["requests"] += 1
         n = cfg.counters["requests"]
         fault = cfg.fault if cfg.fault and n % cfg.fault_every == 0 else None

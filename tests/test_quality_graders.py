@@ -227,7 +227,8 @@ def test_full_grading_on_a_stub_run_with_noise_floor(runner, stub_pair, endpoint
     cand = next(x for x in rep["rows"] if x["variant"] == "cand" and x["complexity"] == "all")
     # the stubs answer identically: no drift, no floor, and the verdict must not claim a difference
     assert cand["drift_mean"] == pytest.approx(0, abs=1e-5) and cand["floor_mean"] == pytest.approx(0, abs=1e-5)
-    assert cand["drift_verdict"] == "within the noise floor" and cand["drift_pairs"] == 6
+    assert cand["drift_verdict"].startswith("within the noise floor (could detect ≥ ") and cand["drift_pairs"] == 6
+    assert cand["drift_min_detectable"] is not None and f"{cand['drift_min_detectable']:.3f}" in cand["drift_verdict"]
     assert cand["formality_mae"] is not None and cand["persona_score"] is not None
     # re-grading adds nothing; a new grader version would add rows without touching old ones
     r = runner.invoke(cli, ["grade", "--ledger", str(ledger_path)])
@@ -249,3 +250,36 @@ def test_llm_judge_grades_with_parsed_score_and_raw_answer(runner, stub, endpoin
     assert len(g) == 2 and all(x["value"] == 4.0 and x["passed"] == 1 for x in g)
     crit = json.loads(g[0]["detail_json"])["criteria"]
     assert set(crit) == {"persona_fit", "faithfulness"} and crit["faithfulness"]["raw"].startswith("Score: 4")
+
+
+def test_unseen_persona_and_candidate_are_graded_from_the_requested_formality(runner, stub, tmp_path, write):
+    """A user's own dataset: a persona and a candidate the rubric has never seen. Salutation and
+    sign-off apply when formality 4-5 is asked for, and not at 1-3."""
+    base = case(persona="hiring_committee", candidate="daniel_okafor")
+    rows = []
+    for level in (2, 5):
+        row = json.loads(base.model_dump_json(by_alias=True))
+        row.update({"id": f"procurement-{level}", "persona": "procurement_lead", "persona_title": "Procurement lead",
+                    "persona_description": "Buys software for a hospital group; careful, formal, cost-minded.",
+                    "candidate": "sam_rivera", "formality": level})
+        rows.append(json.dumps(row))
+    data = write("mine.jsonl", "\n".join(rows) + "\n")
+    formal = email("Dear Procurement Lead, I write regarding the data engineer role.", sign_off="Kind regards, Sam")
+    c5 = load_cases(data)[1]
+    assert c5.persona == "procurement_lead" and c5.formality == 5
+    r = rules(formal, c5)
+    assert r["salutation"]["passed"] and r["sign_off"]["passed"]
+    casual = email("Hey! Sam here, keen on the data role.", sign_off="Cheers")
+    r = rules(casual, c5)
+    assert not r["salutation"]["passed"] and not r["sign_off"]["passed"]
+    assert "salutation" not in rules(casual, load_cases(data)[0])  # formality 2: no formal-letter rules
+
+    m = write("m.yaml", f"name: mine\nbaseline: a\ngeneration:\n  warmup: 0\n  baseline_repeats: 1\nvariants:\n  - name: a\n"
+                        f"    endpoint: {stub.base_url}\n")
+    ledger = tmp_path / "mine.db"
+    r = runner.invoke(cli, ["run", "--matrix", str(m), "--dataset", str(data), "--ledger", str(ledger), "-q"])
+    assert r.exit_code == 0, r.output
+    grades = {g["request_id"]: json.loads(g["detail_json"]) for g in
+              Database(ledger)["grades"].rows_where("grader = 'persona' and grader_version = '2'")}
+    applied = [("salutation" in d["rules"]) for _, d in sorted(grades.items())]
+    assert applied == [False, True]

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..stats import bootstrap_ci, mean, verdict
+from ..stats import bootstrap_ci, mean, min_detectable, verdict
 from .base import GradedRequest, Grader, GraderContext, Score, SummaryColumn
 from .text import json_fields, prose
 
@@ -93,12 +93,16 @@ class DriftGrader(Grader):
         paired = sorted(set(drift) & set(floor))
         diffs = [drift[c] - floor[c] for c in paired]
         ci = bootstrap_ci(diffs)
+        mdd = min_detectable(diffs)
+        v = verdict(ci, "drift above the noise floor", "drift below the noise floor", "within the noise floor") \
+            if drift else None
+        if v == "within the noise floor" and mdd is not None:
+            v += f" (could detect ≥ {mdd:.3f} here)"  # a "no difference" says what difference it could see
         return {
             "drift_mean": mean(list(drift.values())), "floor_mean": mean(list(floor.values())),
             "drift_minus_floor": mean(diffs), "drift_minus_floor_ci95": list(ci) if ci else None,
-            "drift_pairs": len(paired),
-            "drift_verdict": verdict(ci, "drift above the noise floor", "drift below the noise floor",
-                                     "within the noise floor") if drift else None,
+            "drift_pairs": len(paired), "drift_min_detectable": mdd if drift else None,
+            "drift_verdict": v,
         }
 
     def grade_run(self, items: list[GradedRequest], repeats: dict[int, int], baseline: str | None) -> dict[int, Score]:

@@ -34,6 +34,8 @@ class Rule(BaseModel):
     required: bool = False
     tasks: list[str] | None = None
     personas: list[str] | None = None
+    # also applies to any persona (named or not) when the requested formality is at least this
+    min_formality: int | None = Field(None, ge=1, le=5)
     min_overlap: float | None = Field(None, ge=0, le=1)
     min: int | None = Field(None, ge=0)
     max_words: int | None = Field(None, ge=1)
@@ -55,8 +57,14 @@ class Rule(BaseModel):
         return v
 
     def applies(self, case: Case) -> bool:
-        return (self.tasks is None or case.task in self.tasks) and (
-            self.personas is None or case.persona in self.personas)
+        """Task filter first; then the named personas, or (for personas the rubric has never seen,
+        e.g. in a user's own dataset) a requested formality at or above `min_formality`."""
+        if self.tasks is not None and case.task not in self.tasks:
+            return False
+        if self.personas is None and self.min_formality is None:
+            return True
+        return (self.personas is not None and case.persona in self.personas) or (
+            self.min_formality is not None and case.formality >= self.min_formality)
 
 
 def _check_regex(p: str) -> None:
@@ -165,7 +173,7 @@ def check(rule_name: str, rule: Rule, case: Case, text: str, raw: str) -> tuple[
 
 class PersonaGrader(Grader):
     name = "persona"
-    version = "1"
+    version = "2"  # 2: salutation and sign-off also apply from the requested formality (min_formality)
     description = "persona rubric (rubrics/persona.yaml): weighted rules, required ones decide pass"
     view_columns = (("persona_score", "value"),)
     summary_columns = (SummaryColumn("persona_score", "persona score", 2, "weighted share of rubric rules met"),
