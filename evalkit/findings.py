@@ -15,7 +15,7 @@ from .report import quality
 from .stats import bootstrap_ci, mean, percentile, verdict
 
 LATENCY_FIELDS = ("ttft_ms", "tpot_ms", "itl_mean_ms", "e2e_ms", "out_tps")
-SLICE_FIELDS = ("complexity", "persona", "formality", "task", "candidate")
+SLICE_FIELDS = ("complexity", "persona", "formality", "task", "candidate", "replica", "phase", "concurrency")
 
 
 def describe(values: list[float]) -> dict[str, float | None]:
@@ -122,9 +122,9 @@ def attribute_spike(r: dict[str, Any], slice_rows: list[dict[str, Any]], metric:
                                      f"{prefill_med:.0f} ms{cold}")
     if r["seq"] == first_seq:
         return "cold/long prefill", "first measured request on this server"
-    if (r["srv_running_start"] or 0) >= 1 or (r["srv_waiting_start"] or 0) >= 1:
-        return "contention", (f"{r['srv_running_start'] or 0:.0f} request(s) running and "
-                              f"{r['srv_waiting_start'] or 0:.0f} waiting when it started")
+    running, waiting = r.get("srv_running_start") or 0, r.get("srv_waiting_start") or 0
+    if running >= 1 or waiting >= 1:
+        return "contention", f"{running:.0f} request(s) running and {waiting:.0f} waiting when it started"
     if r["srv_method"] is None:
         return "unexplained", "no server telemetry for this request"
     return "unexplained", "queue, prefill and preemptions were all normal"
@@ -264,7 +264,7 @@ def study_summary(ledger: Ledger, run_id: str, rows: list[dict[str, Any]], basel
         entry["ttft_max_ms"] = max((r["ttft_ms"] for r in ok), default=None)
         entry["kv_cache_peak_pct"] = 100 * max(kv) if kv else None
         entry["kv_cache_mean_pct"] = 100 * mean(kv) if kv else None
-        entry["preemptions"] = sum(r["srv_preemptions"] or 0 for r in vr)
+        entry["preemptions"] = ledger.series_delta(run_id, v, "num_preemptions_total") or 0.0
         entry.update(quality(ok, None if v == baseline else [r for r in rows if r["variant"] == baseline
                                                               and r["error_class"] is None]))
         out.append(entry)

@@ -119,7 +119,12 @@ class WorkItem:
     warmup: bool
     phase: str = "main"
     concurrency: int = 1
-    replica: int | None = None
+    replica: int | None = None  # which server of a replicated variant (None: the variant has one)
+
+    @property
+    def target(self) -> str:
+        """The server this item goes to: the variant, or `variant#replica`."""
+        return self.variant if self.replica is None else f"{self.variant}#{self.replica}"
 
 
 WARMUP_PROMPT = ("This is a warm-up request, not part of the benchmark. Write one short, friendly sentence "
@@ -176,18 +181,39 @@ def build_plan(matrix: Matrix, variants: list[str], cases: list[Case], repeats: 
     else:
         for v in variants:
             items += [WorkItem(v, c, rep, False, phase, concurrency) for rep, c in main if rep < n_rep(v)]
-    return items
+    return shard(items, {v: matrix.variant(v).n_replicas for v in variants})
 
 
-def saturation_reason(rows: list[dict[str, Any]], load: LoadSpec) -> str | None:
-    """Why a sweep level counts as saturated (KV, preemptions, SLOs: every reason that holds), or None."""
+def shard(items: list[WorkItem], replicas: dict[str, int]) -> list[WorkItem]:
+    """Spread each replicated variant's cases over its servers: case i of the dataset order goes to
+    replica i mod N (all repeats of a case to the same server); every server gets the warm-ups."""
+    out: list[WorkItem] = []
+    order: dict[str, int] = {}
+    for it in items:
+        n = replicas.get(it.variant, 1)
+        if n <= 1:
+            out.append(it)
+        elif it.warmup:
+            out += [WorkItem(it.variant, it.case, it.repeat, True, it.phase, it.concurrency, r) for r in range(n)]
+        else:
+            idx = order.setdefault(it.case.id, len(order))
+            it.replica = idx % n
+            out.append(it)
+    return out
+
+
+def saturation_reason(rows: list[dict[str, Any]], load: LoadSpec, preemptions: float | None = None) -> str | None:
+    """Why a sweep level counts as saturated (KV, preemptions, SLOs: every reason that holds), or
+    None. ``preemptions``: the server's own counter over the level (requests that overlapped
+    share a preemption, so summing theirs would count it more than once)."""
     why = []
     kv = [r["srv_kv_cache_usage_peak"] for r in rows if r["srv_kv_cache_usage_peak"] is not None]
     if kv and max(kv) >= load.stop_kv:
         why.append(f"KV-cache use peaked at {max(kv):.1%} (>= {load.stop_kv:.0%})")
-    preempted = sum(r["srv_preemptions"] or 0 for r in rows)
+    seen = sum((r["srv_preemptions"] or 0) > 0 for r in rows)
+    preempted = preemptions if preemptions is not None else sum(r["srv_preemptions"] or 0 for r in rows)
     if load.stop_on_preemption and preempted > 0:
-        why.append(f"{preempted:.0f} preemptions observed")
+        why.append(f"{preempted:.0f} preemptions observed ({seen} requests lived through one)")
     for key, slo in (("ttft_ms", load.slo_ttft_ms), ("tpot_ms", load.slo_tpot_ms), ("e2e_ms", load.slo_e2e_ms)):
         p99 = percentile([r[key] for r in rows if r[key] is not None], 99)
         if slo is not None and p99 is not None and p99 > slo:

@@ -13,6 +13,18 @@ from .config import load_yaml_model
 from .errors import MatrixError
 from .paths import default_matrix_path
 
+
+def arg_value(args: list[str], flag: str) -> str | None:
+    """The value of `--flag V` or `--flag=V` in a vLLM argument list (the last one wins)."""
+    found = None
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            found = args[i + 1]
+        elif a.startswith(flag + "="):
+            found = a.split("=", 1)[1]
+    return found
+
+
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -91,6 +103,12 @@ class Variant(BaseModel):
     engine: Literal["vllm"] = "vllm"
     model: str | None = Field(None, description="local path, HF id, or bundled:NAME")
     endpoint: str | None = Field(None, description="existing OpenAI-compatible base URL: nothing is launched")
+    endpoints: list[str] | None = Field(None, min_length=1,
+                                        description="several servers of one model: cases are sharded over them")
+    replicas: int = Field(1, ge=1, le=64, description="launched variants: this many servers, cases sharded over them")
+    resources: dict[str, float] | None = Field(
+        None, description="what one replica needs on a Ray cluster, e.g. {num_gpus: 1} (default: from "
+                          "--tensor-parallel-size, else one CPU)")
     served_model_name: str | None = None
     vllm_args: list[str] = Field(default_factory=list, description="passed to the vLLM server verbatim")
     env: dict[str, str] = Field(default_factory=dict)
@@ -108,11 +126,20 @@ class Variant(BaseModel):
         return v
 
     _url = field_validator("endpoint")(lambda v: check_url(v))
+    _urls = field_validator("endpoints")(lambda v: [check_url(u) for u in v] if v else v)
     _key = field_validator("api_key_env")(lambda v: check_key_env(v))
 
     @model_validator(mode="after")
     def _model_or_endpoint(self) -> Variant:
-        if not self.model and not self.endpoint:
+        if self.endpoint and self.endpoints:
+            raise ValueError("give `endpoint` or `endpoints`, not both")
+        if self.endpoints and len(self.endpoints) == 1:
+            self.endpoint, self.endpoints = self.endpoints[0], None
+        if self.endpoints and self.model:
+            raise ValueError("`endpoints` call running servers: drop `model`")
+        if self.replicas > 1 and not self.model:
+            raise ValueError("`replicas` launches servers: give a model (for running servers, list `endpoints`)")
+        if not self.model and not self.endpoint and not self.endpoints:
             raise ValueError("give a model to launch or an endpoint to call")
         if self.endpoint and (self.vllm_args or self.dtype):
             raise ValueError("vllm_args and dtype apply only to launched servers, not to an endpoint")
@@ -141,7 +168,25 @@ class Variant(BaseModel):
 
     @property
     def launched(self) -> bool:
-        return self.endpoint is None
+        return self.endpoint is None and not self.endpoints
+
+    @property
+    def n_replicas(self) -> int:
+        return len(self.endpoints) if self.endpoints else self.replicas
+
+    def endpoint_of(self, replica: int | None) -> str | None:
+        return self.endpoints[replica or 0] if self.endpoints else self.endpoint
+
+    def ray_resources(self) -> dict[str, float]:
+        """What one replica asks a Ray cluster for: `resources:` as given (num_cpus / num_gpus /
+        custom), else GPUs from --tensor-parallel-size when launched with one, else one CPU."""
+        res = dict(self.resources or {})
+        if not res and self.launched:
+            tp = arg_value(self.vllm_args, "--tensor-parallel-size") or arg_value(self.vllm_args, "-tp")
+            if tp:
+                res["num_gpus"] = float(tp)
+        res.setdefault("num_cpus", 1.0)
+        return res
 
 
 class Judge(BaseModel):

@@ -70,8 +70,9 @@ def _slice_stats(rows: list[dict[str, Any]], slo: dict[str, float]) -> dict[str,
         "srv_ttft_p50_ms": percentile([r["srv_ttft_ms"] for r in ok if r["srv_ttft_ms"] is not None], 50),
         "kv_peak_pct": (100.0 * max(kv) if (kv := [r["srv_kv_cache_usage_peak"] for r in rows
                                                    if r["srv_kv_cache_usage_peak"] is not None]) else None),
-        "preemptions": (sum(p) if (p := [r["srv_preemptions"] for r in rows if r["srv_preemptions"] is not None])
-                        else None),
+        # requests during which the server preempted (the server's own count is on the variant)
+        "requests_preempted": (sum(x > 0 for x in p) if (p := [r["srv_preemptions"] for r in rows
+                                                             if r["srv_preemptions"] is not None]) else None),
         "srv_methods": sorted({r["srv_method"] for r in rows if r["srv_method"]}),
     }
 
@@ -97,7 +98,11 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
         for s in SLICES:
             if (v["name"], s) not in groups:
                 continue
-            table.append({"variant": v["name"], "complexity": s, **_slice_stats(groups[(v["name"], s)], slo)})
+            entry = {"variant": v["name"], "complexity": s, **_slice_stats(groups[(v["name"], s)], slo)}
+            # the server's preemption counter over the run: per variant, so on its "all" row only
+            entry["preemptions"] = ledger.series_delta(run_id, v["name"], "num_preemptions_total") \
+                if s == "all" else None
+            table.append(entry)
     for r in table:
         slice_rows = groups[(r["variant"], r["complexity"])]
         r.update(quality(slice_rows, None if r["variant"] == baseline else groups.get((baseline, r["complexity"]), [])))
@@ -189,6 +194,7 @@ SERVER_COLUMNS = [
     ("srv_ttft_p50_ms", "server TTFT p50", 0), ("srv_queue_p50_ms", "queue p50", 0),
     ("srv_prefill_p50_ms", "prefill p50", 0), ("srv_decode_p50_ms", "decode p50", 0),
     ("tpot_p50_ms", "TPOT p50", 1), ("kv_peak_pct", "KV peak %", 1), ("preemptions", "preempt", 0),
+    ("requests_preempted", "req. preempted", 0),
     ("goodput_pct", "goodput %", 0), ("ttft_sched_p99_ms", "TTFT from schedule p99", 0),
     ("client_wait_p99_ms", "client wait p99", 0),
 ]

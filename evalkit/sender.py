@@ -68,7 +68,7 @@ class Sender:
         gen = self.matrix.generation
         schema = load_schema(item.case.schema_name) if gen.structured_output else None
         return build_payload(
-            self.sessions[item.variant].served, [m.model_dump() for m in item.case.messages],
+            self.sessions[item.target].served, [m.model_dump() for m in item.case.messages],
             max_tokens=min(gen.max_tokens, gen.warmup_max_tokens) if item.warmup else gen.max_tokens,
             temperature=gen.temperature, seed=gen.seed + item.repeat,
             top_p=gen.top_p, schema_name=item.case.schema_name, schema=schema, extra_body=gen.extra_body,
@@ -77,8 +77,8 @@ class Sender:
     async def _one(self, http: aiohttp.ClientSession, item: WorkItem, attribute_now: bool,
                    scheduled_ms: float | None = None) -> list[int]:
         """Send one item (with retries per the matrix); returns the ledger ids of its rows."""
-        sess = self.sessions[item.variant]
-        scraper = self.scrapers.get(item.variant)
+        sess = self.sessions[item.target]
+        scraper = self.scrapers.get(item.target)
         payload = self._payload(item)
         retry = self.matrix.retry
         ids: list[int] = []
@@ -115,13 +115,14 @@ class Sender:
     async def _start_scrapers(self, http: aiohttp.ClientSession) -> list[asyncio.Task[None]]:
         for name, sess in self.sessions.items():
             if name not in self.scrapers and self.matrix.telemetry.scrape:
-                sc = MetricsScraper(self.ledger, self.run_id, name, sess.base_url, self.epoch,
-                                    self.matrix.telemetry.interval_s, sess.headers)
+                sc = MetricsScraper(self.ledger, self.run_id, sess.variant.name, sess.base_url, self.epoch,
+                                    self.matrix.telemetry.interval_s, sess.headers, replica=sess.replica)
                 first = await sc.scrape(http)
-                self.ledger.update_variant(sess.vid, {
-                    "metrics_available": "yes" if first else "no",
-                    "cache_config_json": dumps(engine_config(sc.last_samples)) if first else None,
-                })
+                if not sess.replica:
+                    self.ledger.update_variant(sess.vid, {
+                        "metrics_available": "yes" if first else "no",
+                        "cache_config_json": dumps(engine_config(sc.last_samples)) if first else None,
+                    })
                 if first:
                     self.scrapers[name] = sc
         tasks = []
@@ -138,17 +139,14 @@ class Sender:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
             tasks = await self._start_scrapers(http)
             try:
-                # Warmups go first, one at a time, so they never overlap the measured load.
-                for item in (it for it in items if it.warmup):
-                    ids += await self._one(http, item, attribute_now=per_request)
-                main = [it for it in items if not it.warmup]
-                if per_request:
-                    for item in main:
-                        ids += await self._one(http, item, attribute_now=True)
-                elif rate is not None:
-                    ids += await self._open_loop(http, main, rate)
+                targets = list(dict.fromkeys(it.target for it in items))
+                if any("#" in t for t in targets) and not self.load.interleave:
+                    # replicated variants: each server runs its shard under the load, side by side
+                    for got in await asyncio.gather(*(self._pipeline(http, [it for it in items if it.target == t],
+                                                                     concurrency, rate) for t in targets)):
+                        ids += got
                 else:
-                    ids += await self._closed_loop(http, main, concurrency)
+                    ids += await self._pipeline(http, items, concurrency, rate)
             finally:
                 for sc in self.scrapers.values():
                     sc.stop()
@@ -157,6 +155,23 @@ class Sender:
                     await sc.scrape(http)  # one last point after the load
         if not per_request:
             self._attribute_windows(ids)
+        return ids
+
+    async def _pipeline(self, http: aiohttp.ClientSession, items: list[WorkItem], concurrency: int,
+                        rate: float | None) -> list[int]:
+        ids: list[int] = []
+        per_request = concurrency == 1 and rate is None
+        # Warmups go first, one at a time, so they never overlap the measured load.
+        for item in (it for it in items if it.warmup):
+            ids += await self._one(http, item, attribute_now=per_request)
+        main = [it for it in items if not it.warmup]
+        if per_request:
+            for item in main:
+                ids += await self._one(http, item, attribute_now=True)
+        elif rate is not None:
+            ids += await self._open_loop(http, main, rate)
+        else:
+            ids += await self._closed_loop(http, main, concurrency)
         return ids
 
     async def _closed_loop(self, http: aiohttp.ClientSession, items: list[WorkItem], concurrency: int) -> list[int]:
@@ -198,7 +213,7 @@ class Sender:
     def _attribute_windows(self, ids: list[int]) -> None:
         for rid in ids:
             row = self.ledger.request(rid)
-            sc = self.scrapers.get(row["variant"])
+            sc = self.scrapers.get(row["variant"] if row["replica"] is None else f"{row['variant']}#{row['replica']}")
             if sc is None or row["mono_start_ms"] is None:
                 continue
             start, end = row["mono_start_ms"], row["mono_start_ms"] + (row["e2e_ms"] or 0.0)

@@ -229,6 +229,7 @@ class MetricsScraper:
     epoch: float  # perf_counter() origin shared with the request timings of this variant
     interval_s: float = 0.5
     headers: dict[str, str] = field(default_factory=dict)
+    replica: int | None = None
     history: list[Scrape] = field(default_factory=list)
     last_samples: list[Sample] = field(default_factory=list)
     available: bool = True
@@ -252,7 +253,7 @@ class MetricsScraper:
         snap = snapshot(self.last_samples)
         ts = utcnow()
         changed = [
-            {"run_id": self.run_id, "variant": self.variant, "mono_ms": round(mono, 3), "ts": ts,
+            {"run_id": self.run_id, "variant": self.variant, "replica": self.replica, "mono_ms": round(mono, 3), "ts": ts,
              "series": k, "value": v}
             for k, v in snap.items() if self._last.get(k) != v and not (isinstance(v, float) and math.isnan(v))
         ]

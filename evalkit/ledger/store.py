@@ -111,6 +111,12 @@ class Ledger:
     def update_variant(self, vid: str, fields: dict[str, Any]) -> None:
         self.db["variants"].update(vid, fields)
 
+    def upsert_replica(self, row: dict[str, Any]) -> None:
+        self.db["replicas"].upsert(row, pk="id")
+
+    def replicas(self, run_id: str) -> list[dict[str, Any]]:
+        return list(self.db.query("select * from replicas where run_id = ? order by variant, replica", [run_id]))
+
     def variants(self, run_id: str) -> list[dict[str, Any]]:
         return list(self.db.query("select * from variants where run_id = ? order by rowid", [run_id]))
 
@@ -174,6 +180,23 @@ class Ledger:
             sql += " and variant = ?"
             params.append(variant)
         return list(self.db.query(sql + " order by variant, mono_ms", params))
+
+    def series_delta(self, run_id: str, variant: str, series: str, start_ms: float | None = None,
+                     end_ms: float | None = None) -> float | None:
+        """How much a server counter grew between two moments on the run's clock (the whole run
+        when not given): the last stored value at or before `end_ms` minus the one at or before
+        `start_ms` (values are stored when they change, so "at or before" is the value then)."""
+        pts = self.server_series(run_id, series, variant)
+        if not pts:
+            return None
+
+        def at(t: float | None, default: float) -> float:
+            if t is None:
+                return default
+            before = [p["value"] for p in pts if p["mono_ms"] <= t]
+            return before[-1] if before else pts[0]["value"]
+
+        return at(end_ms, pts[-1]["value"]) - at(start_ms, pts[0]["value"])
 
     # --- grades ---------------------------------------------------------------------------------
 
