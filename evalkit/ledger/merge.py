@@ -1,0 +1,97 @@
+"""Merge ledgers made apart (other machines, other days) into one: each source is first migrated
+to this evalkit's schema, run ids stay as they are (distinct runs stay distinct), and a run that
+was resumed in two places is de-duplicated by (variant, case, repeat, phase): the first final row
+for a key wins, with its grades. Written to a temporary file and renamed: all or nothing."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ..errors import LedgerError, UsageError
+from .store import Ledger, open_ledger
+
+ORDER = ("runs", "hosts", "variants", "replicas", "cases")  # tables keyed by natural ids
+
+
+def _key(r: dict[str, Any]) -> tuple[Any, ...]:
+    return (r["run_id"], r["variant"], r["case_id"], r["repeat"], r["phase"] or "main")
+
+
+def merge_ledgers(sources: list[Path], out: Path) -> dict[str, int]:
+    if len(sources) < 2:
+        raise UsageError("ledger merge: give at least two ledgers")
+    if out.exists():
+        raise UsageError(f"ledger merge: {out} exists; choose a new -o file")
+    for s in sources:
+        if not s.exists():
+            raise LedgerError(f"{s}: ledger not found")
+        if s.resolve() == out.resolve():
+            raise UsageError("ledger merge: the output must not be one of the inputs")
+    tmp = out.with_name(f".{out.name}.merging-{os.getpid()}")
+    counts = {"runs": 0, "requests": 0, "duplicates_dropped": 0, "grades": 0, "server_metrics": 0}
+    try:
+        dst = open_ledger(tmp)
+        seen: set[tuple[Any, ...]] = set()
+        for path in sources:
+            src = open_ledger(path)  # migrates an older ledger to this schema first
+            _merge_one(src, dst, seen, counts)
+            src.close()
+        dst.db.execute("pragma wal_checkpoint(truncate)")
+        dst.close()
+        for suffix in ("-wal", "-shm"):
+            Path(str(tmp) + suffix).unlink(missing_ok=True)
+        tmp.rename(out)
+    finally:
+        for p in (tmp, Path(str(tmp) + "-wal"), Path(str(tmp) + "-shm")):
+            p.unlink(missing_ok=True)
+    return counts
+
+
+def _merge_one(src: Ledger, dst: Ledger, seen: set[tuple[Any, ...]], counts: dict[str, int]) -> None:
+    s, d = src.db, dst.db
+    with d.conn:
+        for table in ORDER:
+            if table not in s.table_names():
+                continue
+            pk = ("dataset_hash", "id") if table == "cases" else "id"
+            rows = list(s[table].rows)
+            if table == "runs":
+                new = [r for r in rows if not d["runs"].count_where("id = ?", [r["id"]])]
+                counts["runs"] += len(new)
+                for r in rows:  # the same run finished elsewhere: keep the most advanced status
+                    if d["runs"].count_where("id = ?", [r["id"]]) and r["status"] == "complete":
+                        d["runs"].update(r["id"], {"status": "complete", "finished_at": r["finished_at"]})
+                rows = new
+            if rows:
+                d[table].upsert_all(rows, pk=pk, alter=True)
+        ids: dict[int, int] = {}
+        seq: dict[str, int] = {}
+        for r in s.query("select * from requests order by id"):
+            key = _key(r)
+            if r["final"] and not r["is_warmup"]:
+                if key in seen:
+                    counts["duplicates_dropped"] += 1
+                    continue
+                seen.add(key)
+            old = r.pop("id")
+            if r["run_id"] not in seq:
+                seq[r["run_id"]] = dst.max_seq(r["run_id"])
+            seq[r["run_id"]] += 1
+            r["seq"] = seq[r["run_id"]]
+            ids[old] = int(d["requests"].insert(r, alter=True).last_pk)
+            counts["requests"] += 1
+        grades = []
+        for g in s.query("select * from grades order by id"):
+            if g["request_id"] in ids:
+                g.pop("id")
+                g["request_id"] = ids[g["request_id"]]
+                grades.append(g)
+        if grades:
+            d["grades"].insert_all(grades, alter=True)
+        counts["grades"] += len(grades)
+        samples = [{k: v for k, v in x.items() if k != "id"} for x in s.query("select * from server_metrics")]
+        if samples:
+            d["server_metrics"].insert_all(samples, alter=True)
+        counts["server_metrics"] += len(samples)
