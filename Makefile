@@ -49,7 +49,7 @@ run: setup quant-env
 	$(VENV)/bin/evalkit run --limit $(LIMIT) --ledger $(LEDGER)
 
 test: setup quant-env browser
-	$(VENV)/bin/ruff check evalkit tests benchmarks cli.py data evaluate_modules
+	$(VENV)/bin/ruff check evalkit tests benchmarks cli.py data evaluate_modules rubrics
 	$(PY) -m pytest -q
 
 test-fast: setup browser
@@ -59,9 +59,11 @@ bench: setup quant-env
 	$(PY) benchmarks/vs_vllm_bench.py
 	$(PY) benchmarks/client_overhead.py
 	$(PY) benchmarks/grading_throughput.py
+	$(PY) benchmarks/open_loop_rate.py
+	$(PY) benchmarks/ray_overhead.py
 
 lint: setup
-	$(VENV)/bin/ruff check evalkit tests benchmarks cli.py data evaluate_modules
+	$(VENV)/bin/ruff check evalkit tests benchmarks cli.py data evaluate_modules rubrics
 
 clean:
 	rm -rf $(VENV) $(QVENV) *.egg-info

@@ -24,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import client_overhead  # noqa: E402
 from benchmarks.client_overhead import free_port  # noqa: E402
 from evalkit.dataset import load_cases  # noqa: E402
 from evalkit.engines.bundled import resolve_model  # noqa: E402
@@ -36,18 +37,8 @@ from evalkit.runner import run_matrix  # noqa: E402
 
 
 def start_stub(port: int) -> subprocess.Popen[bytes]:
-    p = subprocess.Popen([sys.executable, "-m", "evalkit.stub_server", "--port", str(port), "--no-role-chunk",
-                          "--fixed-chunks", "8", "--ttft-ms", "5"], cwd=ROOT,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
-        os.sched_setaffinity(p.pid, {1})
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
-            return p
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("stub did not start")
+    """The stub on the other core: 5 ms to the first token, 8 chunks per reply."""
+    return client_overhead.start_stub(port, "--fixed-chunks", "8", "--ttft-ms", "5")
 
 
 def arrivals(base: str) -> list[float]:

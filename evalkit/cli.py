@@ -328,6 +328,9 @@ def _print_findings(f: dict[str, Any], by: list[str] | None) -> None:
                       g(s, "ttft_ms", "p50"), g(s, "ttft_ms", "p95"), g(s, "ttft_ms", "p99"), g(s, "tpot_ms", "p50"),
                       g(s, "e2e_ms", "mean"), g(s, "e2e_ms", "std"), g(s, "out_tps", "p50"))
         console.print(t)
+    for d in f.get("formality_disagreements", []):
+        click.echo(f"formality estimators disagree by ≥2 on request {d['request_id']} ({d['variant']}, {d['case_id']}): "
+                   f"markers {d['markers']}, embeddings {d['embeddings']}, requested {d['requested']}")
     click.echo("spikes (median + k x MAD per variant x complexity):")
     for s in f["spikes"] or [{"line": "none"}]:
         click.echo(f"  {s['line']}")
@@ -479,25 +482,47 @@ def graders_list() -> None:
 
 
 @graders.command("calibrate")
+@click.option("--grader", type=click.Choice(["formality", "persona"]), default="formality", show_default=True)
 @click.option("--file", "path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help='labelled JSON lines {"text": ..., "level": 1-5} [default: rubrics/formality_calibration.jsonl]')
-@click.option("--subset", type=click.Choice(["all", "even", "odd"]), default="all", show_default=True,
-              help="lines to score (the shipped rubric was tuned on the even lines; odd ones are held out)")
+              help='labelled JSON lines [default: rubrics/formality_test.jsonl, the held-out test file; '
+                   'persona: rubrics/persona_labels.jsonl]')
 @click.option("--json", "as_json", is_flag=True, help="print the figures as JSON")
-def graders_calibrate(path: Path | None, subset: str, as_json: bool) -> None:
-    """How well the formality scorer predicts labelled levels: n, exact accuracy, accuracy
-    within ±1, mean absolute error, Spearman rho, confusion matrix."""
+def graders_calibrate(grader: str, path: Path | None, as_json: bool) -> None:
+    """How well a grader agrees with labels. formality: both estimators (markers, embeddings) —
+    n, exact, within ±1, MAE, Spearman rho, recall per level, confusion, their agreement.
+    persona: per-rule precision and recall of the rule's failures, and accuracy."""
+    if grader == "persona":
+        from .grading.persona import calibrate_persona
+
+        r = calibrate_persona(path)
+        if as_json:
+            click.echo(json.dumps(r, indent=2))
+            return
+        click.echo(f"{r['file']}: {r['n']} labelled outputs")
+        for rule, x in r["rules"].items():
+            p_, rc = x["fail_precision"], x["fail_recall"]
+            click.echo(f"  {rule}: n={x['n']} accuracy={x['accuracy']:.1%} failures: labelled {x['labelled_fail']}, "
+                       f"flagged {x['flagged_fail']}, precision {'-' if p_ is None else f'{p_:.1%}'}, "
+                       f"recall {'-' if rc is None else f'{rc:.1%}'}")
+        return
     from .grading.formality import calibrate
 
-    r = calibrate(path, subset=subset)
+    r = calibrate(path)
     if as_json:
         click.echo(json.dumps(r, indent=2))
         return
-    click.echo(f"{r['file']} ({r['subset']}): n={r['n']}  exact={r['exact_accuracy']:.1%}  "
-               f"within ±1={r['within_1_accuracy']:.1%}  MAE={r['mae']:.2f}  Spearman rho={r['spearman_rho']:.3f}")
-    click.echo("confusion (rows: labelled 1-5, columns: predicted 1-5):")
-    for i, row in enumerate(r["confusion"], start=1):
-        click.echo(f"  {i}: " + " ".join(f"{x:3d}" for x in row))
+    click.echo(r["file"])
+    for est in ("markers", "embeddings"):
+        if est not in r:
+            continue
+        x = r[est]
+        click.echo(f"  {est}: n={x['n']}  exact={x['exact_accuracy']:.1%}  within ±1={x['within_1_accuracy']:.1%}  "
+                   f"MAE={x['mae']:.2f}  Spearman rho={x['spearman_rho']:.3f}  recall by level "
+                   + " ".join("-" if v is None else f"{v:.0%}" for v in x["recall_by_level"]))
+        click.echo("    confusion (rows: labelled 1-5, columns: predicted 1-5): "
+                   + " | ".join(" ".join(f"{v:2d}" for v in row) for row in x["confusion"]))
+    if "agreement" in r:
+        click.echo(f"  the two estimators agree on {r['agreement']:.1%}; {r['disagree_by_2']} disagree by 2 or more")
 
 
 @cli.group(cls=Group)

@@ -352,4 +352,8 @@ def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = N
         "load_levels": levels,
         "cost": cost(variants, levels, json.loads(run["matrix_json"]).get("reference_price")),
         "study_summary": study_summary(ledger, run_id, rows, baseline) if baseline else [],
+        "formality_disagreements": [
+            {"request_id": r["id"], "variant": r["variant"], "case_id": r["case_id"],
+             "markers": d["predicted"], "embeddings": d["embed_level"], "requested": d["requested"]}
+            for r in rows if (d := r["grades"].get("formality", {}).get("detail", {})).get("estimators_disagree")],
     }

@@ -19,6 +19,7 @@ LAYERS = [
     {"engines", "client", "tokens", "telemetry", "stub_server"},
     {"load", "session", "sender", "estimate", "progress", "runner"},
     {"grading"},
+    {"cluster"},  # runs the runner on Ray, with embeddings for the graders on workers
     {"report", "findings", "gate"},
     {"html_report", "browse", "publish", "datasette_plugins"},
     {"workflow", "cli"},

@@ -4,6 +4,7 @@ report, the HTML, Datasette's view and the dataset card with no edit to evalkit.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -23,8 +24,10 @@ PLUGIN = Path(__file__).parent / "plugins" / "evalkit-wordcount"
 def plugin_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """pip-installs the test plugin into its own folder and puts that folder on sys.path."""
     site = tmp_path_factory.mktemp("site")
+    src = tmp_path_factory.mktemp("src") / PLUGIN.name
+    shutil.copytree(PLUGIN, src)  # a build leaves files behind: build from a copy, not the repo
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--no-index", "--target", str(site), str(PLUGIN)], check=True)
+                    "--no-index", "--target", str(site), str(src)], check=True)
     sys.path.insert(0, str(site))
     registry.available.cache_clear()
     yield site

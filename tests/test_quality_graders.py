@@ -130,21 +130,66 @@ def test_formality_grade_has_level_error_and_markers():
     assert s.detail["predicted"] == 1 and s.detail["requested"] == c.formality
     assert s.detail["error"] == 1 - c.formality
     assert any("contractions" in m for m in s.detail["markers"])
-    assert any("informal words" in m for m in s.detail["markers"])
+    assert any("informal markers" in m for m in s.detail["markers"])
     formal = ("Dear Members of the Hiring Committee, I respectfully submit my application for the position. "
               "I would be most grateful for the opportunity to present my qualifications. Yours faithfully, D.")
     assert predict(formal)[0] == 5
 
 
-def test_calibration_figures_and_command(runner):
+def test_formality_with_both_estimators_flags_disagreement():
+    from evalkit.grading.embeddings import embed
+
+    g = FormalityGrader(embed=embed)
+    s = g.grade(GradedRequest(1, "v", email(GOOD), "stop", case()))
+    assert s.detail["embed_level"] in range(1, 6) and len(s.detail["embed_probs"]) == 5
+    assert s.detail["estimators_disagree"] == (abs(s.detail["embed_level"] - s.detail["predicted"]) >= 2)
+    summary = FormalityGrader.summarise([{"value": 3.0, "passed": True, "case_id": "a", "detail": {
+        "predicted": 3, "requested": 3, "error": 0, "embed_level": 5}}], None)
+    assert summary["formality_disagree_n"] == 1 and summary["formality_agree_pct"] == 0.0
+
+
+# Held-out figures on rubrics/formality_test.jsonl (130 texts never used for fitting); pinned, so a
+# change that lowers them fails here. README: "Formality calibration".
+TEST_FLOOR = {"markers": (0.73, 0.99), "embeddings": (0.85, 0.99)}
+
+
+def test_formality_test_file_figures_are_pinned(runner):
     r = calibrate()
-    assert r["n"] == 100 and r["within_1_accuracy"] >= 0.9 and r["spearman_rho"] > 0.9
-    held_out = calibrate(subset="odd")
-    assert held_out["n"] == 50 and held_out["within_1_accuracy"] >= 0.9
+    assert r["file"].endswith("formality_test.jsonl")
+    for est, (exact, within1) in TEST_FLOOR.items():
+        assert r[est]["n"] == 130
+        assert r[est]["exact_accuracy"] >= exact and r[est]["within_1_accuracy"] >= within1, (est, r[est])
     out = runner.invoke(cli, ["graders", "calibrate"])
-    assert out.exit_code == 0 and "n=100" in out.output and "Spearman rho" in out.output
-    js = json.loads(runner.invoke(cli, ["graders", "calibrate", "--json", "--subset", "odd"]).output)
-    assert js["n"] == 50 and len(js["confusion"]) == 5
+    assert out.exit_code == 0 and "markers: n=130" in out.output and "embeddings: n=130" in out.output
+    assert "agree on" in out.output
+    js = json.loads(runner.invoke(cli, ["graders", "calibrate", "--json"]).output)
+    assert len(js["embeddings"]["confusion"]) == 5 and len(js["markers"]["recall_by_level"]) == 5
+
+
+def test_formality_fit_uses_the_tune_file_only():
+    """The split is disjoint and complete; every lexical marker is derived from the tune file (no
+    marker occurs only in the test file); refitting from the tune file reproduces the rubric."""
+    import subprocess
+    import sys
+
+    from evalkit.grading.formality_fit import derive_lexicon, read_labelled
+    from evalkit.grading.text import terms
+    from evalkit.paths import rubrics_dir
+
+    d = rubrics_dir()
+    tune, test = read_labelled(d / "formality_tune.jsonl"), read_labelled(d / "formality_test.jsonl")
+    everything = read_labelled(d / "formality_labelled.jsonl")
+    assert len(everything) >= 300 and len(tune) + len(test) == len(everything)
+    assert not {r["text"] for r in tune} & {r["text"] for r in test}
+    assert {r.get("genre") for r in everything} >= {"email", "headline", "summary", "note"}
+    assert any(r["source"].startswith("model:") for r in test) and any(r["source"].startswith("model:") for r in tune)
+    lexicon = json.loads((d / "formality_lexicon.json").read_text())
+    assert {k: v for k, v in lexicon.items() if k != "tune_sha256"} == derive_lexicon(tune)
+    in_tune = {pos: set().union(*(terms(r["text"])[pos] for r in tune)) for pos in ("body", "opening", "closing")}
+    only_test = [(pos, m) for pos in in_tune for m in lexicon[pos] if m not in in_tune[pos]]
+    assert not only_test
+    r = subprocess.run([sys.executable, str(d / "fit_formality.py"), "check"], capture_output=True, text=True)
+    assert r.returncode == 0 and "up to date" in r.stdout, r.stdout + r.stderr
 
 
 def test_calibrate_bad_file_is_a_usage_error(runner, write):
@@ -283,3 +328,20 @@ def test_unseen_persona_and_candidate_are_graded_from_the_requested_formality(ru
               Database(ledger)["grades"].rows_where("grader = 'persona' and grader_version = '2'")}
     applied = [("salutation" in d["rules"]) for _, d in sorted(grades.items())]
     assert applied == [False, True]
+
+
+def test_persona_rules_measured_against_labelled_outputs(runner):
+    """rubrics/persona_labels.jsonl: 63 real SmolLM2 outputs and 20 targeted written cases, labelled
+    per rule. The figures are pinned so a change that lowers them fails; README: "Persona rules"."""
+    from evalkit.grading.persona import calibrate_persona
+
+    r = calibrate_persona()
+    assert r["n"] >= 60
+    rules = r["rules"]
+    assert set(rules) >= {"mentions_company", "mentions_role", "mentions_skills", "no_invented_facts",
+                          "one_call_to_action", "salutation", "sign_off"}
+    assert rules["no_invented_facts"]["fail_precision"] >= 0.78 and rules["no_invented_facts"]["fail_recall"] >= 0.81
+    assert rules["one_call_to_action"]["accuracy"] >= 0.89
+    assert all(x["accuracy"] >= 0.88 for x in rules.values())
+    out = runner.invoke(cli, ["graders", "calibrate", "--grader", "persona"])
+    assert out.exit_code == 0 and "no_invented_facts: n=" in out.output and "precision" in out.output

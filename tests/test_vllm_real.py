@@ -155,8 +155,9 @@ def test_no_vllm_server_outlives_the_run(real_run):
 
 
 def test_real_saturation_preempts_and_the_sweep_says_so(tmp_path):
-    """A KV cache of 10 usable blocks x 128 tokens (vLLM keeps one of the 11 back): a short and a medium request decoding together outgrow
-    it, so vLLM preempts one; the sweep stops there and names it; the row carries it."""
+    """A KV cache of 10 usable blocks x 128 tokens (vLLM keeps one of the 11 back): a short and a
+    medium request decoding together outgrow it, so vLLM preempts one; the sweep stops there and
+    names it; the row carries it."""
     from click.testing import CliRunner
 
     from evalkit.findings import attribute_spike

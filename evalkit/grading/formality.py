@@ -15,50 +15,20 @@ from ..config import load_yaml_model as _load
 from ..errors import RubricError
 from ..paths import rubrics_dir
 from ..stats import mean
-from .base import GradedRequest, Grader, Score, SummaryColumn
-from .text import prose, sentences, words
+from .base import GradedRequest, Grader, GraderContext, Score, SummaryColumn
+from .text import prose, sentences, terms, words
 
 FEATURES = (
-    "contraction_rate", "informal_word_rate", "exclamation_rate", "emoji_count", "lowercase_start",
-    "question_rate", "has_informal_greeting", "has_neutral_greeting", "has_formal_greeting",
-    "has_very_formal_greeting", "has_informal_signoff", "has_neutral_signoff", "has_formal_signoff",
-    "has_very_formal_signoff", "mean_sentence_words", "latinate_rate", "formal_phrase_count",
+    "contraction_rate", "exclamation_rate", "question_rate", "emoji_count", "lowercase_start",
+    "mean_sentence_words", "latinate_rate", "informal_terms", "formal_terms",
+    "informal_opening", "formal_opening", "informal_closing", "formal_closing",
 )
 
-CONTRACTION = re.compile(
-    r"\b(?:\w+n['’]t|i['’]m|i['’]ve|i['’]ll|i['’]d|you['’](?:re|ve|ll|d)|we['’](?:re|ve|ll|d)|"
-    r"they['’](?:re|ve|ll|d)|(?:it|that|there|here|what|who|he|she|let)['’]s|gonna|wanna|gotta|lemme|gimme)\b",
-    re.I,
-)
-INFORMAL = {
-    "hey", "heya", "hiya", "yo", "sup", "lol", "haha", "omg", "btw", "tbh", "ngl", "lmk", "u", "ur", "cuz",
-    "gonna", "wanna", "gotta", "kinda", "sorta", "stuff", "cool", "awesome", "super", "totally", "rad",
-    "stoked", "keen", "jam", "nerd", "guys", "yeah", "yep", "nope", "hiii", "heyyy", "sooo", "vibes", "chill",
-    "n", "tons", "loads", "bunch", "ok", "okay", "hi-hi", "hmu", "chat", "ping", "gig", "chops", "dream",
-}
+# Structural rules, fixed a priori (rubrics/formality.md): no word list in them. Every lexical
+# marker (words, word pairs, openings, closings) comes from the tune file (formality_lexicon.json).
+CONTRACTION = re.compile(r"\b[A-Za-z]+['’](?:t|m|re|ve|ll|d)\b", re.I)
 EMOJI = re.compile(r"[\U0001F300-\U0001FAFF\u2600-\u27BF]|(?<!\w)[:;]-?[)D(P](?!\w)")
 LATINATE = re.compile(r"\w{3,}(?:tion|sion|ment|ity|ance|ence|ive|ous|ate|ure|ory)s?$", re.I)
-FORMAL_PHRASES = [
-    r"\bhereby\b", r"\bherewith\b", r"\bpursuant\b", r"\bI respectfully\b", r"\brespectfully (?:submit|request|present)",
-    r"\bI (?:would|should) be (?:most |deeply )?(?:grateful|honoured|honored|appreciative)", r"\bI wish to\b",
-    r"\bI have the (?:honour|honor|pleasure)\b", r"\bplease accept\b", r"\bin accordance with\b",
-    r"\bat (?:your|the committee's) (?:convenience|disposal)\b", r"\bfurther to\b", r"\bwith reference to\b",
-    r"\bI remain\b", r"\bI should like\b", r"\bconsider(?:ed)? it a privilege\b", r"\bcandidacy\b",
-    r"\bI am writing to (?:formally )?(?:express|apply)", r"\bI would welcome\b",
-]
-GREETINGS = [
-    ("has_very_formal_greeting",
-     r"^(?:dear (?:members of|sir or madam|selection|hiring committee)|to the (?:members|selection|hiring|appointments))"),
-    ("has_formal_greeting", r"^dear\b"),
-    ("has_neutral_greeting", r"^(?:hello|good (?:morning|afternoon))\b"),
-    ("has_informal_greeting", r"^(?:hey+|hi+|yo|hiya|heya|sup|howdy)\b"),
-]
-SIGNOFFS = [
-    ("has_very_formal_signoff", r"\b(?:yours faithfully|respectfully(?: yours)?|yours respectfully)\b"),
-    ("has_formal_signoff", r"\b(?:kind regards|yours sincerely|sincerely|warm regards|with regards)\b"),
-    ("has_neutral_signoff", r"\b(?:best regards|regards|best|all the best|many thanks)\b"),
-    ("has_informal_signoff", r"\b(?:cheers|talk soon|chat soon|thanks!|thx|later|ttyl|xo)\b"),
-]
 
 
 class FormalityRubric(BaseModel):
@@ -67,6 +37,10 @@ class FormalityRubric(BaseModel):
     intercept: float = 0.0
     weights: dict[str, float]
     thresholds: list[float] = Field(min_length=4, max_length=4)
+    lexicon: str = Field("formality_lexicon.json", description="markers derived from the tune file")
+    classifier: str | None = Field("formality_classifier.json", description="the second estimator")
+    tune_file: str | None = None
+    tune_sha256: str | None = None
 
     @field_validator("weights")
     @classmethod
@@ -98,93 +72,165 @@ def load_formality_rubric(path: Path | None = None) -> FormalityRubric:
     return _rubric(str(path or rubrics_dir() / "formality.yaml"))
 
 
-def features(text: str) -> tuple[dict[str, float], list[str]]:
+@lru_cache(maxsize=8)
+def _json(path: str) -> dict[str, Any]:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RubricError(f"{path}: not found (rubrics/fit_formality.py writes it from the tune file)") from None
+    except ValueError as e:
+        raise RubricError(f"{path}: not valid JSON ({e})") from None
+
+
+def load_lexicon(rubric: FormalityRubric | None = None) -> dict[str, dict[str, float]]:
+    r = rubric or load_formality_rubric()
+    return _json(str(rubrics_dir() / r.lexicon))
+
+
+def features(text: str, lexicon: dict[str, dict[str, float]] | None = None) -> tuple[dict[str, float], list[str]]:
     """Feature values and the human-readable markers behind them."""
+    lex = lexicon if lexicon is not None else load_lexicon()
     t = text.strip()
     sents = sentences(t) or [t]
     n_s = max(1, len(sents))
     ws = words(t)
-    lower_ws = [w.lower().strip("'’") for w in ws]
     markers: list[str] = []
     f: dict[str, float] = dict.fromkeys(FEATURES, 0.0)
     contractions = CONTRACTION.findall(t)
     f["contraction_rate"] = len(contractions) / n_s
-    informal = [w for w in lower_ws if w in INFORMAL]
-    f["informal_word_rate"] = len(informal) / n_s
     f["exclamation_rate"] = t.count("!") / n_s
     f["question_rate"] = t.count("?") / n_s
     f["emoji_count"] = min(3, len(EMOJI.findall(t)))
     starts = [s[0] for s in sents if s and s[0].isalpha()]
     f["lowercase_start"] = 1.0 if starts and sum(c.islower() for c in starts) / len(starts) > 0.5 else 0.0
-    head = t[:60].lower()
-    for name, pat in GREETINGS:
-        if re.search(pat, head):
-            f[name] = 1.0
-            markers.append(f"greeting: {t.split(',')[0][:40]!r}")
-            break
-    tail = t[-80:].lower()
-    for name, pat in SIGNOFFS:
-        if re.search(pat, tail):
-            f[name] = 1.0
-            markers.append(f"sign-off ({name.removeprefix('has_').removesuffix('_signoff')})")
-            break
     f["mean_sentence_words"] = len(ws) / n_s
     f["latinate_rate"] = sum(1 for w in ws if LATINATE.match(w)) / max(1, len(ws))
-    phrases = [p for p in FORMAL_PHRASES if re.search(p, t, re.I)]
-    f["formal_phrase_count"] = min(4, len(phrases))
+    found = terms(t)
+    low = {m: lvl for m in found["body"] if (lvl := lex.get("body", {}).get(m)) is not None}
+    f["informal_terms"] = sum(3 - v for v in low.values() if v < 3) / n_s
+    f["formal_terms"] = sum(v - 3 for v in low.values() if v > 3) / n_s
+    for pos, key in (("opening", "opening"), ("closing", "closing")):
+        hits = {m: lvl for m in found[pos] if (lvl := lex.get(pos, {}).get(m)) is not None}
+        f[f"informal_{key}"] = max((3 - v for v in hits.values() if v < 3), default=0.0)
+        f[f"formal_{key}"] = max((v - 3 for v in hits.values() if v > 3), default=0.0)
+        if hits:
+            m = max(hits, key=lambda k: abs(hits[k] - 3))
+            markers.append(f"{key}: {m.strip('^$')!r} (tune level {hits[m]:.1f})")
+    informal = sorted((m for m, v in low.items() if v < 3), key=lambda m: low[m])[:4]
+    formal = sorted((m for m, v in low.items() if v > 3), key=lambda m: -low[m])[:4]
     if contractions:
         markers.append(f"contractions: {', '.join(sorted({c.lower() for c in contractions})[:5])}")
     if informal:
-        markers.append(f"informal words: {', '.join(sorted(set(informal))[:5])}")
+        markers.append(f"informal markers: {', '.join(informal)}")
+    if formal:
+        markers.append(f"formal markers: {', '.join(formal)}")
     if f["exclamation_rate"]:
         markers.append(f"{t.count('!')} exclamation mark(s)")
     if f["emoji_count"]:
         markers.append("emoji/emoticons")
     if f["lowercase_start"]:
         markers.append("sentences start in lower case")
-    if phrases:
-        markers.append(f"{len(phrases)} formal phrase(s)")
     markers.append(f"{f['mean_sentence_words']:.0f} words/sentence, {f['latinate_rate']:.0%} Latinate")
     return f, markers
 
 
+def raw_score(f: dict[str, float], r: FormalityRubric) -> float:
+    return r.intercept + sum(r.weights.get(k, 0.0) * v for k, v in f.items())
+
+
+def level_of(raw: float, r: FormalityRubric) -> int:
+    return max(1, min(5, 1 + sum(1 for th in r.thresholds if raw >= th)))
+
+
 def predict(text: str, rubric: FormalityRubric | None = None) -> tuple[int, float, dict[str, float], list[str]]:
     r = rubric or load_formality_rubric()
-    f, markers = features(text)
-    raw = r.intercept + sum(r.weights.get(k, 0.0) * v for k, v in f.items())
-    level = 1 + sum(1 for th in r.thresholds if raw >= th)
-    return level, raw, f, markers
+    f, markers = features(text, load_lexicon(r))
+    raw = raw_score(f, r)
+    return level_of(raw, r), raw, f, markers
+
+
+def load_classifier(rubric: FormalityRubric | None = None) -> dict[str, Any] | None:
+    r = rubric or load_formality_rubric()
+    if not r.classifier or not (rubrics_dir() / r.classifier).exists():
+        return None
+    return _json(str(rubrics_dir() / r.classifier))
+
+
+def classify(vecs: Any, feats: list[dict[str, float]], clf: dict[str, Any]) -> list[tuple[int, list[float]]]:
+    """The second estimator: (level, class probabilities) per text, from its embedding and features."""
+    import numpy as np
+
+    f = np.array([[d[n] for n in clf["feature_names"]] for d in feats], dtype=float)
+    x = np.hstack([np.asarray(vecs), (f - np.array(clf["feature_mean"])) / np.array(clf["feature_std"])])
+    logits = x @ np.array(clf["coef"]).T + np.array(clf["intercept"])
+    logits -= logits.max(axis=1, keepdims=True)
+    p = np.exp(logits)
+    p /= p.sum(axis=1, keepdims=True)
+    return [(int(clf["classes"][int(i)]), [round(float(v), 4) for v in row]) for i, row in zip(p.argmax(axis=1), p,
+                                                                                                  strict=True)]
 
 
 class FormalityGrader(Grader):
     name = "formality"
-    version = "1"
-    description = "formality level 1-5 predicted by the marker scorer (rubrics/formality.yaml) vs the requested one"
+    version = "2"  # 2: markers derived from the tune file only; a second, embedding-based estimator
+    description = ("formality level 1-5 by two estimators fitted on the tune file (markers; embeddings), "
+                   "vs the requested level")
     view_columns = (("formality_predicted", "value"),)
     summary_columns = (SummaryColumn("formality_mae", "formality MAE", 2, "mean |predicted - requested| level"),
-                       SummaryColumn("formality_within1_pct", "formality ±1 %", 0, "share within one level"))
+                       SummaryColumn("formality_within1_pct", "formality ±1 %", 0, "share within one level"),
+                       SummaryColumn("formality_embed_mae", "formality MAE (emb.)", 2,
+                                     "the same with the embedding estimator"),
+                       SummaryColumn("formality_agree_pct", "estimators agree %", 0,
+                                     "share where both estimators give the same level"),
+                       SummaryColumn("formality_disagree_n", "disagree ≥2", 0,
+                                     "outputs whose two estimates differ by two levels or more"))
+
+    def __init__(self, rubric: FormalityRubric | None = None, embed: Any = None) -> None:
+        self.rubric = rubric or load_formality_rubric()
+        self.embed = embed
+        self.classifier = load_classifier(self.rubric) if embed is not None else None
+
+    @classmethod
+    def from_context(cls, ctx: GraderContext) -> FormalityGrader:
+        return cls(embed=ctx.embed)
 
     @classmethod
     def summarise(cls, grades: list[dict[str, Any]], base_grades: list[dict[str, Any]] | None) -> dict[str, Any]:
         errs = [abs(g["detail"]["error"]) for g in grades if "error" in g["detail"]]
+        emb = [g["detail"] for g in grades if g["detail"].get("embed_level") is not None]
         return {"formality_mae": mean(errs),
                 "formality_within1_pct": 100.0 * sum(e <= 1 for e in errs) / len(errs) if errs else None,
-                "formality_n": len(errs)}
+                "formality_n": len(errs),
+                "formality_embed_mae": mean([abs(d["embed_level"] - d["requested"]) for d in emb]),
+                "formality_agree_pct": 100.0 * sum(d["embed_level"] == d["predicted"] for d in emb) / len(emb)
+                if emb else None,
+                "formality_disagree_n": sum(abs(d["embed_level"] - d["predicted"]) >= 2 for d in emb) if emb else None}
 
-    def __init__(self, rubric: FormalityRubric | None = None) -> None:
-        self.rubric = rubric or load_formality_rubric()
+    def grade_batch(self, items: list[GradedRequest]) -> list[Score]:
+        texts = [prose(i.text) for i in items]
+        preds = [predict(t, self.rubric) for t in texts]
+        second: list[tuple[int, list[float]] | None] = [None] * len(items)
+        if self.classifier is not None and items:
+            second = list(classify(self.embed(texts), [p[2] for p in preds], self.classifier))
+        return [self._score(i, p, s) for i, p, s in zip(items, preds, second, strict=True)]
 
     def grade(self, item: GradedRequest) -> Score:
-        level, raw, f, markers = predict(prose(item.text), self.rubric)
+        return self.grade_batch([item])[0]
+
+    def _score(self, item: GradedRequest, pred: tuple, second: tuple[int, list[float]] | None) -> Score:
+        level, raw, f, markers = pred
         want = item.case.formality
         err = level - want
-        return Score(
-            value=float(level),
-            passed=abs(err) <= 1,
-            explanation=f"predicted {level} vs requested {want} ({err:+d}); " + "; ".join(markers[:4]),
-            detail={"predicted": level, "requested": want, "error": err, "raw_score": round(raw, 4),
-                    "features": {k: round(v, 4) for k, v in f.items()}, "markers": markers},
-        )
+        detail: dict[str, Any] = {"predicted": level, "requested": want, "error": err, "raw_score": round(raw, 4),
+                                  "features": {k: round(v, 4) for k, v in f.items()}, "markers": markers,
+                                  "embed_level": None}
+        expl = f"predicted {level} vs requested {want} ({err:+d})"
+        if second is not None:
+            detail.update({"embed_level": second[0], "embed_probs": second[1],
+                           "estimators_disagree": abs(second[0] - level) >= 2})
+            expl += f"; embedding estimator {second[0]}" + (" (disagree by ≥2)" if abs(second[0] - level) >= 2 else "")
+        return Score(value=float(level), passed=abs(err) <= 1, explanation=expl + "; " + "; ".join(markers[:4]),
+                     detail=detail)
 
 
 def spearman(xs: list[float], ys: list[float]) -> float | None:
@@ -212,17 +258,14 @@ def spearman(xs: list[float], ys: list[float]) -> float | None:
     return cov / (vx * vy) if vx and vy else None
 
 
-def calibrate(path: Path | None = None, rubric: FormalityRubric | None = None,
-              subset: str = "all") -> dict[str, Any]:
-    """Scorer accuracy on a labelled JSONL of {"text", "level"}: n, exact, within ±1, Spearman rho."""
+def read_labelled_file(p: Path) -> list[tuple[str, int]]:
     from ..errors import UsageError
 
-    p = path or rubrics_dir() / "formality_calibration.jsonl"
-    rows = []
     try:
         lines = p.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
         raise UsageError(f"{p}: calibration file not found") from None
+    rows = []
     for i, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -233,22 +276,47 @@ def calibrate(path: Path | None = None, rubric: FormalityRubric | None = None,
             raise UsageError(f"{p}:{i}: expected a JSON object with 'text' and 'level'") from None
         if not isinstance(level, int) or isinstance(level, bool) or not 1 <= level <= 5:
             raise UsageError(f"{p}:{i}: field 'level': must be an integer 1-5")
-        if subset == "all" or (subset == "even") == (i % 2 == 0):
-            rows.append((text, level))
+        rows.append((text, level))
     if not rows:
         raise UsageError(f"{p}: no labelled rows")
-    r = rubric or load_formality_rubric()
-    preds = [predict(t, r)[0] for t, _ in rows]
-    gold = [lvl for _, lvl in rows]
+    return rows
+
+
+def figures(gold: list[int], preds: list[int]) -> dict[str, Any]:
+    n = len(gold)
     confusion = [[0] * 5 for _ in range(5)]
     for g, pr in zip(gold, preds, strict=True):
         confusion[g - 1][pr - 1] += 1
-    n = len(rows)
     return {
-        "file": str(p), "subset": subset, "n": n,
+        "n": n,
         "exact_accuracy": sum(g == pr for g, pr in zip(gold, preds, strict=True)) / n,
         "within_1_accuracy": sum(abs(g - pr) <= 1 for g, pr in zip(gold, preds, strict=True)) / n,
         "mae": sum(abs(g - pr) for g, pr in zip(gold, preds, strict=True)) / n,
         "spearman_rho": spearman([float(x) for x in gold], [float(x) for x in preds]),
+        "recall_by_level": [round(confusion[i][i] / sum(confusion[i]), 4) if sum(confusion[i]) else None
+                            for i in range(5)],
         "confusion": confusion,
     }
+
+
+def calibrate(path: Path | None = None, rubric: FormalityRubric | None = None, embed: Any = None) -> dict[str, Any]:
+    """Both estimators on a labelled JSONL of {"text", "level"} (default: the held-out test file):
+    exact, within ±1, MAE, Spearman rho, recall per level, confusion, and their agreement."""
+    r = rubric or load_formality_rubric()
+    p = path or rubrics_dir() / "formality_test.jsonl"
+    rows = read_labelled_file(p)
+    texts = [prose(t) for t, _ in rows]
+    gold = [lvl for _, lvl in rows]
+    preds = [predict(t, r) for t in texts]
+    out: dict[str, Any] = {"file": str(p), "markers": figures(gold, [x[0] for x in preds])}
+    clf = load_classifier(r)
+    if clf is not None:
+        if embed is None:
+            from .embeddings import embed as default_embed
+
+            embed = default_embed
+        second = [lv for lv, _ in classify(embed(texts), [x[2] for x in preds], clf)]
+        out["embeddings"] = figures(gold, second)
+        out["agreement"] = sum(a[0] == b for a, b in zip(preds, second, strict=True)) / len(rows)
+        out["disagree_by_2"] = sum(abs(a[0] - b) >= 2 for a, b in zip(preds, second, strict=True))
+    return out

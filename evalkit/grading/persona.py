@@ -3,6 +3,7 @@ embedding similarity to the persona description as a soft signal."""
 
 from __future__ import annotations
 
+import json
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -220,3 +221,49 @@ class PersonaGrader(Grader):
             descs = self.embed([i.case.persona_description or i.case.persona for i in items])
             sims = [cosine(a, b) for a, b in zip(outs, descs, strict=True)]
         return [self.grade(i, s) for i, s in zip(items, sims, strict=True)]
+
+
+def calibrate_persona(path: Path | None = None, rubric: PersonaRubric | None = None) -> dict[str, Any]:
+    """Per rule, against labelled outputs ({"case_id", "text", "labels": {rule: passes?}}, cases from
+    the shipped dataset): accuracy, and precision / recall of the rule's failures (a failure is what
+    a reader acts on)."""
+    from ..dataset import load_cases
+    from ..errors import UsageError
+
+    p = path or rubrics_dir() / "persona_labels.jsonl"
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise UsageError(f"{p}: labelled file not found") from None
+    cases = {c.id: c for c in load_cases()}
+    grader = PersonaGrader(rubric)
+    tallies: dict[str, dict[str, int]] = {}
+    n = 0
+    for i, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            case, text, labels = cases[row["case_id"]], row["text"], row["labels"]
+        except (ValueError, KeyError, TypeError):
+            raise UsageError(f"{p}:{i}: expected case_id (a shipped case), text and labels") from None
+        got = grader.grade(GradedRequest(i, "labelled", text, "stop", case)).detail["rules"]
+        n += 1
+        for rule, want in labels.items():
+            if rule not in got:
+                continue
+            t = tallies.setdefault(rule, {"n": 0, "agree": 0, "tp": 0, "fp": 0, "fn": 0})
+            flagged_fail, labelled_fail = not got[rule]["passed"], not want
+            t["n"] += 1
+            t["agree"] += flagged_fail == labelled_fail
+            t["tp"] += flagged_fail and labelled_fail
+            t["fp"] += flagged_fail and not labelled_fail
+            t["fn"] += labelled_fail and not flagged_fail
+    rules = {}
+    for rule, t in tallies.items():
+        flagged, labelled = t["tp"] + t["fp"], t["tp"] + t["fn"]
+        rules[rule] = {"n": t["n"], "accuracy": t["agree"] / t["n"], "labelled_fail": labelled, "flagged_fail": flagged,
+                       "fail_precision": t["tp"] / flagged if flagged else None,
+                       "fail_recall": t["tp"] / labelled if labelled else None,
+                       "false_failures": t["fp"], "missed_failures": t["fn"]}
+    return {"file": str(p), "n": n, "rules": rules}
