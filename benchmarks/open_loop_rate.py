@@ -70,9 +70,8 @@ def main() -> int:
             "name: open-loop\nbaseline: stub\ngeneration:\n  max_tokens: 8\n  structured_output: false\n"
             f"  warmup: 0\n  baseline_repeats: 1\nvariants:\n  - name: stub\n    endpoint: {base}\n")
         reps = -(-a.n // len(cases))
-        pick = (cases * reps)[: a.n]
-        ids = list(dict.fromkeys(c.id for c in pick))
-        sub = [c for c in cases if c.id in ids]
+        sub = cases[: -(-a.n // reps)]  # reps x len(sub) = n (or just over)
+        pick = sub * reps
         ledger = open_ledger(work / "l.db")
         load = LoadSpec.from_options(rate=a.rate, seed=1)
         arrivals(base)

@@ -142,11 +142,22 @@ def run_shard(shard: Shard) -> Iterator[tuple[Any, ...]]:
     t = threading.Thread(target=body, daemon=True)
     t.start()
     yield ("host", host)
-    while True:
-        ev = events.get()
-        if ev[0] == "_done":
-            break
-        yield ev
+    done = False
+    while not done:
+        # batches: one object per ~50 ms rather than one per event keeps the worker's own
+        # client (same process, same GIL) from waiting on serialisation
+        batch = [events.get()]
+        deadline = time.monotonic() + 0.05
+        while batch[-1][0] != "_done" and len(batch) < 512:
+            try:
+                batch.append(events.get(timeout=max(0.0, deadline - time.monotonic())))
+            except queue.Empty:
+                break
+        done = batch[-1][0] == "_done"
+        if done:
+            batch.pop()
+        if batch:
+            yield ("batch", batch)
     t.join()
     yield ("summary", {"n_requests": summary.n_requests, "n_errors": summary.n_errors,
                        "failed_variants": summary.failed_variants, "saturation": summary.saturation,
@@ -164,7 +175,11 @@ class Apply:
 
     def __call__(self, ev: tuple[Any, ...], seq: list[int]) -> None:
         kind = ev[0]
-        if kind == "host":
+        if kind == "batch":
+            with self.ledger.transaction():  # one commit per batch, not per row
+                for e in ev[1]:
+                    self(e, seq)
+        elif kind == "host":
             self.host_id = self.ledger.record_host(ev[1])
         elif kind == "upsert_variant":
             self.ledger.upsert_variant({**ev[1], "host_id": self.host_id})

@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -253,6 +254,12 @@ class Ledger:
     def export_tables(self, run_id: str) -> dict[str, list[dict[str, Any]]]:
         self.require_run(run_id)
         return {name: list(self.db.query(sql, [run_id])) for name, sql in EXPORTS.items()}
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Group many writes into one commit (the Ray driver applies a worker's batch this way)."""
+        with self.db.conn:
+            yield
 
     def close(self) -> None:
         self.db.conn.close()
