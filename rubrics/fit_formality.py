@@ -13,7 +13,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from evalkit.grading.formality_fit import fit_all, write_split  # noqa: E402
+from evalkit.grading.formality_fit import fit_all, same_fit, write_split  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
@@ -24,7 +24,7 @@ def main(argv: list[str]) -> int:
     elif cmd in ("fit", "check"):
         files = fit_all(HERE)
         stale = [name for name, text in files.items()
-                 if not (HERE / name).exists() or (HERE / name).read_text(encoding="utf-8") != text]
+                 if not (HERE / name).exists() or not same_fit(name, (HERE / name).read_text(encoding="utf-8"), text)]
         if cmd == "check":
             print("up to date" if not stale else f"stale: {', '.join(stale)}")
             return 1 if stale else 0

@@ -345,3 +345,16 @@ def test_persona_rules_measured_against_labelled_outputs(runner):
     assert all(x["accuracy"] >= 0.88 for x in rules.values())
     out = runner.invoke(cli, ["graders", "calibrate", "--grader", "persona"])
     assert out.exit_code == 0 and "no_invented_facts: n=" in out.output and "precision" in out.output
+
+
+def test_onnx_embeddings_match_torch_on_the_calibration_texts():
+    """The fast path (the shipped MiniLM weights exported to ONNX Runtime) keeps every cosine
+    within 0.001 of the torch reference on the labelled texts."""
+    from evalkit.grading import embeddings as emb
+    from evalkit.paths import rubrics_dir
+
+    texts = [json.loads(x)["text"] for x in (rubrics_dir() / "formality_labelled.jsonl").read_text().splitlines()]
+    assert emb.backend() == "onnx"
+    fast, ref = emb.encode_batch(texts), emb.encode_torch(texts)
+    assert fast.shape == ref.shape == (len(texts), 384)
+    assert float((fast * ref).sum(axis=1).min()) >= 0.999

@@ -150,11 +150,34 @@ def write_split(d: Path, test_share: float = 0.4, seed: int = 7) -> tuple[int, i
     return len(tune), len(test)
 
 
+def same_fit(name: str, committed: str, fresh: str, tol: float = 1e-3) -> bool:
+    """Whether a committed fitted file is what the tune file gives: the lexicon exactly; numbers
+    (weights, thresholds, coefficients) within `tol`, since the last digits of a linear solve
+    differ between CPUs' kernels."""
+    import yaml
+
+    if name.endswith(".json") and "lexicon" in name:
+        return json.loads(committed) == json.loads(fresh)
+    a = yaml.safe_load(committed) if name.endswith(".yaml") else json.loads(committed)
+    b = yaml.safe_load(fresh) if name.endswith(".yaml") else json.loads(fresh)
+
+    def close(x: Any, y: Any) -> bool:
+        if isinstance(x, dict) and isinstance(y, dict):
+            return x.keys() == y.keys() and all(close(x[k], y[k]) for k in x)
+        if isinstance(x, list) and isinstance(y, list):
+            return len(x) == len(y) and all(close(p, q) for p, q in zip(x, y, strict=True))
+        if isinstance(x, int | float) and isinstance(y, int | float) and not isinstance(x, bool):
+            return abs(x - y) <= tol * max(1.0, abs(x))
+        return x == y
+
+    return close(a, b)
+
+
 def fit_all(d: Path) -> dict[str, str]:
     """Every fitted part of the formality rubric, from the tune file alone: returns file -> text."""
     import yaml
 
-    from .embeddings import embed
+    from .embeddings import encode_torch  # the reference path: the fit must not depend on the fast one
     from .formality import FEATURES, FormalityRubric, features, level_of, raw_score
     from .text import prose
 
@@ -169,7 +192,7 @@ def fit_all(d: Path) -> dict[str, str]:
     raw = [raw_score(f, rub) for f in feats]
     rub.thresholds = fit_thresholds(raw, levels)
     assert all(1 <= level_of(x, rub) <= 5 for x in raw)
-    clf = fit_embed_classifier(embed(texts), feats, levels, FEATURES)
+    clf = fit_embed_classifier(encode_torch(texts), feats, levels, FEATURES)
     sha = file_sha256(tune_p)
     clf["tune_sha256"] = sha
     header = (
