@@ -143,6 +143,17 @@ def test_generated_text_is_escaped_in_html(runner, endpoint_matrix, tmp_path):
     assert evil not in text and "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in text
 
 
+def wait_for_json(url: str, tries: int = 100) -> object:
+    """GET a JSON URL once the server behind it answers (Datasette takes a few seconds)."""
+    for _ in range(tries):
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                return json.loads(r.read())
+        except OSError:
+            time.sleep(0.2)
+    raise AssertionError(f"{url} never answered")
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -158,12 +169,7 @@ def test_browse_serves_canned_queries_over_http(stub_ledger, tmp_path):
     p = browse(open_ledger(stub_ledger), stub_ledger, "127.0.0.1", port, meta_dir=tmp_path, wait=False)
     try:
         base = f"http://127.0.0.1:{port}"
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(base + "/-/versions.json", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.2)
+        wait_for_json(base + "/-/versions.json")
         name = stub_ledger.stem
 
         def get(path: str) -> dict:

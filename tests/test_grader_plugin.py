@@ -7,8 +7,6 @@ import json
 import shutil
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -64,20 +62,13 @@ def test_plugin_grades_reach_report_html_datasette_and_card(plugin_site, runner,
     from evalkit.browse import browse
     from evalkit.ledger import open_ledger
 
-    from .test_findings import _free_port
+    from .test_findings import _free_port, wait_for_json
 
     port = _free_port()
     p = browse(open_ledger(stub_ledger), stub_ledger, "127.0.0.1", port, meta_dir=tmp_path, wait=False)
     try:
-        base = f"http://127.0.0.1:{port}/{stub_ledger.stem}"
-        for _ in range(100):
-            try:
-                with urllib.request.urlopen(base + "/requests_joined.json?_shape=array&_size=50", timeout=2) as resp:
-                    rows = json.loads(resp.read())
-                break
-            except OSError:
-                time.sleep(0.2)
-        assert rows and all("word_count" in x for x in rows)
+        rows = wait_for_json(f"http://127.0.0.1:{port}/{stub_ledger.stem}/requests_joined.json?_shape=array&_size=50")
+        assert isinstance(rows, list) and rows and all("word_count" in x for x in rows)
         assert any(x["word_count"] for x in rows if x["is_warmup"] == 0)
     finally:
         p.terminate()
