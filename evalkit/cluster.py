@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import queue
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -117,7 +116,6 @@ def run_shard(shard: Shard) -> Iterator[tuple[Any, ...]]:
     """The body of the Ray task (a streaming generator): run the shard in a thread, yield its
     events as they come, then a summary."""
     events: queue.Queue[tuple[Any, ...]] = queue.Queue()
-    work = Path(tempfile.mkdtemp(prefix="evalkit-ray-"))
     host = this_host()
     matrix = Matrix.model_validate_json(shard.matrix_json)
     cases = [Case.model_validate(c) for c in shard.cases]
@@ -127,7 +125,8 @@ def run_shard(shard: Shard) -> Iterator[tuple[Any, ...]]:
     def body() -> None:
         try:
             # SQLite connections belong to the thread that made them: this one
-            local = EventLedger(open_ledger(work / "worker.db"), events)
+            # in memory: the worker only reads back its own rows; the driver keeps the ledger
+            local = EventLedger(open_ledger(":memory:"), events)
             local.db["runs"].insert(shard.run_row)  # the worker's own copy: requests join to these
             local.record_cases(shard.case_rows)
             run_group(local, summary.run_id, matrix, [shard.variant], cases, repeats=shard.repeats,
