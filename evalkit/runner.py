@@ -169,11 +169,7 @@ def run_group(ledger: Ledger, run_id: str, matrix: Matrix, group: list[str], cas
             if load.sweep:
                 for name in list(live):
                     rows = ledger.measured_requests(run_id, phase=phase, variant=name)
-                    starts = [r["mono_start_ms"] for r in rows if r["mono_start_ms"] is not None]
-                    ends = [r["mono_start_ms"] + (r["e2e_ms"] or 0) for r in rows if r["mono_start_ms"] is not None]
-                    pre = ledger.series_delta(run_id, name, "num_preemptions_total", min(starts) - 1, max(ends) + 5000) \
-                        if starts else None
-                    why = saturation_reason(rows, load, pre)
+                    why = saturation_reason(rows, load, level_preemptions(ledger, run_id, name, rows))
                     if why:
                         summary.saturation[name] = f"saturated at concurrency {conc}: {why}"
                         reporter.message(f"'{name}' {summary.saturation[name]}")
@@ -193,6 +189,22 @@ def run_group(ledger: Ledger, run_id: str, matrix: Matrix, group: list[str], cas
         for s in sessions.values():
             s.close("interrupted")
         raise
+
+
+# The scraper takes its last sample just after the level's load ends; a window this much wider
+# than the last request's end includes it.
+LAST_SCRAPE_MARGIN_MS = 5000.0
+
+
+def level_preemptions(ledger: Ledger, run_id: str, variant: str, rows: list[dict]) -> float | None:
+    """The server's own preemption count over one load level (from its first send to just after
+    its last request ended)."""
+    spans = [(r["mono_start_ms"], r["mono_start_ms"] + (r["e2e_ms"] or 0.0)) for r in rows
+             if r["mono_start_ms"] is not None]
+    if not spans:
+        return None
+    return ledger.series_delta(run_id, variant, "num_preemptions_total", min(a for a, _ in spans) - 1,
+                               max(b for _, b in spans) + LAST_SCRAPE_MARGIN_MS)
 
 
 def start_run(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: Path, *, repeats: int, seed: int,

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Protocol
 
 from .engines.bundled import resolve_model
-from .engines.checkpoint import arg_value, checkpoint_quantization, served_dtype
+from .engines.checkpoint import checkpoint_quantization, served_dtype
 from .engines.vllm_server import VLLMServer, engine_version, server_info, tail
 from .errors import EndpointError, EngineError
 from .ledger import Ledger, dumps, utcnow
-from .matrix import Matrix, Variant
+from .matrix import Matrix, Variant, arg_value
 from .paths import cache_dir
 from .redact import redact, redact_args
 

@@ -8,8 +8,6 @@ from typing import Any
 
 from ..matrix import arg_value
 
-__all__ = ["arg_value", "checkpoint_quantization", "served_dtype"]
-
 
 def _config(model_path: str | None) -> dict[str, Any]:
     cfg = Path(model_path) / "config.json" if model_path else None
