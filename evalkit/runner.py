@@ -29,6 +29,7 @@ from .paths import cache_dir
 from .redact import redact, redact_args
 from .sender import Sender
 from .session import VariantSession
+from .telemetry import MetricsScraper
 
 
 class Reporter(Protocol):
@@ -122,6 +123,17 @@ def open_sessions(ledger: Ledger, run_id: str, matrix: Matrix, group: list[str],
     return sessions
 
 
+def record_scrape_errors(sessions: dict[str, VariantSession], scrapers: dict[str, MetricsScraper],
+                         reporter: Reporter) -> None:
+    """Failed /metrics scrapes go on the server's rows and to the console: a gap in the server
+    time series must never pass for a quiet server."""
+    for target, sc in scrapers.items():
+        sessions[target].record_scrapes(sc.errors, sc.last_error)
+        if sc.errors:
+            reporter.message(f"warning: '{target}' /metrics: {sc.errors} scrape(s) failed (last: {sc.last_error}); "
+                             "server fields of requests in those gaps rest on fewer samples (srv_scrapes)")
+
+
 def run_group(ledger: Ledger, run_id: str, matrix: Matrix, group: list[str], cases: list[Case], *, repeats: int,
               load: LoadSpec, skip: set[tuple[str, str, int, str]], reporter: Reporter, log_dir: Path,
               summary: RunSummary, seq0: int, variants_after: int = 0, replicas: list[int] | None = None) -> int:
@@ -178,6 +190,7 @@ def run_group(ledger: Ledger, run_id: str, matrix: Matrix, group: list[str], cas
                     break
         summary.n_requests += sender.n
         summary.n_errors += sender.n_err
+        record_scrape_errors(sessions, sender.scrapers, reporter)
         for s in sessions.values():
             s.close("complete")
         for name in dict.fromkeys(s.variant.name for s in sessions.values()):

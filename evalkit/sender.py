@@ -101,7 +101,8 @@ class Sender:
                 after = await scraper.wait_for_count(http, key, before.values.get(key, 0.0) + 1)
                 if after is not None:
                     row.update(attribute(before.values, after.values, "histogram_delta",
-                                         scraper.peak("kv_cache_usage_perc", before.mono_ms, after.mono_ms)))
+                                         scraper.peak("kv_cache_usage_perc", before.mono_ms, after.mono_ms),
+                                         scraper.scrapes_in(before.mono_ms, after.mono_ms)))
             ids.append(self.ledger.insert_request(row))
             if not will_retry:
                 if not item.warmup:
@@ -218,5 +219,5 @@ class Sender:
                 continue
             start, end = row["mono_start_ms"], row["mono_start_ms"] + (row["e2e_ms"] or 0.0)
             fields = attribute(sc.at(start), sc.first_after(end), "window",
-                               sc.peak("kv_cache_usage_perc", start, end))
+                               sc.peak("kv_cache_usage_perc", start, end), sc.scrapes_in(start, end))
             self.ledger.update_request(rid, fields)

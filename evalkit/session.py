@@ -59,9 +59,14 @@ class VariantSession:
             self.ledger.update_variant(self.vid, fields)
         if self.replica is not None:
             keep = {k: v for k, v in fields.items() if k in ("model_path", "status", "error", "ready_s", "stopped_at",
-                                                            "log_tail", "endpoint_url")}
+                                                            "log_tail", "endpoint_url", "scrape_errors",
+                                                            "scrape_last_error")}
             if keep:
                 self.ledger.upsert_replica({"id": self.rid, **keep})
+
+    def record_scrapes(self, errors: int, last_error: str | None) -> None:
+        """How many /metrics scrapes of this server failed (on the variant's row, and the replica's)."""
+        self._record({"scrape_errors": errors, "scrape_last_error": last_error})
 
     def open(self) -> None:
         v = self.variant

@@ -51,6 +51,8 @@ class StubConfig:
     preemptions: int = 0
     num_blocks: int = 1024
     block_size: int = 16
+    # /metrics answers 500 on every Nth scrape after the first (a server busy or restarting)
+    metrics_fail_every: int | None = None
 
 
 HISTS = ("time_to_first_token_seconds", "e2e_request_latency_seconds", "request_queue_time_seconds",
@@ -134,6 +136,9 @@ def make_app(cfg: StubConfig) -> web.Application:
         return web.json_response(out)
 
     async def metrics(_: web.Request) -> web.Response:
+        cfg.counters["scrapes"] = n = cfg.counters.get("scrapes", 0) + 1
+        if cfg.metrics_fail_every and n > 1 and n % cfg.metrics_fail_every == 0:
+            return web.Response(status=500, text="busy")
         return web.Response(text=metrics_text(cfg), content_type="text/plain")
 
     def record(phases: dict[str, float]) -> None:

@@ -183,7 +183,7 @@ GAUGES_AT_START = {
     "srv_waiting_start": "num_requests_waiting",
 }
 SERVER_FIELDS = ["srv_method", *HIST_FIELDS, *GAUGES_AT_START, "srv_kv_cache_usage_peak", "srv_preemptions",
-                 "srv_prompt_tokens", "srv_prefix_cache_hits"]
+                 "srv_prompt_tokens", "srv_prefix_cache_hits", "srv_scrapes"]
 
 
 def _delta(after: dict[str, float], before: dict[str, float], key: str) -> float | None:
@@ -193,9 +193,10 @@ def _delta(after: dict[str, float], before: dict[str, float], key: str) -> float
 
 
 def attribute(before: dict[str, float], after: dict[str, float], method: str,
-              peak_kv: float | None = None) -> dict[str, Any]:
+              peak_kv: float | None = None, scrapes: int | None = None) -> dict[str, Any]:
     """Server fields for one request (histogram_delta) or a time window (window: means over the
-    requests that finished inside it)."""
+    requests that finished inside it). ``scrapes`` is how many /metrics samples fell inside the
+    request: the KV peak is a sampled gauge, and this says how well it was sampled."""
     out: dict[str, Any] = {"srv_method": method}
     for f, hist in HIST_FIELDS.items():
         dsum, dcount = _delta(after, before, f"{hist}_sum"), _delta(after, before, f"{hist}_count")
@@ -206,6 +207,7 @@ def attribute(before: dict[str, float], after: dict[str, float], method: str,
     out["srv_preemptions"] = _delta(after, before, "num_preemptions_total")
     out["srv_prompt_tokens"] = _delta(after, before, "prompt_tokens_total")
     out["srv_prefix_cache_hits"] = _delta(after, before, "prefix_cache_hits_total")
+    out["srv_scrapes"] = scrapes
     return out
 
 
@@ -233,6 +235,8 @@ class MetricsScraper:
     history: list[Scrape] = field(default_factory=list)
     last_samples: list[Sample] = field(default_factory=list)
     available: bool = True
+    errors: int = 0  # scrapes that failed (timeout, refused, non-200, unparsable); the loop goes on
+    last_error: str | None = None
     _last: dict[str, float] = field(default_factory=dict)
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -242,12 +246,16 @@ class MetricsScraper:
         try:
             async with session.get(f"{self.base_url}/metrics", headers=self.headers,
                                    timeout=aiohttp.ClientTimeout(total=5)) as r:
-                if r.status != 200:
+                if r.status in (404, 405):  # no /metrics on this server: stop asking
                     self.available = False
                     return None
+                if r.status != 200:
+                    return self._failed(f"HTTP {r.status}")
                 text = await r.text()
-        except (aiohttp.ClientError, asyncio.TimeoutError):
-            return None
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - one bad scrape must not end the time series
+            return self._failed(f"{type(e).__name__}: {e}".strip(": "))
         mono = (time.perf_counter() - self.epoch) * 1000.0
         self.last_samples = parse_prometheus(text)
         snap = snapshot(self.last_samples)
@@ -263,9 +271,19 @@ class MetricsScraper:
         self.history.append(s)
         return s
 
+    def _failed(self, why: str) -> None:
+        self.errors += 1
+        self.last_error = why[:300]
+        return None
+
     async def run(self, session: aiohttp.ClientSession) -> None:
         while not self._stop.is_set():
-            await self.scrape(session)
+            try:
+                await self.scrape(session)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - e.g. the ledger write; count it, keep sampling
+                self._failed(f"{type(e).__name__}: {e}")
             try:
                 await asyncio.wait_for(self._stop.wait(), timeout=self.interval_s)
             except asyncio.TimeoutError:
@@ -294,6 +312,9 @@ class MetricsScraper:
             if s.mono_ms >= mono_ms:
                 return s.values
         return self.history[-1].values if self.history else {}
+
+    def scrapes_in(self, start_ms: float, end_ms: float) -> int:
+        return sum(1 for s in self.history if start_ms <= s.mono_ms <= end_ms)
 
     def peak(self, series: str, start_ms: float, end_ms: float) -> float | None:
         vals = [s.values[series] for s in self.history if start_ms <= s.mono_ms <= end_ms and series in s.values]

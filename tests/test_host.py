@@ -78,3 +78,39 @@ def test_run_records_its_host_and_progress_reaches_a_log(runner, stub, endpoint_
     assert host["cpu_class"] in ("amx", "avx512_bf16", "avx512", "avx2", "other") and host["cores"] >= 1
     assert json.loads(host["isa_json"]).keys() >= {"avx2", "avx512f", "avx512_bf16", "amx_bf16"}
     assert host_line(host) in r.output  # the report header names the machine
+
+
+def test_emulating_an_avx2_only_processor_is_recorded_and_reaches_the_server(monkeypatch, tmp_path):
+    """EVALKIT_EMULATE_CPU=avx2 on an AVX-512 BF16 machine: the host row says it is an emulation
+    and shows AVX2-only flags, the default dtype follows (float32), and vLLM's environment caps
+    torch's, oneDNN's and vLLM's own ISA probes."""
+    from evalkit.engines.vllm_server import EMULATE_SHIM, VLLMServer
+    from evalkit.errors import UsageError
+
+    monkeypatch.setenv("EVALKIT_EMULATE_CPU", "avx2")
+    h = describe_host((FIX / "cpuinfo_avx512_bf16.txt").read_text(), "MemTotal: 1024 kB\n", [])
+    isa = json.loads(h["isa_json"])
+    assert isa["avx2"] and not any(v for k, v in isa.items() if k != "avx2")
+    assert h["cpu_class"] == "avx2" and "[emulating AVX2-only on a avx512_bf16 processor" in h["cpu_model"]
+    assert "emulating AVX2-only" in host_line(h) and dtype_for(isa, None)[0] == "float32"
+    env = VLLMServer("m", "m", [], tmp_path / "log", cache_dir=tmp_path)._env()
+    assert env["ATEN_CPU_CAPABILITY"] == "avx2" and env["ONEDNN_MAX_CPU_ISA"] == "AVX2"
+    assert env["PYTHONPATH"].split(":")[0] == str(EMULATE_SHIM)
+    monkeypatch.setenv("EVALKIT_EMULATE_CPU", "avx512")
+    with pytest.raises(UsageError, match="EVALKIT_EMULATE_CPU='avx512'"):
+        describe_host((FIX / "cpuinfo_avx512_bf16.txt").read_text(), "", [])
+
+
+def test_the_emulation_shim_caps_torchs_isa_probes(tmp_path):
+    """The shim itself, in a fresh interpreter as vLLM's server would load it."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    from evalkit.engines.vllm_server import EMULATE_SHIM
+
+    probe = "import torch; print(torch.cpu._is_avx512_supported(), torch.cpu._is_avx512_bf16_supported())"
+    env = {**os.environ, "PYTHONPATH": str(EMULATE_SHIM), "EVALKIT_EMULATE_CPU": "avx2"}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]

@@ -120,6 +120,25 @@ def test_concurrency_mode_uses_window_attribution(runner, endpoint_matrix, ledge
     assert starts[5] - starts[0] < 30  # six went out together
 
 
+def test_failed_scrapes_leave_a_gap_not_an_end(runner, endpoint_matrix, ledger_path):
+    """/metrics answering 500 now and then: the scraper keeps sampling, every row still gets its
+    window's samples counted, and the failures are on the variant row and on the console."""
+    with StubServer(StubConfig(ttft_ms=30, itl_ms=3, metrics_fail_every=3)) as s:
+        m = endpoint_matrix(s.base_url, extra="telemetry:\n  interval_s: 0.02\n")
+        r = runner.invoke(cli, ["run", "--matrix", str(m), "--ledger", str(ledger_path), "--limit", "6",
+                                "--concurrency", "3", "--no-grade"])
+        scrapes = s.cfg.counters["scrapes"]
+    assert r.exit_code == 0, r.output
+    db = Database(ledger_path)
+    v = next(db["variants"].rows)
+    assert v["scrape_errors"] >= 2 and v["scrape_last_error"] == "HTTP 500"
+    assert v["scrape_errors"] <= scrapes // 3 + 1
+    assert f"{v['scrape_errors']} scrape(s) failed (last: HTTP 500)" in r.output
+    rows = list(db["requests"].rows_where("is_warmup = 0"))
+    assert len(rows) == 6 and all(x["srv_scrapes"] >= 1 for x in rows)
+    assert max(x["srv_kv_cache_usage_peak"] for x in rows) > 1 / 64  # sampled while 3 ran
+
+
 def test_rate_mode_poisson_arrivals_are_seeded(runner, endpoint_matrix, tmp_path):
     gaps = []
     for i in range(2):

@@ -154,6 +154,9 @@ def test_no_vllm_server_outlives_the_run(real_run):
                 and str(cache) in line]
 
 
+KV_TRACE = "select mono_ms, value from server_metrics where series = 'kv_cache_usage_perc' order by mono_ms"
+
+
 def test_real_saturation_preempts_and_the_sweep_says_so(tmp_path):
     """A KV cache of 10 usable blocks x 128 tokens (vLLM keeps one of the 11 back): a short and a
     medium request decoding together outgrow it, so vLLM preempts one; the sweep stops there and
@@ -176,7 +179,13 @@ def test_real_saturation_preempts_and_the_sweep_says_so(tmp_path):
                          "where r.is_warmup = 0"))
     assert len(rows) == 2 and all(x["error_class"] is None for x in rows)
     preempted = [x for x in rows if (x["srv_preemptions"] or 0) > 0]
-    assert preempted and max(x["srv_kv_cache_usage_peak"] for x in rows) >= 0.9
+    v = next(db["variants"].rows)
+    why = (f"KV trace {[(round(x['mono_ms']), x['value']) for x in db.query(KV_TRACE)]}; "
+           f"scrape errors {v['scrape_errors']} ({v['scrape_last_error']})")
+    assert preempted and all(x["srv_scrapes"] >= 2 for x in rows), why
+    # The KV peak is a sampled gauge and the instant of preemption (a full cache) may fall between
+    # two samples; but the medium request alone holds ~70 % of it while it decodes, for seconds.
+    assert max(x["srv_kv_cache_usage_peak"] for x in rows) >= 0.6, why
     assert attribute_spike(preempted[0], rows, "e2e_ms", None)[0] == "preemption"
 
 

