@@ -87,8 +87,9 @@ def create_run(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: 
     run_id = new_run_id()
     dhash = dataset_hash(dataset_path)
     gen = matrix.generation
+    host = this_host()  # first: a bad EVALKIT_EMULATE_CPU stops the run before anything is written
     ledger.record_cases(case_rows(cases + warmup_cases(cases, gen.warmup, gen.structured_output), dhash))
-    host_id = ledger.record_host(this_host())
+    host_id = ledger.record_host(host)
     ledger.create_run({
         "id": run_id, "created_at": utcnow(), "finished_at": None, "status": "running",
         "matrix_name": matrix.name, "matrix_json": redact(matrix.model_dump_json()),

@@ -114,3 +114,21 @@ def test_the_emulation_shim_caps_torchs_isa_probes(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(EMULATE_SHIM), "EVALKIT_EMULATE_CPU": "avx2"}
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_an_unknown_emulation_stops_the_run_before_anything_is_written(runner, stub, endpoint_matrix, ledger_path,
+                                                                         monkeypatch):
+    from evalkit.host import this_host
+
+    monkeypatch.setenv("EVALKIT_EMULATE_CPU", "sse4")
+    this_host.cache_clear()
+    try:
+        r = runner.invoke(cli, ["run", "--matrix", str(endpoint_matrix(stub.base_url)), "--limit", "2",
+                                "--ledger", str(ledger_path)])
+    finally:
+        this_host.cache_clear()
+    assert r.exit_code == 2 and "EVALKIT_EMULATE_CPU='sse4': the only emulation is avx2" in r.output
+    assert len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output
+    db = Database(ledger_path)
+    assert not db["runs"].exists() or db["runs"].count == 0
+    assert not db["cases"].exists() or db["cases"].count == 0
