@@ -29,7 +29,7 @@ import aiohttp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from evalkit.client import build_payload, stream_chat  # noqa: E402
+from evalkit.measure.client import build_payload, stream_chat  # noqa: E402
 
 # (request index in the reply text, perf_counter seconds when the first token arrived, chunks seen)
 Measured = tuple[int, float, int]
@@ -42,7 +42,7 @@ def free_port() -> int:
 
 
 def start_stub(port: int, *args: str) -> subprocess.Popen[bytes]:
-    p = subprocess.Popen([sys.executable, "-m", "evalkit.stub_server", "--port", str(port), "--no-role-chunk",
+    p = subprocess.Popen([sys.executable, "-m", "evalkit.testing.stub_server", "--port", str(port), "--no-role-chunk",
                           "--stamp", *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
         os.sched_setaffinity(p.pid, {1})

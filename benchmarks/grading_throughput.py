@@ -19,10 +19,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from evalkit.dataset import load_cases  # noqa: E402
 from evalkit.grading import GradedRequest, make_graders  # noqa: E402
 from evalkit.grading.embeddings import encode_batch  # noqa: E402
 from evalkit.grading.text import prose  # noqa: E402
+from evalkit.spec.dataset import load_cases  # noqa: E402
 
 WORDS = ("I build reliable payment systems with Python and Go and would welcome a short call about the role "
          "at your company next week to discuss how my PostgreSQL and Kafka work could help the team").split()
@@ -70,7 +70,7 @@ def main() -> int:
             if g.kind == "request":
                 g.grade_batch(items)
             else:
-                g.grade_run(items, repeats, "bf16")
+                g.grade_outputs(items, repeats, "bf16")
             per[g.name] = time.perf_counter() - t
         total = time.perf_counter() - t0
         results[name] = total

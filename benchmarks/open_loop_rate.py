@@ -26,14 +26,14 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import client_overhead  # noqa: E402
 from benchmarks.client_overhead import free_port  # noqa: E402
-from evalkit.dataset import load_cases  # noqa: E402
 from evalkit.engines.bundled import resolve_model  # noqa: E402
+from evalkit.execution.load import LoadSpec  # noqa: E402
+from evalkit.execution.runner import run_matrix  # noqa: E402
 from evalkit.host import host_line, this_host  # noqa: E402
 from evalkit.ledger import open_ledger  # noqa: E402
-from evalkit.load import LoadSpec  # noqa: E402
-from evalkit.matrix import load_matrix  # noqa: E402
 from evalkit.paths import default_dataset_path  # noqa: E402
-from evalkit.runner import run_matrix  # noqa: E402
+from evalkit.spec.dataset import load_cases  # noqa: E402
+from evalkit.spec.matrix import load_matrix  # noqa: E402
 
 
 def start_stub(port: int) -> subprocess.Popen[bytes]:

@@ -25,13 +25,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from evalkit.dataset import load_cases, stratified_subset  # noqa: E402
 from evalkit.engines.bundled import resolve_model  # noqa: E402
 from evalkit.engines.vllm_server import VLLMServer  # noqa: E402
+from evalkit.execution.runner import run_matrix  # noqa: E402
 from evalkit.ledger import open_ledger  # noqa: E402
-from evalkit.matrix import load_matrix  # noqa: E402
 from evalkit.paths import cache_dir  # noqa: E402
-from evalkit.runner import run_matrix  # noqa: E402
+from evalkit.spec.dataset import load_cases, stratified_subset  # noqa: E402
+from evalkit.spec.matrix import load_matrix  # noqa: E402
 
 OUT_TOKENS = 64
 

@@ -1,3 +1,12 @@
-"""evalkit: a repeatable evaluation matrix for LLM variants served by vLLM."""
+"""evalkit: a repeatable evaluation matrix for LLM variants served by vLLM.
 
-__version__ = "0.1.0"
+Packages by concern, data flowing one way (docs/architecture.md):
+spec (inputs) → execution (runs, using engines and measure) → ledger (SQLite) → grading →
+reporting → sharing; `cli` parses and prints.
+"""
+
+from . import _compat
+
+__version__ = "0.2.0"
+
+_compat.install()  # old flat import paths keep working for one release, with a warning

@@ -31,14 +31,14 @@ def pct_delta(value: float | None, base: float | None) -> float | None:
 
 
 def bootstrap_ci(values: list[float], *, n_resamples: int = 2000, alpha: float = 0.05,
-                 seed: int = 0) -> tuple[float, float] | None:
+                 bootstrap_seed: int = 0) -> tuple[float, float] | None:
     """Percentile bootstrap CI of the mean (seeded, so the same data gives the same interval)."""
     import random
 
     xs = [v for v in values if v is not None]
     if len(xs) < 2:
         return None
-    rng = random.Random(seed)
+    rng = random.Random(bootstrap_seed)
     n = len(xs)
     means = sorted(sum(xs[rng.randrange(n)] for _ in range(n)) / n for _ in range(n_resamples))
     return percentile(means, 100 * alpha / 2), percentile(means, 100 * (1 - alpha / 2))
@@ -56,14 +56,14 @@ def verdict(ci: tuple[float, float] | None, above: str, below: str, none: str = 
     return none
 
 
-def bootstrap_se(values: list[float], *, n_resamples: int = 2000, seed: int = 0) -> float | None:
+def bootstrap_se(values: list[float], *, n_resamples: int = 2000, bootstrap_seed: int = 0) -> float | None:
     """Standard error of the mean, estimated by the (seeded) bootstrap."""
     import random
 
     xs = [v for v in values if v is not None]
     if len(xs) < 2:
         return None
-    rng = random.Random(seed)
+    rng = random.Random(bootstrap_seed)
     n = len(xs)
     means = [sum(xs[rng.randrange(n)] for _ in range(n)) / n for _ in range(n_resamples)]
     m = fmean(means)
@@ -79,3 +79,48 @@ def min_detectable(values: list[float], **kw: float) -> float | None:
     detect with 80 % power: (z₀.₉₇₅ + z₀.₈₀) × the bootstrap standard error of the mean."""
     se = bootstrap_se(values, **kw)  # type: ignore[arg-type]
     return None if se is None else Z_DETECT * se
+
+
+def sign_flip_p(diffs: list[float], shift: float = 0.0, alternative: str = "two-sided",
+                n_resamples: int = 20000, bootstrap_seed: int = 0) -> float | None:
+    """p-value of a paired sign-flip (randomization) test of mean(diffs) = shift: under the null
+    the differences are symmetric about ``shift``, so each sign is equally likely. Exact (every
+    sign pattern) up to 14 pairs, seeded Monte Carlo beyond. Valid at any sample size: with 3
+    pairs no two-sided p-value is below 0.25, so 3 pairs can never claim a difference.
+    ``alternative``: "two-sided", "greater" (mean > shift) or "less" (mean < shift)."""
+    import itertools
+    import random
+
+    xs = [v - shift for v in diffs if v is not None]
+    n = len(xs)
+    if n < 2:
+        return None
+    obs = sum(xs)
+    tol = 1e-12 * max(1.0, sum(abs(x) for x in xs))
+
+    if n <= 14:
+        sums = [sum(s * x for s, x in zip(signs, xs, strict=True)) for signs in itertools.product((1, -1), repeat=n)]
+    else:
+        rng = random.Random(bootstrap_seed)
+        sums = [sum(x if rng.random() < 0.5 else -x for x in xs) for _ in range(n_resamples)]
+        sums.append(obs)  # the observed pattern is one of the possible ones
+    m = len(sums)
+    if alternative == "greater":
+        return sum(s >= obs - tol for s in sums) / m
+    if alternative == "less":
+        return sum(s <= obs + tol for s in sums) / m
+    return min(1.0, sum(abs(s) >= abs(obs) - tol for s in sums) / m)
+
+
+def holm(pvalues: list[float | None]) -> list[float | None]:
+    """Holm-Bonferroni adjusted p-values (step-down; monotone): rejecting where the adjusted p is
+    below alpha keeps the chance of any false rejection in the family at or below alpha."""
+    idx = sorted((i for i, p in enumerate(pvalues) if p is not None), key=lambda i: pvalues[i])  # type: ignore[index]
+    m = len(idx)
+    out: list[float | None] = [None] * len(pvalues)
+    running = 0.0
+    for rank, i in enumerate(idx):
+        adj = min(1.0, (m - rank) * pvalues[i])  # type: ignore[operator]
+        running = max(running, adj)
+        out[i] = running
+    return out

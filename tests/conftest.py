@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from evalkit.cli import cli
 from evalkit.ledger import open_ledger
 from evalkit.paths import default_dataset_path
-from evalkit.stub_server import StubConfig, StubServer
+from evalkit.testing.stub_server import StubConfig, StubServer
 
 
 @pytest.fixture

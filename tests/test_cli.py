@@ -67,7 +67,7 @@ def test_run_two_endpoints_writes_one_row_per_request(runner, stub_pair, endpoin
 
 
 def test_failed_requests_are_rows_and_counted(runner, endpoint_matrix, ledger_path):
-    from evalkit.stub_server import StubConfig, StubServer
+    from evalkit.testing.stub_server import StubConfig, StubServer
 
     with StubServer(StubConfig(fault="http_500", fault_every=2, ttft_ms=1, itl_ms=0)) as s:
         m = endpoint_matrix(s.base_url, warmup=0)

@@ -7,9 +7,9 @@ import asyncio
 import aiohttp
 import pytest
 
-from evalkit.client import build_payload, stream_chat
 from evalkit.engines.vllm_server import free_port
-from evalkit.stub_server import StubConfig, StubServer
+from evalkit.measure.client import build_payload, stream_chat
+from evalkit.testing.stub_server import StubConfig, StubServer
 
 
 def _send(url: str, timeout_s: float = 10.0, headers: dict | None = None):

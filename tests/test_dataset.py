@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from evalkit.dataset import load_cases, stratified_subset
 from evalkit.errors import DatasetError
 from evalkit.paths import PROJECT_DIR, default_dataset_path
+from evalkit.spec.dataset import load_cases, stratified_subset
 
 
 def test_shipped_dataset_has_the_benchmark_axes():
@@ -51,13 +51,13 @@ def test_loads_with_datasets_library():
 
 def test_stratified_subset_is_balanced_and_deterministic():
     cases = load_cases()
-    a = stratified_subset(cases, 12, seed=0)
-    b = stratified_subset(cases, 12, seed=0)
+    a = stratified_subset(cases, 12, subset_seed=0)
+    b = stratified_subset(cases, 12, subset_seed=0)
     assert [c.id for c in a] == [c.id for c in b]
     assert Counter(c.complexity for c in a) == {"short": 4, "medium": 4, "long": 4}
     assert Counter(c.task for c in a) == {"cold_outreach": 6, "profile_rewrite": 6}
     assert len({c.persona for c in a}) >= 4
-    assert [c.id for c in stratified_subset(cases, 12, seed=1)] != [c.id for c in a]
+    assert [c.id for c in stratified_subset(cases, 12, subset_seed=1)] != [c.id for c in a]
     assert len(stratified_subset(cases, None)) == len(cases)
     # any prefix of the order is balanced too
     assert Counter(c.complexity for c in a[:6]) == {"short": 2, "medium": 2, "long": 2}

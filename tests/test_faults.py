@@ -16,7 +16,7 @@ from sqlite_utils import Database
 
 from evalkit.cli import cli
 from evalkit.paths import PROJECT_DIR
-from evalkit.stub_server import StubConfig, StubServer
+from evalkit.testing.stub_server import StubConfig, StubServer
 
 CLI = [sys.executable, str(PROJECT_DIR / "cli.py")]
 
@@ -151,7 +151,8 @@ def _bad_inputs(tmp: Path, shipped_row: dict) -> list[tuple[str, list[str]]]:
     newer = tmp / "newer.db"
     from evalkit.ledger import open_ledger
 
-    open_ledger(newer).db["_sqlite_migrations"].insert({"migration_set": "evalkit", "name": "m999_x", "applied_at": "x"})
+    open_ledger(newer).close()
+    Database(newer)["_sqlite_migrations"].insert({"migration_set": "evalkit", "name": "m999_x", "applied_at": "x"})
     (tmp / "plain.db").write_text("not a database " * 100)
     rub = tmp / "rub"
     (rub / "schemas").mkdir(parents=True, exist_ok=True)
@@ -254,7 +255,7 @@ def test_server_dies_mid_run_every_request_still_a_row(tmp_path, endpoint_matrix
     with _s.socket() as sk:
         sk.bind(("127.0.0.1", 0))
         port = sk.getsockname()[1]
-    stub = subprocess.Popen([sys.executable, "-m", "evalkit.stub_server", "--port", str(port), "--ttft-ms", "60"],
+    stub = subprocess.Popen([sys.executable, "-m", "evalkit.testing.stub_server", "--port", str(port), "--ttft-ms", "60"],
                             cwd=PROJECT_DIR, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ledger = tmp_path / "l.db"
     try:
@@ -303,9 +304,9 @@ def test_token_counts_fall_back_and_say_so(runner, endpoint_matrix, ledger_path)
 
 
 def test_tokenizer_fallback_for_local_models(tmp_path):
-    from evalkit.client import RequestResult
     from evalkit.engines.bundled import resolve_model
-    from evalkit.tokens import fill_token_counts
+    from evalkit.measure.client import RequestResult
+    from evalkit.measure.tokens import fill_token_counts
 
     model = resolve_model("bundled:smollm2-135m-instruct")  # prepared once per cache (~30 s), then reused
     r = RequestResult(started_at="t", text="Hello there, Priya!", chunk_offsets_ms=[1.0, 2.0])

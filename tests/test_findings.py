@@ -16,8 +16,8 @@ import pytest
 from sqlite_utils import Database
 
 from evalkit.cli import cli
-from evalkit.findings import attribute_spike, find_spikes, paired, parse_slo_targets, recommend, spikes
-from evalkit.stub_server import StubConfig, StubServer
+from evalkit.reporting.findings import attribute_spike, find_spikes, paired, parse_targets, recommend, spikes
+from evalkit.testing.stub_server import StubConfig, StubServer
 
 
 def _row(i: int, ttft: float, **kw) -> dict:
@@ -79,11 +79,11 @@ def test_paired_comparison_has_ci_and_verdict_only_when_clear():
 def test_recommend_uses_intervals():
     rows = [_row(i, 300.0 + i, variant="fast", complexity="long") for i in range(30)]
     rows += [_row(100 + i, 3000.0 + i, variant="slow", complexity="long") for i in range(30)]
-    out = recommend(rows, parse_slo_targets("ttft_p99=1000"))
+    out = recommend(rows, parse_targets("ttft_p99=1000"))
     long = {o["variant"]: o["status"] for o in out if o["workload"] == "interactive long-input"}
     assert long == {"fast": "meets", "slow": "misses"}
     with pytest.raises(Exception, match="METRIC_pNN"):
-        parse_slo_targets("latency=5")
+        parse_targets("latency=5")
 
 
 def test_report_findings_cli(runner, stub_ledger):
@@ -161,9 +161,9 @@ def _free_port() -> int:
 
 
 def test_browse_serves_canned_queries_over_http(stub_ledger, tmp_path):
-    from evalkit.browse import browse
     from evalkit.cli import cli as _cli  # noqa: F401  (the same code path as `evalkit browse`)
     from evalkit.ledger import open_ledger
+    from evalkit.sharing.browse import browse
 
     port = _free_port()
     p = browse(open_ledger(stub_ledger), stub_ledger, "127.0.0.1", port, meta_dir=tmp_path, wait=False)
@@ -200,7 +200,7 @@ def test_publish_out_loads_with_datasets(runner, stub_ledger, tmp_path, monkeypa
     r = runner.invoke(cli, ["publish", "--ledger", str(stub_ledger), "--out", str(out)])
     assert r.exit_code == 0, r.output
     db = Database(stub_ledger)
-    for config, table in (("requests", "requests"), ("grades", "grades"), ("server_metrics", "server_metrics")):
+    for config, table in (("requests", "requests"), ("grades", "grades"), ("server_samples", "server_samples")):
         ds = datasets.load_dataset("parquet", data_files=str(out / config / "*.parquet"), split="train")
         assert ds.num_rows == db[table].count, config
     card = (out / "README.md").read_text()
@@ -218,7 +218,7 @@ def test_publish_out_loads_with_datasets(runner, stub_ledger, tmp_path, monkeypa
         def upload_folder(self, **kw):
             calls.append(("upload", kw["repo_id"], sorted(p.name for p in Path(kw["folder_path"]).iterdir())))
 
-    from evalkit import publish as pub
+    from evalkit.sharing import publish as pub
 
     monkeypatch.setenv("HF_TOKEN", "hf_" + "x" * 30)
     url = pub.push(out, "me/evalkit-run", True, api=FakeApi())

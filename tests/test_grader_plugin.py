@@ -39,6 +39,7 @@ def test_plugin_is_registered(plugin_site, runner):
     assert "wordcount" not in registry.default_names()  # it declared default = False
     r = runner.invoke(cli, ["graders", "list"])
     assert r.exit_code == 0 and "wordcount v1 (request)" in r.output and "schema v1 (request, default)" in r.output
+    assert "threshold wordcount_mean (max)" in r.output and "canned query longest_outputs" in r.output
 
 
 def test_plugin_grades_reach_report_html_datasette_and_card(plugin_site, runner, stub_ledger, tmp_path):
@@ -48,6 +49,12 @@ def test_plugin_grades_reach_report_html_datasette_and_card(plugin_site, runner,
     assert "wordcount" in rep["graders"]
     row = next(x for x in rep["rows"] if x["variant"] == "base" and x["complexity"] == "all")
     assert row["wordcount_mean"] > 0 and row["wordcount_short_pct"] is not None
+    # a threshold in the gate, and a margin, with no line of evalkit naming the grader
+    r = runner.invoke(cli, ["check", "--ledger", str(stub_ledger), "--threshold", "wordcount_mean=1"])
+    assert r.exit_code == 1 and "FAIL base: wordcount_mean" in r.output, r.output
+    r = runner.invoke(cli, ["check", "--ledger", str(stub_ledger), "--threshold", "wordcount_mean=1000",
+                            "--margins", "wordcount=5"])
+    assert r.exit_code == 0 and "3 passed" in r.output, r.output  # two thresholds, one margin (the candidate)
     md = runner.invoke(cli, ["report", "--markdown", "--ledger", str(stub_ledger)]).output
     assert "| words |" in md and "≤120 words %" in md
 
@@ -59,8 +66,8 @@ def test_plugin_grades_reach_report_html_datasette_and_card(plugin_site, runner,
     assert runner.invoke(cli, ["publish", "--out", str(out), "--ledger", str(stub_ledger)]).exit_code == 0
     assert "≤120 words %" in (out / "README.md").read_text(encoding="utf-8")
 
-    from evalkit.browse import browse
     from evalkit.ledger import open_ledger
+    from evalkit.sharing.browse import browse
 
     from .test_findings import _free_port, wait_for_json
 
@@ -70,6 +77,8 @@ def test_plugin_grades_reach_report_html_datasette_and_card(plugin_site, runner,
         rows = wait_for_json(f"http://127.0.0.1:{port}/{stub_ledger.stem}/requests_joined.json?_shape=array&_size=50")
         assert isinstance(rows, list) and rows and all("word_count" in x for x in rows)
         assert any(x["word_count"] for x in rows if x["is_warmup"] == 0)
+        longest = wait_for_json(f"http://127.0.0.1:{port}/{stub_ledger.stem}/longest_outputs.json?_shape=array")
+        assert longest and longest[0]["word_count"] == max(x["word_count"] for x in rows if x["is_warmup"] == 0)
     finally:
         p.terminate()
         p.wait(timeout=10)

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import json
 
-from evalkit.dataset import load_cases
 from evalkit.grading import GradedRequest, make_graders
 from evalkit.grading.schema import SchemaGrader
+from evalkit.spec.dataset import load_cases
 
 
 def _item(text: str, finish: str | None = "stop", task: str = "cold_outreach") -> GradedRequest:

@@ -5,12 +5,13 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from sqlite_utils import Database
 
 from evalkit.cli import cli
 from evalkit.errors import LedgerError
 from evalkit.ledger import MIGRATION_NAMES, migrations, open_ledger
 from evalkit.paths import default_dataset_path
-from evalkit.stub_server import StubConfig, StubServer
+from evalkit.testing.stub_server import StubConfig, StubServer
 
 # Written by evalkit before the ledger package (migrations m001-m004): one complete run of 3 cases
 # with grades, and one run of 2 cases marked interrupted with its last 2 measured requests missing.
@@ -18,7 +19,8 @@ LEGACY = Path(__file__).parent / "fixtures" / "ledger_m004.db"
 
 
 def test_blank_db_migrates_to_current_columns(tmp_path: Path):
-    db = open_ledger(tmp_path / "l.db").db
+    open_ledger(tmp_path / "l.db").close()
+    db = Database(tmp_path / "l.db")
     assert set(db.table_names()) >= {"runs", "variants", "cases", "requests", "grades", "_sqlite_migrations"}
     req = set(db["requests"].columns_dict)
     assert req >= {"run_id", "variant", "case_id", "repeat", "is_warmup", "started_at", "ttft_ms", "e2e_ms",
@@ -34,13 +36,16 @@ def test_blank_db_migrates_to_current_columns(tmp_path: Path):
     assert set(db["variants"].columns_dict) >= {"dtype", "dtype_reason", "cost_json"}
     view = set(db["requests_joined"].columns_dict)
     assert view >= {"schema_passed", "persona_score", "formality_predicted", "drift_cosine", "ttft_from_schedule_ms"}
+    # the /metrics time series is server_samples; the 0.1 name is a view for one release
+    assert "server_samples" in db.table_names() and "server_metrics" in db.view_names()
+    assert set(db["server_samples"].columns_dict) >= {"run_id", "variant", "replica", "mono_ms", "series", "value"}
     assert db.execute("pragma journal_mode").fetchone()[0] == "wal"
     applied = [m.name for m in migrations.applied(db)]
     assert applied == MIGRATION_NAMES
     # opening again applies nothing new and keeps data
     db["runs"].insert({"id": "r1"})
-    db2 = open_ledger(tmp_path / "l.db").db
-    assert db2["runs"].count == 1
+    open_ledger(tmp_path / "l.db").close()
+    assert Database(tmp_path / "l.db")["runs"].count == 1
 
 
 def test_migration_names_are_unique_and_numbered():
@@ -63,8 +68,8 @@ def test_not_an_evalkit_ledger(tmp_path: Path):
 
 def test_newer_schema_is_refused(tmp_path: Path):
     p = tmp_path / "l.db"
-    db = open_ledger(p).db
-    db["_sqlite_migrations"].insert({"migration_set": "evalkit", "name": "m999_future", "applied_at": "x"})
+    open_ledger(p).close()
+    Database(p)["_sqlite_migrations"].insert({"migration_set": "evalkit", "name": "m999_future", "applied_at": "x"})
     with pytest.raises(LedgerError, match="newer evalkit"):
         open_ledger(p)
 
@@ -78,7 +83,7 @@ def test_ledger_from_before_the_ledger_package_opens_reports_and_resumes(tmp_pat
     p = tmp_path / "old.db"
     p.write_bytes(LEGACY.read_bytes())
     ledger = open_ledger(p)
-    assert [m.name for m in migrations.applied(ledger.db)] == MIGRATION_NAMES  # m005+ applied on open
+    assert [m.name for m in migrations.applied(Database(p))] == MIGRATION_NAMES  # m005+ applied on open
     old_run, cut_run = ledger.run_ids()
     assert ledger.require_run(old_run)["host_id"] is None  # hosts were not recorded then
 

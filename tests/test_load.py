@@ -10,8 +10,8 @@ import pytest
 from sqlite_utils import Database
 
 from evalkit.cli import cli
-from evalkit.load import LoadSpec, arrival_offsets
-from evalkit.stub_server import StubConfig, StubServer
+from evalkit.execution.load import LoadSpec, arrival_offsets
+from evalkit.testing.stub_server import StubConfig, StubServer
 
 
 def _gaps(xs: list[float]) -> list[float]:
@@ -19,14 +19,14 @@ def _gaps(xs: list[float]) -> list[float]:
 
 
 def test_poisson_schedule_is_seeded_and_has_the_right_shape():
-    offsets = arrival_offsets(600, 20.0, "poisson", seed=7)
+    offsets = arrival_offsets(600, 20.0, "poisson", arrival_seed=7)
     gaps = _gaps(offsets)
     mean = statistics.fmean(gaps)
     assert mean == pytest.approx(1 / 20, rel=0.05)  # mean gap within 5 % of 1/R
     assert 0.85 <= statistics.pstdev(gaps) / mean <= 1.15  # exponential gaps: CV about 1
-    assert arrival_offsets(600, 20.0, "poisson", seed=7) == offsets  # the same seed, the same schedule
-    assert arrival_offsets(600, 20.0, "poisson", seed=8) != offsets
-    constant = _gaps(arrival_offsets(10, 4.0, "constant", seed=0))
+    assert arrival_offsets(600, 20.0, "poisson", arrival_seed=7) == offsets  # the same seed, the same schedule
+    assert arrival_offsets(600, 20.0, "poisson", arrival_seed=8) != offsets
+    constant = _gaps(arrival_offsets(10, 4.0, "constant", arrival_seed=0))
     assert constant == pytest.approx([0.25] * 9)
 
 
@@ -41,9 +41,9 @@ def _open_loop_run(runner, endpoint_matrix, ledger_path, stub: StubServer, *args
 def test_rate_is_open_loop_requests_overlap_with_a_slow_server(runner, endpoint_matrix, ledger_path):
     # TTFT 200 ms at 20 req/s: a closed loop of one would send 5/s; an open loop keeps 20/s and overlaps.
     with StubServer(StubConfig(ttft_ms=200, itl_ms=1, max_chunks=4)) as s:
-        rows = _open_loop_run(runner, endpoint_matrix, ledger_path, s, "--rate", "20", "--seed", "3")
+        rows = _open_loop_run(runner, endpoint_matrix, ledger_path, s, "--rate", "20", "--arrival-seed", "3")
     assert len(rows) == 30 and all(r["error_class"] is None for r in rows)
-    expected = [x * 1000 for x in arrival_offsets(30, 20.0, "poisson", seed=3)]
+    expected = [x * 1000 for x in arrival_offsets(30, 20.0, "poisson", arrival_seed=3)]
     got = [r["scheduled_ms"] - rows[0]["scheduled_ms"] for r in rows]
     assert got == pytest.approx(expected, abs=0.01)  # the stored schedule is the seeded one
     lag = [r["sent_ms"] - r["scheduled_ms"] for r in rows]

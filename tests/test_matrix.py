@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from evalkit.errors import MatrixError
-from evalkit.matrix import load_matrix
 from evalkit.paths import PROJECT_DIR
+from evalkit.spec.matrix import load_matrix
 
 
 def test_default_matrix_is_base_vs_w8a8_in_the_native_dtype():

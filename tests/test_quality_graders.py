@@ -10,14 +10,14 @@ import pytest
 from sqlite_utils import Database
 
 from evalkit.cli import cli
-from evalkit.dataset import load_cases
 from evalkit.errors import RubricError
 from evalkit.grading import GradedRequest
 from evalkit.grading.drift import DriftGrader, field_diff, rouge_l
 from evalkit.grading.formality import FormalityGrader, calibrate, load_yaml_model, predict
 from evalkit.grading.persona import PersonaGrader, PersonaRubric, load_persona_rubric
+from evalkit.spec.dataset import load_cases
 from evalkit.stats import bootstrap_ci, verdict
-from evalkit.stub_server import StubConfig, StubServer
+from evalkit.testing.stub_server import StubConfig, StubServer
 
 
 def case(task: str = "cold_outreach", persona: str = "eng_manager_fintech", candidate: str = "maya_chen",
@@ -231,14 +231,14 @@ def test_drift_grader_pairs_reference_floor_and_candidate():
     g = DriftGrader(lambda texts: [vec[t] for t in texts])
     items = [GradedRequest(1, "bf16", "same", "stop", c), GradedRequest(2, "bf16", "close", "stop", c),
              GradedRequest(3, "w8a8", "far", "stop", c)]
-    out = g.grade_run(items, {1: 0, 2: 1, 3: 0}, "bf16")
+    out = g.grade_outputs(items, {1: 0, 2: 1, 3: 0}, "bf16")
     # the reference is the baseline under the other seed (repeat 1); both pairs differ by one seed
     assert out[2].detail["kind"] == "reference"
     assert out[1].detail["kind"] == "noise_floor" and out[1].value == pytest.approx(0.8)
     assert out[3].detail["kind"] == "drift" and out[3].value == pytest.approx(0.6)
     assert out[3].detail["against_request_id"] == 2 == out[1].detail["against_request_id"]
     # with one baseline pass, the reference is repeat 0 and there is no floor
-    solo = g.grade_run([items[0], items[2]], {1: 0, 3: 0}, "bf16")
+    solo = g.grade_outputs([items[0], items[2]], {1: 0, 3: 0}, "bf16")
     assert solo[1].detail["kind"] == "reference" and solo[3].detail["drift"] == pytest.approx(1.0)
 
 

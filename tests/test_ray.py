@@ -11,8 +11,8 @@ import pytest
 from sqlite_utils import Database
 
 from evalkit.cli import cli
-from evalkit.cluster import FAULT_ENV
-from evalkit.stub_server import StubConfig, StubServer
+from evalkit.execution.cluster import FAULT_ENV
+from evalkit.testing.stub_server import StubConfig, StubServer
 
 ray = pytest.importorskip("ray")
 
@@ -49,7 +49,7 @@ def test_ray_run_has_the_same_rows_as_a_local_run(runner, write, tmp_path):
     db = Database(rayed)
     assert {v["status"] for v in db["variants"].rows} == {"complete"}
     assert all(v["host_id"] for v in db["variants"].rows)  # the worker's machine is recorded per variant
-    assert db["server_metrics"].count > 0
+    assert db["server_samples"].count > 0
     seqs = [r["seq"] for r in db["requests"].rows]
     assert len(seqs) == len(set(seqs))
     # grades computed with embeddings on Ray workers equal the local ones for the same outputs

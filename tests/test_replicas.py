@@ -9,8 +9,8 @@ from collections import Counter
 from sqlite_utils import Database
 
 from evalkit.cli import cli
-from evalkit.matrix import Variant
-from evalkit.stub_server import StubConfig, StubServer
+from evalkit.spec.matrix import Variant
+from evalkit.testing.stub_server import StubConfig, StubServer
 
 
 def test_endpoints_shard_cases_over_two_servers(runner, write, ledger_path):
@@ -31,7 +31,7 @@ def test_endpoints_shard_cases_over_two_servers(runner, write, ledger_path):
     reps = list(db["replicas"].rows)
     assert sorted((x["variant"], x["replica"], x["status"]) for x in reps) == [("base", 0, "complete"),
                                                                                 ("base", 1, "complete")]
-    assert {x["replica"] for x in db["server_metrics"].rows_where("variant = 'base'")} == {0, 1}
+    assert {x["replica"] for x in db["server_samples"].rows_where("variant = 'base'")} == {0, 1}
     rep = json.loads(runner.invoke(cli, ["report", "--json", "--ledger", str(ledger_path), "--by", "replica"]).output)
     by = {(s["variant"], s["replica"]): s["n"] for s in rep["findings"]["slices"]}
     assert by[("base", 0)] == 6 and by[("base", 1)] == 6

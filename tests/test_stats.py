@@ -36,10 +36,10 @@ def test_min_detectable_difference_has_80_percent_power():
     trials = 150
     for _ in range(trials):
         sample = [rng.gauss(mdd, 0.05) for _ in range(24)]
-        lo, _ = bootstrap_ci(sample, n_resamples=400, seed=rng.randrange(10**6))
+        lo, _ = bootstrap_ci(sample, n_resamples=400, bootstrap_seed=rng.randrange(10**6))
         hits += lo > 0
         null = [rng.gauss(0, 0.05) for _ in range(24)]
-        lo0, hi0 = bootstrap_ci(null, n_resamples=400, seed=rng.randrange(10**6))
+        lo0, hi0 = bootstrap_ci(null, n_resamples=400, bootstrap_seed=rng.randrange(10**6))
         zero_hits += lo0 > 0 or hi0 < 0
     assert 0.6 <= hits / trials <= 0.95
     assert zero_hits / trials <= 0.15

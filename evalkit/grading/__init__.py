@@ -1,7 +1,11 @@
 """Graders read the ledger and append grade rows; re-grading adds rows, never overwrites.
 
-Which graders exist is the registry's business (`evalkit.grading.registry`, entry points in the
-`evalkit.graders` group); this module runs them over a run's outputs.
+Which graders exist is the registry's business (`evalkit.grading.registry`: entry points in the
+`evalkit.graders` group, the built-ins included); each grader declares its own report columns,
+gate thresholds, margins, canned queries and calibration data. This module runs them over a
+run's outputs.
+
+May import: the root modules, `spec`, `ledger`. Never `measure`, `engines` or `execution`.
 """
 
 from __future__ import annotations
@@ -9,8 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..dataset import Case
 from ..ledger import Ledger, dumps, utcnow
+from ..spec.dataset import Case
 from .base import GradedRequest, Grader, GraderContext, Score, SummaryColumn
 from .registry import available, default_names, make_graders, view_columns
 
@@ -40,6 +44,17 @@ def graded_requests(ledger: Ledger, run_id: str) -> tuple[list[GradedRequest], d
     return items, {r["id"]: r["repeat"] for r in rows}
 
 
+def _outputs(g: Grader) -> Any:
+    """A plugin written for evalkit 0.1 named its whole-run method `grade_run` (the same name as
+    this module's function): still called, with a deprecation warning, for one release."""
+    if hasattr(g, "grade_run"):
+        from ..errors import deprecated
+
+        deprecated(f"{type(g).__name__}.grade_run()", "grade_outputs()")
+        return g.grade_run  # type: ignore[attr-defined]
+    return g.grade_outputs
+
+
 def refresh_view(ledger: Ledger) -> None:
     """Datasette's `requests_joined` lists one column per registered grader."""
     ledger.define_requests_view(view_columns())
@@ -60,7 +75,7 @@ def grade_run(ledger: Ledger, run_id: str, graders: list[Grader] | None = None) 
         if g.kind == "request":
             scores = list(zip(todo, g.grade_batch(todo), strict=True))
         else:  # per pair / per run: sees every output, grades the ones not yet graded
-            all_scores = g.grade_run(items, repeats, baseline)
+            all_scores = _outputs(g)(items, repeats, baseline)
             scores = [(i, all_scores[i.request_id]) for i in todo if i.request_id in all_scores]
         now = utcnow()
         ledger.insert_grades([

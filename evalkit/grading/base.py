@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from ..dataset import Case
+from ..spec.dataset import Case
 from ..stats import mean
 
 Kind = Literal["request", "pair", "run"]
@@ -43,6 +43,47 @@ class SummaryColumn:
     description: str = ""
 
 
+@dataclass(frozen=True)
+class Threshold:
+    """A gate a grader offers to `evalkit check --threshold NAME=VALUE`: the summary value ``key``
+    (on each variant's "all" slice) divided by ``scale`` must be at least (``min``) or at most
+    (``max``) the limit. With ``ci_key``, a "max" check fails only when the whole interval lies
+    above the limit (a difference the data shows, not one chance may have made)."""
+
+    name: str
+    key: str
+    direction: Literal["min", "max"]
+    description: str
+    scale: float = 1.0
+    ci_key: str | None = None
+    candidates_only: bool = False  # a comparison with the baseline (drift): not for the baseline itself
+
+
+@dataclass(frozen=True)
+class Margin:
+    """A paired, per-case metric a grader offers to non-inferiority margins (`margins:` in a matrix,
+    `evalkit check --margins`): the candidate's value minus the baseline's on the same case, with
+    its unit ("pp": percentage points of a pass rate; "abs": the metric's own unit) and which way is
+    better. ``Grader.margin_pairs`` supplies the per-case differences."""
+
+    name: str
+    unit: Literal["pp", "abs"]
+    higher_is_better: bool
+    description: str
+
+
+@dataclass(frozen=True)
+class CannedQuery:
+    """A Datasette query a grader wants, as a shape the ledger package turns into SQL (so no SQL
+    lives outside it): ``failures`` lists outputs whose newest grade failed; ``lowest`` /
+    ``highest`` order by the grader's view ``column``."""
+
+    name: str
+    title: str
+    kind: Literal["failures", "lowest", "highest"]
+    column: str | None = None
+
+
 @dataclass
 class GraderContext:
     """What a grader may need from the run: the matrix's judge section, the embedding function."""
@@ -53,7 +94,7 @@ class GraderContext:
 
 class Grader:
     """Base class. Per-request graders implement `grade` (or `grade_batch`); per-pair and per-run
-    graders implement `grade_run`, which sees every output of the run at once."""
+    graders implement `grade_outputs`, which sees every output of the run at once."""
 
     name: ClassVar[str]
     version: ClassVar[str]
@@ -62,20 +103,65 @@ class Grader:
     description: ClassVar[str] = ""
     view_columns: ClassVar[tuple[tuple[str, str], ...]] = ()  # (column in requests_joined, "value"|"passed")
     summary_columns: ClassVar[tuple[SummaryColumn, ...]] = ()
+    # the first summary column is the grader's headline (study summary, card, Datasette); more here
+    headline: ClassVar[tuple[str, ...]] = ()
+    thresholds: ClassVar[tuple[Threshold, ...]] = ()
+    margins: ClassVar[tuple[Margin, ...]] = ()
+    canned_queries: ClassVar[tuple[CannedQuery, ...]] = ()
+    # a labelled file (relative to the rubrics folder) that `evalkit graders calibrate` checks it on
+    calibration_file: ClassVar[str | None] = None
+    # plot the newest grade's value against a case field, per variant: (case field, x label, y label)
+    scatter: ClassVar[tuple[str, str, str] | None] = None
 
     @classmethod
     def from_context(cls, ctx: GraderContext) -> Grader:
         return cls()
 
     def grade(self, item: GradedRequest) -> Score:
-        raise NotImplementedError(f"grader '{self.name}' grades whole runs (grade_run), not single requests")
+        raise NotImplementedError(f"grader '{self.name}' grades whole runs (grade_outputs), not single requests")
 
     def grade_batch(self, items: list[GradedRequest]) -> list[Score]:
         return [self.grade(i) for i in items]
 
-    def grade_run(self, items: list[GradedRequest], repeats: dict[int, int], baseline: str | None) -> dict[int, Score]:
+    def grade_outputs(self, items: list[GradedRequest], repeats: dict[int, int], baseline: str | None) -> dict[int, Score]:
         """request id -> score. The default grades each request on its own."""
         return {i.request_id: s for i, s in zip(items, self.grade_batch(items), strict=True)}
+
+    @classmethod
+    def headline_keys(cls) -> tuple[str, ...]:
+        return cls.headline or tuple(c.key for c in cls.summary_columns[:1])
+
+    @classmethod
+    def margin_pairs(cls, grades: list[dict[str, Any]], base_grades: list[dict[str, Any]]) -> dict[str, list[float]]:
+        """margin name -> the candidate-minus-baseline differences, one per case both have (by the
+        newest grade of each). The default pairs each Margin by the mean `value` per case (or the
+        pass rate, for a "pp" margin)."""
+        out: dict[str, list[float]] = {}
+        for m in cls.margins:
+            a, b = _per_case(grades, m.unit == "pp"), _per_case(base_grades, m.unit == "pp")
+            out[m.name] = [a[c] - b[c] for c in sorted(set(a) & set(b))]
+        return out
+
+    @classmethod
+    def notes(cls, rows: list[dict[str, Any]]) -> list[str]:
+        """Lines for the report about individual outputs (rows carry `grades`, `id`, `variant`,
+        `case_id`), e.g. where two estimators disagree. None by default."""
+        return []
+
+    @classmethod
+    def calibrate(cls, path: Any = None) -> dict[str, Any]:
+        raise NotImplementedError(f"grader '{cls.name}' has no calibration data")
+
+    @classmethod
+    def calibration_lines(cls, result: dict[str, Any]) -> list[str]:
+        """A calibration result as text lines (the CLI prints them)."""
+        return [f"{k}: {v}" for k, v in result.items()]
+
+    @classmethod
+    def validate_rubrics(cls, rubrics: Any) -> str | None:
+        """Load this grader's rubric files from the folder ``rubrics``; a short description of
+        what was loaded, or None when the grader has none. Errors are RubricError (file:line)."""
+        return None
 
     @classmethod
     def summarise(cls, grades: list[dict[str, Any]], base_grades: list[dict[str, Any]] | None) -> dict[str, Any]:
@@ -102,3 +188,13 @@ def bare_case(case_id: str = "case", *, formality: int = 3, schema: str = "outre
         "context_keys": {"company": "-", "role": "-", "skills": ["-"]},
         "messages": [{"role": "user", "content": "-"}],
     })
+
+
+def _per_case(grades: list[dict[str, Any]], pass_rate: bool) -> dict[str, float]:
+    """case -> mean value of its newest grades (or pass rate in %, for a percentage-point metric)."""
+    acc: dict[str, list[float]] = {}
+    for g in grades:
+        v = (100.0 * g["passed"] if g["passed"] is not None else None) if pass_rate else g["value"]
+        if v is not None:
+            acc.setdefault(g["case_id"], []).append(float(v))
+    return {k: sum(v) / len(v) for k, v in acc.items()}

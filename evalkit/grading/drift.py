@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..stats import bootstrap_ci, mean, min_detectable, verdict
-from .base import GradedRequest, Grader, GraderContext, Score, SummaryColumn
+from .base import CannedQuery, GradedRequest, Grader, GraderContext, Margin, Score, SummaryColumn, Threshold
 from .text import json_fields, prose
 
 
@@ -73,6 +73,18 @@ class DriftGrader(Grader):
         SummaryColumn("drift_minus_floor_ci95", "95% CI", 3, "bootstrap 95% interval of drift - floor"),
         SummaryColumn("drift_verdict", "verdict", None, "a verdict only where the interval excludes 0"),
     )
+    headline = ("drift_minus_floor",)
+    thresholds = (Threshold("drift_above_floor", "drift_minus_floor", "max", "fail a variant whose drift − noise floor "
+                            "lies above this (its whole 95 % interval)", ci_key="drift_minus_floor_ci95",
+                            candidates_only=True),)
+    margins = (Margin("drift", "abs", False, "drift (1 − cosine vs the baseline) minus the baseline's own noise floor, "
+                      "per case"),)
+    canned_queries = (CannedQuery("worst_drift", "Largest drift from the baseline", "lowest", "drift_cosine"),)
+
+    @classmethod
+    def margin_pairs(cls, grades: list[dict[str, Any]], base_grades: list[dict[str, Any]]) -> dict[str, list[float]]:
+        drift, floor = _per_case(grades, "drift"), _per_case(base_grades, "noise_floor")
+        return {"drift": [drift[c] - floor[c] for c in sorted(set(drift) & set(floor))]}
 
     def __init__(self, embed: Callable[[list[str]], Any]) -> None:
         self.embed = embed
@@ -105,7 +117,7 @@ class DriftGrader(Grader):
             "drift_verdict": v,
         }
 
-    def grade_run(self, items: list[GradedRequest], repeats: dict[int, int], baseline: str | None) -> dict[int, Score]:
+    def grade_outputs(self, items: list[GradedRequest], repeats: dict[int, int], baseline: str | None) -> dict[int, Score]:
         if baseline is None:
             return {}
         base = {(i.case.id, repeats[i.request_id]): i for i in items if i.variant == baseline}

@@ -115,7 +115,7 @@ def backend() -> str:
 
 def encode_batch(texts: list[str]) -> Any:
     """Encode texts with the model (unit-normalised rows) on the fastest verified backend. Runs
-    where it is called: this process, or a Ray worker (`evalkit.cluster.ray_embed`)."""
+    where it is called: this process, or a Ray worker (`evalkit.execution.cluster.ray_embed`)."""
     if backend() == "onnx":
         return _onnx_encode(_onnx_session(), _model().tokenizer, texts)
     return encode_torch(texts)

@@ -11,11 +11,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..config import load_yaml_model as _load
 from ..errors import RubricError
 from ..paths import rubrics_dir
+from ..spec.config import load_yaml_model as _load
 from ..stats import mean
-from .base import GradedRequest, Grader, GraderContext, Score, SummaryColumn
+from .base import GradedRequest, Grader, GraderContext, Margin, Score, SummaryColumn, Threshold
 from .text import prose, sentences, terms, words
 
 FEATURES = (
@@ -184,6 +184,57 @@ class FormalityGrader(Grader):
                                      "share where both estimators give the same level"),
                        SummaryColumn("formality_disagree_n", "disagree ≥2", 0,
                                      "outputs whose two estimates differ by two levels or more"))
+    thresholds = (Threshold("formality_mae", "formality_mae", "max", "maximum mean |predicted - requested| level"),)
+    margins = (Margin("formality_mae", "abs", False, "|predicted - requested| level, candidate minus baseline"),)
+    calibration_file = "formality_test.jsonl"
+    scatter = ("formality", "requested level", "predicted level")
+
+    @classmethod
+    def margin_pairs(cls, grades: list[dict[str, Any]], base_grades: list[dict[str, Any]]) -> dict[str, list[float]]:
+        def per_case(gs: list[dict[str, Any]]) -> dict[str, float]:
+            acc: dict[str, list[float]] = {}
+            for g in gs:
+                if "error" in g["detail"]:
+                    acc.setdefault(g["case_id"], []).append(abs(g["detail"]["error"]))
+            return {k: sum(v) / len(v) for k, v in acc.items()}
+
+        a, b = per_case(grades), per_case(base_grades)
+        return {"formality_mae": [a[c] - b[c] for c in sorted(set(a) & set(b))]}
+
+    @classmethod
+    def notes(cls, rows: list[dict[str, Any]]) -> list[str]:
+        out = []
+        for r in rows:
+            d = r["grades"].get("formality", {}).get("detail", {})
+            if d.get("estimators_disagree"):
+                out.append(f"formality estimators disagree by ≥2 on request {r['id']} ({r['variant']}, {r['case_id']}): "
+                           f"markers {d['predicted']}, embeddings {d['embed_level']}, requested {d['requested']}")
+        return out
+
+    @classmethod
+    def calibrate(cls, path: Any = None) -> dict[str, Any]:
+        return calibrate(path)
+
+    @classmethod
+    def calibration_lines(cls, r: dict[str, Any]) -> list[str]:
+        out = [r["file"]]
+        for est in ("markers", "embeddings"):
+            if est not in r:
+                continue
+            x = r[est]
+            out.append(f"  {est}: n={x['n']}  exact={x['exact_accuracy']:.1%}  within ±1={x['within_1_accuracy']:.1%}  "
+                       f"MAE={x['mae']:.2f}  Spearman rho={x['spearman_rho']:.3f}  recall by level "
+                       + " ".join("-" if v is None else f"{v:.0%}" for v in x["recall_by_level"]))
+            out.append("    confusion (rows: labelled 1-5, columns: predicted 1-5): "
+                       + " | ".join(" ".join(f"{v:2d}" for v in row) for row in x["confusion"]))
+        if "agreement" in r:
+            out.append(f"  the two estimators agree on {r['agreement']:.1%}; {r['disagree_by_2']} disagree by 2 or more")
+        return out
+
+    @classmethod
+    def validate_rubrics(cls, rubrics: Path) -> str:
+        f = load_yaml_model(rubrics / "formality.yaml", FormalityRubric)
+        return f"formality features: {len(f.weights)}"
 
     def __init__(self, rubric: FormalityRubric | None = None, embed: Any = None) -> None:
         self.rubric = rubric or load_formality_rubric()

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..redact import redact
-from .base import GradedRequest, Grader, GraderContext, Score, SummaryColumn
+from .base import GradedRequest, Grader, GraderContext, Margin, Score, SummaryColumn, Threshold
 from .text import prose
 
 GRADE = re.compile(r"(?i)\bscore\s*[:=]\s*([1-5])\b")
@@ -31,6 +31,8 @@ class JudgeGrader(Grader):
     description = "an LLM judge (the matrix's `judge:` endpoint) grades each criterion 1-5"
     view_columns = (("judge_mean", "value"),)
     summary_columns = (SummaryColumn("judge_mean", "judge /5", 2, "mean judge grade over criteria"),)
+    thresholds = (Threshold("judge_mean", "judge_mean", "min", "minimum mean judge grade, 1-5"),)
+    margins = (Margin("judge", "abs", True, "mean judge grade, candidate minus baseline"),)
 
     @classmethod
     def from_context(cls, ctx: GraderContext) -> JudgeGrader:
@@ -69,3 +71,12 @@ class JudgeGrader(Grader):
         mean = sum(grades) / len(grades)
         expl = ", ".join(f"{k} {v['grade'] if v['grade'] is not None else '?'}" for k, v in per.items())
         return Score(mean, mean >= 3, f"judge mean {mean:.1f}/5 ({expl})", {"criteria": per})
+
+
+def judge_of_run(matrix_json: str | None) -> Any:
+    """The judge settings a run's matrix had, if any (only that section is read back, so a stored
+    matrix from an older evalkit still gives its judge)."""
+    from ..spec.matrix import Judge
+
+    judge = json.loads(matrix_json or "{}").get("judge")
+    return Judge.model_validate(judge) if judge else None

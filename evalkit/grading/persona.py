@@ -11,10 +11,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..dataset import Case
 from ..paths import rubrics_dir
+from ..spec.dataset import Case
 from ..stats import mean
-from .base import GradedRequest, Grader, GraderContext, Score, SummaryColumn, pass_pct
+from .base import CannedQuery, GradedRequest, Grader, GraderContext, Margin, Score, SummaryColumn, Threshold, pass_pct
 from .formality import load_yaml_model
 from .text import json_fields, prose, sentences, words
 
@@ -179,6 +179,31 @@ class PersonaGrader(Grader):
     view_columns = (("persona_score", "value"),)
     summary_columns = (SummaryColumn("persona_score", "persona score", 2, "weighted share of rubric rules met"),
                        SummaryColumn("persona_pass_pct", "persona pass %", 0, "share passing every required rule"))
+    thresholds = (Threshold("persona_pass", "persona_pass_pct", "min", "minimum share passing every required persona "
+                            "rule, 0-1", scale=100.0),
+                  Threshold("persona_score", "persona_score", "min", "minimum mean persona score, 0-1"))
+    margins = (Margin("persona_pass", "pp", True, "persona pass rate, candidate minus baseline, percentage points"),)
+    canned_queries = (CannedQuery("persona_failures", "Outputs that failed a required persona rule", "failures"),)
+    calibration_file = "persona_labels.jsonl"
+
+    @classmethod
+    def calibrate(cls, path: Any = None) -> dict[str, Any]:
+        return calibrate_persona(path)
+
+    @classmethod
+    def calibration_lines(cls, r: dict[str, Any]) -> list[str]:
+        out = [f"{r['file']}: {r['n']} labelled outputs"]
+        for rule, x in r["rules"].items():
+            p_, rc = x["fail_precision"], x["fail_recall"]
+            out.append(f"  {rule}: n={x['n']} accuracy={x['accuracy']:.1%} failures: labelled {x['labelled_fail']}, "
+                       f"flagged {x['flagged_fail']}, precision {'-' if p_ is None else f'{p_:.1%}'}, "
+                       f"recall {'-' if rc is None else f'{rc:.1%}'}")
+        return out
+
+    @classmethod
+    def validate_rubrics(cls, rubrics: Path) -> str:
+        p = load_yaml_model(rubrics / "persona.yaml", PersonaRubric)
+        return f"persona rules: {', '.join(p.rules)}"
 
     def __init__(self, rubric: PersonaRubric | None = None, embed: Any = None) -> None:
         self.rubric = rubric or load_persona_rubric()
@@ -227,8 +252,8 @@ def calibrate_persona(path: Path | None = None, rubric: PersonaRubric | None = N
     """Per rule, against labelled outputs ({"case_id", "text", "labels": {rule: passes?}}, cases from
     the shipped dataset): accuracy, and precision / recall of the rule's failures (a failure is what
     a reader acts on)."""
-    from ..dataset import load_cases
     from ..errors import UsageError
+    from ..spec.dataset import load_cases
 
     p = path or rubrics_dir() / "persona_labels.jsonl"
     try:

@@ -1,6 +1,7 @@
 """The grader registry: every grader is a class behind an entry point in the `evalkit.graders`
 group (how llm and datasette take plugins). Adding a grader is one file plus one entry point:
-report, HTML, Datasette's `requests_joined` view and the dataset card pick it up from here."""
+the report, the HTML, Datasette (its view columns and canned queries), the dataset card, the
+gate (`check --threshold`), margins and `graders calibrate` all ask this registry."""
 
 from __future__ import annotations
 
@@ -8,19 +9,10 @@ from functools import lru_cache
 from importlib.metadata import entry_points
 
 from ..errors import UsageError
-from .base import Grader, GraderContext, SummaryColumn
+from .base import CannedQuery, Grader, GraderContext, Margin, SummaryColumn, Threshold
 
 ENTRY_POINT_GROUP = "evalkit.graders"
-
-# evalkit's own graders, also declared as entry points in pyproject.toml; listed here so that a
-# source checkout that was never pip-installed still has them.
-BUILTIN = {
-    "schema": "evalkit.grading.schema:SchemaGrader",
-    "persona": "evalkit.grading.persona:PersonaGrader",
-    "formality": "evalkit.grading.formality:FormalityGrader",
-    "drift": "evalkit.grading.drift:DriftGrader",
-    "judge": "evalkit.grading.judge:JudgeGrader",
-}
+OWN_DIST = "evalkit"
 
 
 def _load(name: str, target: str) -> type[Grader]:
@@ -40,10 +32,17 @@ def _load(name: str, target: str) -> type[Grader]:
 
 @lru_cache(maxsize=1)
 def available() -> dict[str, type[Grader]]:
-    """name -> grader class, built-ins first, then plugins in name order."""
-    targets = dict(BUILTIN)
-    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+    """name -> grader class: evalkit's own (in pyproject.toml's order), then plugins by name. The
+    built-ins come through exactly the plugin path: their entry points."""
+    eps = list(entry_points(group=ENTRY_POINT_GROUP))
+    own = [e for e in eps if e.dist is not None and e.dist.name == OWN_DIST]
+    others = sorted((e for e in eps if e not in own), key=lambda e: e.name)
+    targets: dict[str, str] = {}
+    for ep in own + others:
         targets.setdefault(ep.name, ep.value)
+    if not targets:
+        raise UsageError(f"no graders are registered (entry point group {ENTRY_POINT_GROUP}): install evalkit "
+                         "with `pip install -e .` so its own graders are registered")
     return {name: _load(name, t) for name, t in targets.items()}
 
 
@@ -73,3 +72,32 @@ def view_columns() -> list[tuple[str, str, str]]:
 def summary_columns(graders: list[str] | None = None) -> list[SummaryColumn]:
     return [c for name, cls in available().items() if graders is None or name in graders
             for c in cls.summary_columns]
+
+
+def headline_columns(graders: list[str] | None = None) -> list[SummaryColumn]:
+    """Each grader's headline summary columns: what the study summary, the card and Datasette's
+    summary query show per variant."""
+    out = []
+    for name, cls in available().items():
+        if graders is None or name in graders:
+            keys = cls.headline_keys()
+            out += [c for c in cls.summary_columns if c.key in keys]
+    return out
+
+
+def thresholds() -> dict[str, tuple[str, Threshold]]:
+    """threshold name -> (grader, Threshold), for `evalkit check --threshold NAME=VALUE`."""
+    return {t.name: (name, t) for name, cls in available().items() for t in cls.thresholds}
+
+
+def margins() -> dict[str, tuple[str, Margin]]:
+    """margin name -> (grader, Margin), for non-inferiority verdicts."""
+    return {m.name: (name, m) for name, cls in available().items() for m in cls.margins}
+
+
+def canned_queries() -> list[tuple[str, CannedQuery]]:
+    return [(name, q) for name, cls in available().items() for q in cls.canned_queries]
+
+
+def calibratable() -> list[str]:
+    return [name for name, cls in available().items() if cls.calibration_file]

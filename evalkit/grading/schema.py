@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from ..output_schemas import load_schema
-from .base import GradedRequest, Grader, Score, SummaryColumn, pass_pct
+from ..spec.output_schemas import load_schema
+from .base import CannedQuery, GradedRequest, Grader, Margin, Score, SummaryColumn, Threshold, pass_pct
 
 
 def _path(parts: object) -> str:
@@ -21,6 +22,19 @@ class SchemaGrader(Grader):
     description = "the output parses as JSON and validates against the case's JSON Schema"
     view_columns = (("schema_passed", "passed"),)
     summary_columns = (SummaryColumn("schema_pass_pct", "schema %", 0, "share of outputs valid against their schema"),)
+    thresholds = (Threshold("schema_pass", "schema_pass_pct", "min", "minimum share of outputs valid against their "
+                            "schema, 0-1", scale=100.0),)
+    margins = (Margin("schema_pass", "pp", True, "schema pass rate, candidate minus baseline, percentage points"),)
+    canned_queries = (CannedQuery("schema_failures", "Outputs that failed their JSON Schema", "failures"),)
+
+    @classmethod
+    def validate_rubrics(cls, rubrics: Path) -> str:
+        from ..spec.output_schemas import known_schema_names, load_schema
+
+        names = sorted(known_schema_names(rubrics / "schemas"))
+        for n in names:
+            load_schema(n, rubrics / "schemas")
+        return f"schemas: {', '.join(names)}"
 
     @classmethod
     def summarise(cls, grades: list[dict[str, Any]], base_grades: list[dict[str, Any]] | None) -> dict[str, Any]:

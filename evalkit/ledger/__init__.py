@@ -1,4 +1,10 @@
-"""The ledger package: the only code in evalkit that talks to SQLite."""
+"""The ledger: the only code in evalkit that talks to SQLite. Numbered migrations applied in one
+`open_ledger()`, a `Ledger` with every read and write the rest of evalkit needs (its connection
+is private), canned queries for Datasette, merging ledgers, and the mirrored ledger a Ray worker
+writes through.
+
+May import: the root modules only (errors). Everything else imports it.
+"""
 
 from .migrations import MIGRATION_NAMES, MIGRATION_SET, migrations
 from .store import CASE_FIELDS, Ledger, dumps, open_ledger, utcnow

@@ -1,19 +1,13 @@
-"""Datasette's canned queries over the ledger (SQL lives in the ledger package, like all SQL)."""
+"""Datasette's canned queries over the ledger (SQL lives in the ledger package, like all SQL).
+The queries about grades are built from what each registered grader declares (a shape, never
+SQL), so a plugin grader gets its canned queries like the built-ins do."""
 
-CANNED = {
-    "study_summary": {
-        "title": "The study's summary",
-        "description": "TTFT tax by complexity, E2E delta on medium generations, KV-cache, preemptions, quality",
-        "sql": "select run_id, variant, json_extract(json, '$.n') as n, json_extract(json, '$.errors') as errors, "
-               "round(json_extract(json, '$.ttft_tax_short_pct'), 1) as ttft_tax_short_pct, "
-               "round(json_extract(json, '$.ttft_tax_medium_pct'), 1) as ttft_tax_medium_pct, "
-               "round(json_extract(json, '$.ttft_tax_long_pct'), 1) as ttft_tax_long_pct, "
-               "round(json_extract(json, '$.e2e_delta_medium_pct'), 1) as e2e_delta_medium_pct, "
-               "round(json_extract(json, '$.kv_cache_peak_pct'), 1) as kv_peak_pct, "
-               "json_extract(json, '$.preemptions') as preemptions, "
-               "round(json_extract(json, '$.schema_pass_pct'), 1) as schema_pass_pct, "
-               "round(json_extract(json, '$.formality_mae'), 2) as formality_mae from derived_summary",
-    },
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+FIXED: dict[str, dict[str, str]] = {
     "cost": {"title": "Cost per token vs the reference price",
              "sql": "select run_id, variant, phase, concurrency, meets_slo, round(output_tps, 1) as output_tps, "
                     "usd_per_hour, round(usd_per_m_output_tokens, 2) as usd_per_m_output_tokens, "
@@ -25,15 +19,64 @@ CANNED = {
                "sql": "select run_id, variant, complexity, case_id, round(value) as ttft_ms, round(slice_median) "
                       "as slice_median_ms, round(robust_z, 1) as robust_z, cause, evidence, request_id "
                       "from derived_spikes order by robust_z desc"},
-    "worst_drift": {"title": "Largest drift from the baseline",
-                    "sql": "select run_id, variant, case_id, complexity, round(1 - drift_cosine, 4) as drift, text "
-                           "from requests_joined where drift_cosine is not null and drift_cosine < 1 "
-                           "order by drift_cosine asc limit 50"},
-    "schema_failures": {"title": "Outputs that failed their JSON Schema",
-                        "sql": "select r.run_id, r.variant, r.case_id, g.explanation, r.finish_reason, r.text "
-                               "from grades g join requests r on r.id = g.request_id "
-                               "where g.grader = 'schema' and g.passed = 0 order by g.id desc limit 200"},
     "failures": {"title": "Failed requests",
-                 "sql": "select run_id, variant, case_id, error_class, http_status, error from requests "
+                 "sql": "select run_id, variant, case_id, attempt, final, error_class, http_status, error from requests "
                         "where error_class is not null order by id desc"},
+    "capacity": {"title": "Capacity per variant: KV blocks under the run's memory budget, and where the SLO held",
+                 "sql": "select run_id, name as variant, weight_bytes, kv_bytes, kv_blocks, kv_block_size, kv_tokens, "
+                        "max_concurrency_predicted, status from variants order by run_id, rowid"},
+    "verdicts": {"title": "Non-inferiority verdicts per variant and metric",
+                 "sql": "select run_id, variant, metric, margin, estimate, ci_low, ci_high, verdict from derived_verdicts "
+                        "order by run_id, variant, metric"},
+    "client_lag": {"title": "The client's own event-loop lag over each run (was the client the bottleneck?)",
+                   "sql": "select run_id, round(max(lag_ms), 1) as max_lag_ms, count(*) as samples, "
+                          "sum(lag_ms > 10) as samples_over_10ms from client_lag group by run_id"},
 }
+
+
+def _ident(s: str) -> bool:
+    return s.replace("-", "_").isidentifier()
+
+
+def grader_query(grader: str, name: str, title: str, kind: str, column: str | None) -> dict[str, str] | None:
+    """SQL for one grader-declared canned query shape (None for a shape or name it cannot take)."""
+    if not _ident(grader) or not _ident(name):
+        return None
+    if kind == "failures":
+        return {"title": title, "sql": "select r.run_id, r.variant, r.case_id, g.explanation, r.finish_reason, r.text "
+                                       "from grades g join requests r on r.id = g.request_id "
+                                       f"where g.grader = '{grader}' and g.passed = 0 order by g.id desc limit 200"}
+    if kind in ("lowest", "highest") and column and column.isidentifier():
+        order = "asc" if kind == "lowest" else "desc"
+        return {"title": title, "sql": f"select run_id, variant, case_id, complexity, {column}, text "
+                                       f"from requests_joined where {column} is not null and is_warmup = 0 "
+                                       f"order by {column} {order} limit 50"}
+    return None
+
+
+def study_summary_query(headline: Iterable[tuple[str, int | None]]) -> dict[str, str]:
+    """The study's summary, with one column per grader headline (key, digits)."""
+    cols = "".join(f"round(json_extract(json, '$.{k}'), {d or 0}) as {k}, " for k, d in headline if k.isidentifier())
+    return {
+        "title": "The study's summary",
+        "description": "TTFT tax by complexity, E2E delta on medium generations, KV-cache, preemptions, quality",
+        "sql": "select run_id, variant, json_extract(json, '$.n') as n, json_extract(json, '$.errors') as errors, "
+               "round(json_extract(json, '$.ttft_tax_short_pct'), 1) as ttft_tax_short_pct, "
+               "round(json_extract(json, '$.ttft_tax_medium_pct'), 1) as ttft_tax_medium_pct, "
+               "round(json_extract(json, '$.ttft_tax_long_pct'), 1) as ttft_tax_long_pct, "
+               "round(json_extract(json, '$.e2e_delta_medium_pct'), 1) as e2e_delta_medium_pct, "
+               "round(json_extract(json, '$.kv_cache_peak_pct'), 1) as kv_peak_pct, "
+               f"json_extract(json, '$.preemptions') as preemptions, {cols}"
+               "json_extract(json, '$.verdict') as verdict from derived_summary",
+    }
+
+
+def canned(grader_queries: Iterable[tuple[str, str, str, str, str | None]],
+           headline: Iterable[tuple[str, int | None]]) -> dict[str, Any]:
+    """Every canned query: the fixed ones, the study summary and each grader's."""
+    out: dict[str, Any] = {"study_summary": study_summary_query(headline), **FIXED}
+    for grader, name, title, kind, column in grader_queries:
+        q = grader_query(grader, name, title, kind, column)
+        if q and name not in out:
+            out[name] = q
+    return out

@@ -30,7 +30,7 @@ def merge_ledgers(sources: list[Path], out: Path) -> dict[str, int]:
         if s.resolve() == out.resolve():
             raise UsageError("ledger merge: the output must not be one of the inputs")
     tmp = out.with_name(f".{out.name}.merging-{os.getpid()}")
-    counts = {"runs": 0, "requests": 0, "duplicates_dropped": 0, "grades": 0, "server_metrics": 0}
+    counts = {"runs": 0, "requests": 0, "duplicates_dropped": 0, "grades": 0, "server_samples": 0}
     try:
         dst = open_ledger(tmp)
         seen: set[tuple[Any, ...]] = set()
@@ -38,7 +38,7 @@ def merge_ledgers(sources: list[Path], out: Path) -> dict[str, int]:
             src = open_ledger(path)  # migrates an older ledger to this schema first
             _merge_one(src, dst, seen, counts)
             src.close()
-        dst.db.execute("pragma wal_checkpoint(truncate)")
+        dst._db.execute("pragma wal_checkpoint(truncate)")
         dst.close()
         for suffix in ("-wal", "-shm"):
             Path(str(tmp) + suffix).unlink(missing_ok=True)
@@ -50,7 +50,7 @@ def merge_ledgers(sources: list[Path], out: Path) -> dict[str, int]:
 
 
 def _merge_one(src: Ledger, dst: Ledger, seen: set[tuple[Any, ...]], counts: dict[str, int]) -> None:
-    s, d = src.db, dst.db
+    s, d = src._db, dst._db
     with d.conn:
         for table in ORDER:
             if table not in s.table_names():
@@ -91,7 +91,7 @@ def _merge_one(src: Ledger, dst: Ledger, seen: set[tuple[Any, ...]], counts: dic
         if grades:
             d["grades"].insert_all(grades, alter=True)
         counts["grades"] += len(grades)
-        samples = [{k: v for k, v in x.items() if k != "id"} for x in s.query("select * from server_metrics")]
+        samples = [{k: v for k, v in x.items() if k != "id"} for x in s.query("select * from server_samples")]
         if samples:
-            d["server_metrics"].insert_all(samples, alter=True)
-        counts["server_metrics"] += len(samples)
+            d["server_samples"].insert_all(samples, alter=True)
+        counts["server_samples"] += len(samples)

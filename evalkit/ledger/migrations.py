@@ -201,3 +201,11 @@ def m008_scrape_coverage(db: Database) -> None:
     db["variants"].add_column("scrape_last_error", str)
     db["replicas"].add_column("scrape_errors", int)
     db["replicas"].add_column("scrape_last_error", str)
+
+
+@migration("m009_server_samples")
+def m009_server_samples(db: Database) -> None:
+    # "metrics" meant three things; the scraped /metrics time series is `server_samples` now. The
+    # old name stays as a read-only view for one release (CHANGELOG.md).
+    db.execute("alter table server_metrics rename to server_samples")
+    db.execute("create view server_metrics as select * from server_samples")

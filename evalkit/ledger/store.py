@@ -39,7 +39,7 @@ CASE_FIELDS = ("task", "persona", "persona_title", "persona_description", "candi
 EXPORTS = {
     "requests": "select * from requests where run_id = ?",
     "grades": "select * from grades where run_id = ?",
-    "server_metrics": "select * from server_metrics where run_id = ?",
+    "server_samples": "select * from server_samples where run_id = ?",
     "variants": "select * from variants where run_id = ?",
     "cases": "select c.* from cases c join runs u on u.dataset_hash = c.dataset_hash where u.id = ?",
     "runs": "select * from runs where id = ?",
@@ -51,102 +51,102 @@ class Ledger:
     """One ledger file, migrated. ``db`` is the sqlite-utils Database, for tests and tools."""
 
     def __init__(self, db: Database, path: Path) -> None:
-        self.db = db
+        self._db = db
         self.path = path
 
     # --- runs ---------------------------------------------------------------------------------
 
     def create_run(self, row: dict[str, Any]) -> None:
-        self.db["runs"].insert(row)
+        self._db["runs"].insert(row)
 
     def update_run(self, run_id: str, fields: dict[str, Any]) -> None:
-        self.db["runs"].update(run_id, fields)
+        self._db["runs"].update(run_id, fields)
 
     def has_run(self, run_id: str) -> bool:
-        return bool(self.db["runs"].count_where("id = ?", [run_id]))
+        return bool(self._db["runs"].count_where("id = ?", [run_id]))
 
     def require_run(self, run_id: str | None = None, what: str = "") -> dict[str, Any]:
         """The run's row (the latest run when ``run_id`` is None); a usage error if there is none."""
         run_id = run_id or self.latest_run_id()
         if not self.has_run(run_id):
             raise UsageError(f"{what}no run '{run_id}' in the ledger")
-        return dict(self.db["runs"].get(run_id))
+        return dict(self._db["runs"].get(run_id))
 
     def latest_run_id(self) -> str:
-        row = next(self.db.query("select id from runs order by created_at desc, rowid desc limit 1"), None)
+        row = next(self._db.query("select id from runs order by created_at desc, rowid desc limit 1"), None)
         if row is None:
             raise UsageError("the ledger has no runs yet: run `evalkit run` first")
         return row["id"]
 
     def run_ids(self, matrix_name: str | None = None) -> list[str]:
         if matrix_name is None:
-            return [r["id"] for r in self.db.query("select id from runs order by created_at, rowid")]
-        return [r["id"] for r in self.db.query("select id from runs where matrix_name = ? order by created_at, rowid",
+            return [r["id"] for r in self._db.query("select id from runs order by created_at, rowid")]
+        return [r["id"] for r in self._db.query("select id from runs where matrix_name = ? order by created_at, rowid",
                                                [matrix_name])]
 
     def run_hosts(self, matrix_name: str) -> list[dict[str, Any] | None]:
         """The host of every run of one matrix (None for runs recorded before hosts were)."""
-        return [self.host(r["host_id"]) for r in self.db.query(
+        return [self.host(r["host_id"]) for r in self._db.query(
             "select host_id from runs where matrix_name = ? order by created_at, rowid", [matrix_name])]
 
     # --- hosts ----------------------------------------------------------------------------------
 
     def record_host(self, host: dict[str, Any]) -> str:
         """Store a host description once (keyed by its content hash) and return its id."""
-        self.db["hosts"].upsert(host, pk="id")
+        self._db["hosts"].upsert(host, pk="id")
         return host["id"]
 
     def host(self, host_id: str | None) -> dict[str, Any] | None:
-        if not host_id or not self.db["hosts"].count_where("id = ?", [host_id]):
+        if not host_id or not self._db["hosts"].count_where("id = ?", [host_id]):
             return None
-        return dict(self.db["hosts"].get(host_id))
+        return dict(self._db["hosts"].get(host_id))
 
     # --- cases, variants ------------------------------------------------------------------------
 
     def record_cases(self, rows: list[dict[str, Any]]) -> None:
-        self.db["cases"].upsert_all(rows, pk=("dataset_hash", "id"))
+        self._db["cases"].upsert_all(rows, pk=("dataset_hash", "id"))
 
     def upsert_variant(self, row: dict[str, Any]) -> None:
-        self.db["variants"].upsert(row, pk="id")
+        self._db["variants"].upsert(row, pk="id")
 
     def update_variant(self, vid: str, fields: dict[str, Any]) -> None:
-        self.db["variants"].update(vid, fields)
+        self._db["variants"].update(vid, fields)
 
     def has_variant(self, vid: str) -> bool:
-        return bool(self.db["variants"].count_where("id = ?", [vid]))
+        return bool(self._db["variants"].count_where("id = ?", [vid]))
 
     def upsert_replica(self, row: dict[str, Any]) -> None:
-        self.db["replicas"].upsert(row, pk="id")
+        self._db["replicas"].upsert(row, pk="id")
 
     def replicas(self, run_id: str) -> list[dict[str, Any]]:
-        return list(self.db.query("select * from replicas where run_id = ? order by variant, replica", [run_id]))
+        return list(self._db.query("select * from replicas where run_id = ? order by variant, replica", [run_id]))
 
     def variants(self, run_id: str) -> list[dict[str, Any]]:
-        return list(self.db.query("select * from variants where run_id = ? order by rowid", [run_id]))
+        return list(self._db.query("select * from variants where run_id = ? order by rowid", [run_id]))
 
     def baseline(self, run_id: str) -> str | None:
-        return next((v["name"] for v in self.db.query(
+        return next((v["name"] for v in self._db.query(
             "select name from variants where run_id = ? and is_baseline = 1", [run_id])), None)
 
     # --- requests -------------------------------------------------------------------------------
 
     def insert_request(self, row: dict[str, Any]) -> int:
-        return int(self.db["requests"].insert(row).last_pk)
+        return int(self._db["requests"].insert(row).last_pk)
 
     def update_request(self, request_id: int, fields: dict[str, Any]) -> None:
-        self.db["requests"].update(request_id, fields)
+        self._db["requests"].update(request_id, fields)
 
     def request(self, request_id: int) -> dict[str, Any]:
-        return dict(self.db["requests"].get(request_id))
+        return dict(self._db["requests"].get(request_id))
 
     def max_seq(self, run_id: str) -> int:
-        return int(self.db.execute("select coalesce(max(seq), 0) from requests where run_id = ?", [run_id]).fetchone()[0])
+        return int(self._db.execute("select coalesce(max(seq), 0) from requests where run_id = ?", [run_id]).fetchone()[0])
 
     def done_keys(self, run_id: str) -> set[tuple[str, str, int, str]]:
         """(variant, case, repeat, phase) already measured in a run: a resume skips exactly these."""
         return {
             (r["variant"], r["case_id"], r["repeat"], r["phase"] or "main")
-            for r in self.db.query("select variant, case_id, repeat, phase from requests "
+            for r in self._db.query("select variant, case_id, repeat, phase from requests "
                                    "where run_id = ? and is_warmup = 0 and final = 1", [run_id])
         }
 
@@ -165,7 +165,7 @@ class Ledger:
             where.append("r.variant = ?")
             params.append(variant)
         cols = ", ".join(f"c.{f}" for f in CASE_FIELDS)
-        return list(self.db.query(
+        return list(self._db.query(
             f"""select r.*, {cols} from requests r join runs u on u.id = r.run_id
                 join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
                 where {' and '.join(where)} order by r.seq, r.id""", params))
@@ -174,16 +174,16 @@ class Ledger:
 
     def insert_server_samples(self, rows: list[dict[str, Any]]) -> None:
         if rows:
-            self.db["server_metrics"].insert_all(rows)
+            self._db["server_samples"].insert_all(rows)
 
     def server_series(self, run_id: str, series: str, variant: str | None = None) -> list[dict[str, Any]]:
         """(variant, mono_ms, value) points of one /metrics series, in time order."""
-        sql = "select variant, mono_ms, value from server_metrics where run_id = ? and series = ?"
+        sql = "select variant, mono_ms, value from server_samples where run_id = ? and series = ?"
         params: list[Any] = [run_id, series]
         if variant is not None:
             sql += " and variant = ?"
             params.append(variant)
-        return list(self.db.query(sql + " order by variant, mono_ms", params))
+        return list(self._db.query(sql + " order by variant, mono_ms", params))
 
     def series_delta(self, run_id: str, variant: str, series: str, start_ms: float | None = None,
                      end_ms: float | None = None) -> float | None:
@@ -206,17 +206,17 @@ class Ledger:
 
     def insert_grades(self, rows: list[dict[str, Any]]) -> None:
         if rows:
-            self.db["grades"].insert_all(rows)
+            self._db["grades"].insert_all(rows)
 
     def graded_request_ids(self, run_id: str, grader: str, version: str) -> set[int]:
-        return {r["request_id"] for r in self.db.query(
+        return {r["request_id"] for r in self._db.query(
             "select request_id from grades where run_id = ? and grader = ? and grader_version = ?",
             [run_id, grader, version])}
 
     def latest_grades(self, run_id: str) -> dict[int, dict[str, dict[str, Any]]]:
         """request id -> grader -> its newest grade row (re-grading adds rows; the newest counts)."""
         out: dict[int, dict[str, dict[str, Any]]] = defaultdict(dict)
-        for g in self.db.query(
+        for g in self._db.query(
             """select g.request_id, g.grader, g.grader_version, g.value, g.passed, g.explanation, g.detail_json
                from grades g join (select max(id) as id from grades where run_id = ? group by request_id, grader) m
                on m.id = g.id""",
@@ -230,39 +230,39 @@ class Ledger:
         sql, params = "select distinct grader from grades", []
         if run_id:
             sql, params = sql + " where run_id = ?", [run_id]
-        return [r["grader"] for r in self.db.query(sql + " order by grader", params)]
+        return [r["grader"] for r in self._db.query(sql + " order by grader", params)]
 
     # --- derived tables and views ---------------------------------------------------------------
 
     def replace_derived(self, spikes: list[dict[str, Any]], summary: list[dict[str, Any]],
                         cost: list[dict[str, Any]] | None = None) -> None:
         """Findings that need Python (robust statistics), recomputed for Datasette in one transaction."""
-        with self.db.conn:
+        with self._db.conn:
             for table, rows in (("derived_spikes", spikes), ("derived_summary", summary), ("derived_cost", cost or [])):
-                self.db[table].delete_where()
+                self._db[table].delete_where()
                 if rows:
-                    self.db[table].insert_all(rows)
+                    self._db[table].insert_all(rows)
 
     def define_requests_view(self, grade_columns: Iterable[tuple[str, str, str]]) -> None:
         """(Re)create `requests_joined` with one column per (column, grader, field) given."""
-        with self.db.conn:
-            self.db.execute("drop view if exists requests_joined")
-            self.db.execute(requests_view_sql(grade_columns))
+        with self._db.conn:
+            self._db.execute("drop view if exists requests_joined")
+            self._db.execute(requests_view_sql(grade_columns))
 
     # --- export ---------------------------------------------------------------------------------
 
     def export_tables(self, run_id: str) -> dict[str, list[dict[str, Any]]]:
         self.require_run(run_id)
-        return {name: list(self.db.query(sql, [run_id])) for name, sql in EXPORTS.items()}
+        return {name: list(self._db.query(sql, [run_id])) for name, sql in EXPORTS.items()}
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
         """Group many writes into one commit (the Ray driver applies a worker's batch this way)."""
-        with self.db.conn:
+        with self._db.conn:
             yield
 
     def close(self) -> None:
-        self.db.conn.close()
+        self._db.conn.close()
 
 
 def _check_is_ledger(db: Database, path: Path) -> None:

@@ -27,7 +27,7 @@ class EvalkitDrift(evaluate.Metric):
             case = bare_case(f"pair{k}")
             items += [GradedRequest(2 * k, "reference", r, None, case), GradedRequest(2 * k + 1, "prediction", p, None, case)]
             repeats[2 * k] = repeats[2 * k + 1] = 0
-        scores = grader.grade_run(items, repeats, "reference")
+        scores = grader.grade_outputs(items, repeats, "reference")
         got = [scores[2 * k + 1] for k in range(len(predictions))]
         cos = [s.detail["cosine"] for s in got]
         rl = [s.detail["rouge_l"] for s in got]

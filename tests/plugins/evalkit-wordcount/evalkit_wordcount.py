@@ -1,10 +1,14 @@
-"""A tiny third-party grader: how many words an output has, and whether it is under 120."""
+"""A tiny third-party grader: how many words an output has, and whether it is under 120.
+
+Everything evalkit shows about it comes from these declarations: the report columns, the
+threshold `evalkit check --threshold wordcount_mean=...` takes, the margin, and the canned query
+Datasette lists. Nothing in evalkit itself names it."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from evalkit.grading.base import GradedRequest, Grader, Score, SummaryColumn, pass_pct
+from evalkit.grading.base import CannedQuery, GradedRequest, Grader, Margin, Score, SummaryColumn, Threshold, pass_pct
 from evalkit.stats import mean
 
 
@@ -16,6 +20,9 @@ class WordCountGrader(Grader):
     view_columns = (("word_count", "value"),)
     summary_columns = (SummaryColumn("wordcount_mean", "words", 0, "mean words per output"),
                        SummaryColumn("wordcount_short_pct", "≤120 words %", 0, "share under 120 words"))
+    thresholds = (Threshold("wordcount_mean", "wordcount_mean", "max", "maximum mean words per output"),)
+    margins = (Margin("wordcount", "abs", False, "words per output, candidate minus baseline"),)
+    canned_queries = (CannedQuery("longest_outputs", "The wordiest outputs", "highest", "word_count"),)
 
     def grade(self, item: GradedRequest) -> Score:
         n = len(item.text.split())

@@ -1,0 +1,135 @@
+"""`evalkit report`, `recommend` and `check`: what a run found, read from the ledger."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from ..errors import UsageError
+from ..execution.load import parse_slo
+from ..host import host_line
+from ..ledger import open_ledger
+from ..reporting.report import COLUMNS, SERVER_COLUMNS, build_report, markdown_table, quality_columns, to_json
+from .common import LEDGER_OPT, RUN_OPT, EvalkitClickError, cli, deprecated_option, ledger_path
+from .console import print_findings, print_report, say
+
+
+@cli.command()
+@LEDGER_OPT
+@RUN_OPT
+@click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
+@click.option("--markdown", is_flag=True, help="print the tables as Markdown")
+@click.option("--slo", default=None, help="per-request goodput limits, e.g. ttft=2000,e2e=10000 [default: the run's]")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="also write one self-contained HTML report (plots inline, works offline)")
+@click.option("--by", default=None,
+              help="extra slices for the findings, any of complexity,persona,formality,task,candidate,turn "
+                   "(comma-joined)")
+@click.option("--spike-k", type=click.FloatRange(min=1), default=3.5, show_default=True,
+              help="spike threshold: median + k x MAD per variant x complexity")
+def report(ledger: Path | None, run_id: str | None, as_json: bool, markdown: bool, slo: str | None,
+           html_path: Path | None, by: str | None, spike_k: float) -> None:
+    """Per variant and complexity: n, errors, TTFT p50/p90/p99/max, E2E mean/p50/p99, schema
+    pass rate and the delta against the baseline in %; what the server did (queue, prefill,
+    decode, KV-cache peak, preemptions, goodput); quality (persona, formality, drift vs its
+    noise floor); paired comparisons with bootstrap intervals; spikes and their causes."""
+    from ..reporting.findings import findings
+
+    if as_json and markdown:
+        raise UsageError("--json and --markdown are mutually exclusive")
+    db = open_ledger(ledger_path(ledger), create=False)
+    s = parse_slo(slo)
+    rep = build_report(db, run_id, s.absolute_ms if s else None)
+    fnd = findings(db, rep["run"]["id"], by.split(",") if by else None, spike_k)
+    if html_path:
+        from ..reporting.html import write_html
+
+        write_html(db, html_path, rep["run"]["id"])
+        say(f"wrote {html_path}")
+    if as_json:
+        click.echo(to_json({**rep, "findings": fnd}))
+    elif markdown:
+        click.echo(host_line(rep.get("host")) + "\n")
+        click.echo("\n\n".join(markdown_table(rep, c) for c in (COLUMNS, SERVER_COLUMNS,
+                                                               quality_columns(rep["graders"]))))
+    else:
+        print_report(rep)
+        print_findings(fnd, by.split(",") if by else None)
+
+
+def _target(target: str | None, old_slo: str | None, required: bool) -> str | None:
+    if old_slo:
+        deprecated_option("--slo on recommend/check (percentile goals)", "--target")
+    t = target or old_slo
+    if required and not t:
+        raise UsageError("give --target, e.g. --target ttft_p99=2000,e2e_p50=8000")
+    return t
+
+
+TARGET_OPT = click.option("--target", default=None, help="percentile goals, e.g. ttft_p99=2000,e2e_p50=8000 (ms)")
+OLD_SLO_OPT = click.option("--slo", "old_slo", default=None, hidden=True)
+
+
+@cli.command()
+@LEDGER_OPT
+@RUN_OPT
+@TARGET_OPT
+@OLD_SLO_OPT
+@click.option("--json", "as_json", is_flag=True)
+def recommend(ledger: Path | None, run_id: str | None, target: str | None, old_slo: str | None, as_json: bool) -> None:
+    """Which variant meets the percentile goals per workload class (interactive long-input,
+    interactive short/medium, batch), with a bootstrap interval on every percentile: a verdict
+    that is within noise says 'borderline' instead of guessing."""
+    from ..reporting.findings import parse_targets, recommend_lines, request_rows
+    from ..reporting.findings import recommend as rec
+
+    targets = parse_targets(_target(target, old_slo, True))
+    db = open_ledger(ledger_path(ledger), create=False)
+    rid = db.require_run(run_id)["id"]
+    out = rec(request_rows(db, rid), targets)
+    click.echo(json.dumps(out, indent=2) if as_json else "\n".join(recommend_lines(out)))
+
+
+@cli.command()
+@LEDGER_OPT
+@RUN_OPT
+@click.option("--threshold", "thresholds", multiple=True, metavar="NAME=VALUE",
+              help="a grader's threshold (repeatable; `evalkit graders list` shows each one's names), e.g. "
+                   "schema_pass=0.9, drift_above_floor=0, formality_mae=1")
+@click.option("--max-error-rate", type=click.FloatRange(0, 1), default=None, help="maximum failed-request rate, 0-1")
+@TARGET_OPT
+@OLD_SLO_OPT
+@click.option("--margins", default=None,
+              help="non-inferiority margins, e.g. drift=0.05,schema_pass=-2pp,e2e_mean=+0%: an inferior verdict fails")
+@click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="also write the checks as JUnit XML")
+@click.option("--max-drift-above-floor", "old_drift", type=float, default=None, hidden=True)
+@click.option("--min-schema", "old_schema", type=float, default=None, hidden=True)
+@click.option("--max-formality-mae", "old_formality", type=float, default=None, hidden=True)
+def check(ledger: Path | None, run_id: str | None, thresholds: tuple[str, ...], max_error_rate: float | None,
+          target: str | None, old_slo: str | None, margins: str | None,
+          junit_path: Path | None, old_drift: float | None, old_schema: float | None,
+          old_formality: float | None) -> None:
+    """Gate a run: exit 1 when any variant fails a threshold, a percentile goal or a margin, one
+    line per failure (JUnit XML with --junit), so a model or engine upgrade can be gated in CI."""
+    from ..reporting.gate import GateSpec, run_checks, summary_line, write_junit
+
+    given = list(thresholds)
+    for old, new, v in (("--max-drift-above-floor", "drift_above_floor", old_drift),
+                        ("--min-schema", "schema_pass", old_schema), ("--max-formality-mae", "formality_mae", old_formality)):
+        if v is not None:
+            deprecated_option(old, f"--threshold {new}=VALUE")
+            given.append(f"{new}={v}")
+    spec = GateSpec.from_options(given, max_error_rate, _target(target, old_slo, False), margins)
+    db = open_ledger(ledger_path(ledger), create=False)
+    rid, checks = run_checks(db, run_id, spec)
+    if junit_path:
+        write_junit(junit_path, rid, checks)
+    for c in checks:
+        if not c.passed:
+            click.echo(f"FAIL {c.variant}: {c.message}")
+    click.echo(f"check run {rid}: {summary_line(checks)}")
+    if any(not c.passed for c in checks):
+        raise EvalkitClickError(f"{sum(not c.passed for c in checks)} check(s) failed", 1)

@@ -1,0 +1,106 @@
+"""`evalkit run`: serve each variant, send the cases, record and grade."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..execution.load import LoadSpec, parse_levels, parse_slo
+from ..execution.runner import refuse_resume_options, resume_context
+from ..execution.workflow import run_and_grade
+from ..ledger import open_ledger
+from ..paths import default_dataset_path
+from ..reporting.report import build_report
+from ..spec.dataset import load_cases, stratified_subset
+from ..spec.matrix import load_matrix
+from .common import LEDGER_OPT, EvalkitClickError, cli, deprecated_option, ledger_path
+from .console import RichReporter, print_report
+
+
+@cli.command()
+@click.option("--matrix", "matrix_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="matrix YAML, or a bundled name (default, capacity, saturation, drift-control) "
+                   "[default: the embedded unquantized vs W8A8 matrix]")
+@click.option("--dataset", "dataset_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="dataset JSONL [default: data/resume_gen_benchmark.jsonl]")
+@click.option("--limit", type=click.IntRange(min=1), default=None,
+              help="run a stratified subset of N cases (balanced over complexity and task)")
+@click.option("--subset-seed", type=int, default=None, help="which cases --limit picks, and the --interleave order [0]")
+@click.option("--arrival-seed", type=int, default=None, help="the Poisson arrival schedule of --rate [0]")
+@click.option("--seed", "old_seed", type=int, default=None, hidden=True)
+@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
+              help="send each case this many times per variant (sampling seed + repeat index)")
+@click.option("--mode", type=click.Choice(["sequential", "concurrency", "rate"]), default=None,
+              help="load pattern [default: sequential, or implied by --concurrency/--rate]")
+@click.option("--concurrency", type=click.IntRange(min=1), default=None,
+              help="closed loop: this many requests in flight, the next sent when one finishes")
+@click.option("--rate", type=float, default=None,
+              help="open loop: arrivals at this many requests per second whatever the server does (seeded)")
+@click.option("--arrival", type=click.Choice(["poisson", "constant"]), default=None,
+              help="with --rate: Poisson (exponential gaps, the default) or constant gaps")
+@click.option("--max-concurrency", type=click.IntRange(min=1), default=None,
+              help="with --rate: cap on requests in flight; time held back is recorded as client_wait_ms")
+@click.option("--sweep", default=None, help="concurrency levels, e.g. 1,2,4,8: stops at saturation")
+@click.option("--stop-kv", type=click.FloatRange(0, 1, min_open=True), default=0.9, show_default=True,
+              help="sweep saturation: peak KV-cache use at or above this fraction")
+@click.option("--slo", default=None,
+              help="per-request limits for goodput and the sweep: ttft=2000,tpot=100,e2e=10000 (ms) or relative to "
+                   "the same case at concurrency 1: ttft=3x,e2e=3x")
+@click.option("--interleave", is_flag=True,
+              help="bring all variants up at once and alternate them per case (order randomised by --subset-seed)")
+@click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
+              help="run each variant (or replica) as a Ray task: `--ray` alone starts a local Ray instance; "
+                   "or give auto / ray://HOST:10001")
+@click.option("--resume", "resume_id", default=None, metavar="RUN_ID",
+              help="complete the requests missing from an interrupted run (same matrix, cases, load)")
+@LEDGER_OPT
+@click.option("--no-grade", is_flag=True, help="skip grading after the run (use `evalkit grade` later)")
+@click.option("--quiet", "-q", is_flag=True, help="no progress output")
+def run(matrix_path: Path | None, dataset_path: Path | None, limit: int | None, subset_seed: int | None,
+        arrival_seed: int | None, old_seed: int | None, repeats: int, mode: str | None, concurrency: int | None,
+        rate: float | None, arrival: str | None, max_concurrency: int | None, sweep: str | None, stop_kv: float,
+        slo: str | None, interleave: bool, ray_address: str | None, resume_id: str | None, ledger: Path | None,
+        no_grade: bool, quiet: bool) -> None:
+    """Serve each variant of the matrix, send every case, record every request in the ledger.
+
+    Launched variants get their own vLLM server (started, health-checked, stopped); endpoint
+    variants are called as they are. Rows are written as requests finish, and each server's
+    /metrics is scraped alongside so every request carries what the server did around it.
+    """
+    if old_seed is not None:
+        deprecated_option("--seed", "--subset-seed and --arrival-seed")
+    subset_seed = subset_seed if subset_seed is not None else (old_seed or 0)
+    arrival_seed = arrival_seed if arrival_seed is not None else (old_seed or 0)
+    if resume_id:
+        refuse_resume_options(matrix=matrix_path, dataset=dataset_path, limit=limit, repeats=repeats != 1, mode=mode,
+                              concurrency=concurrency, rate=rate, sweep=sweep, arrival=arrival,
+                              max_concurrency=max_concurrency)
+        db = open_ledger(ledger_path(ledger), create=False)
+        ctx = resume_context(db, resume_id)
+        matrix, cases, dpath, load, repeats = ctx.matrix, ctx.cases, ctx.dataset_path, ctx.load, ctx.repeats
+    else:
+        load = LoadSpec.from_options(mode=mode, concurrency=concurrency, rate=rate, arrival=arrival,
+                                     max_concurrency=max_concurrency, sweep=parse_levels(sweep), stop_kv=stop_kv,
+                                     slo=parse_slo(slo), interleave=interleave, arrival_seed=arrival_seed,
+                                     order_seed=subset_seed)
+        matrix = load_matrix(matrix_path)
+        dpath = dataset_path or default_dataset_path()
+        cases = stratified_subset(load_cases(dpath), limit, subset_seed)
+        db = open_ledger(ledger_path(ledger))
+    reporter = RichReporter(quiet)
+    summary, n, grade_s = run_and_grade(db, matrix, cases, dpath, repeats=repeats, subset_seed=subset_seed, load=load,
+                                        reporter=reporter, resume_run=resume_id, grade=not no_grade,
+                                        ray_address=ray_address)
+    if not no_grade:
+        reporter.message(f"graded {n} outputs in {grade_s:.1f} s")
+    skipped = f", {summary.n_skipped} already in the ledger (skipped)" if resume_id else ""
+    click.echo(f"run {summary.run_id}: {summary.n_requests} requests, {summary.n_errors} errors{skipped} "
+               f"-> {ledger_path(ledger)}")
+    for name, why in summary.saturation.items():
+        click.echo(f"{name}: {why}")
+    if not quiet:
+        print_report(build_report(db, summary.run_id))
+    if summary.failed_variants:
+        names = ", ".join(f"{k} ({v})" for k, v in summary.failed_variants.items())
+        raise EvalkitClickError(f"variant(s) failed: {names}", 1)

@@ -1,0 +1,55 @@
+"""`evalkit browse` and `publish`: the ledger in Datasette, a run as a Hugging Face dataset."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import UsageError
+from ..ledger import open_ledger
+from .common import LEDGER_OPT, RUN_OPT, cli, ledger_path
+from .console import say
+
+
+@cli.command()
+@LEDGER_OPT
+@click.option("--host", default="127.0.0.1", show_default=True, help="bind address (anything else exposes the ledger)")
+@click.option("--port", type=click.IntRange(1, 65535), default=8001, show_default=True)
+def browse(ledger: Path | None, host: str, port: int) -> None:
+    """Datasette on the ledger with titles, column descriptions, facets, canned queries (the
+    study's summary, spikes, capacity, verdicts, each grader's own) and readable generated text.
+    SIGTERM, SIGHUP and Ctrl-C stop Datasette with it."""
+    from ..sharing.browse import browse as serve
+
+    path = ledger_path(ledger)
+    db = open_ledger(path, create=False)
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        say(f"[yellow]serving on {host}: anyone who can reach it can read the ledger[/yellow]")
+    click.echo(f"Datasette on http://{host}:{port}/ (Ctrl-C stops it)")
+    serve(db, path, host, port)
+
+
+@cli.command()
+@LEDGER_OPT
+@RUN_OPT
+@click.option("--repo", default=None, help="OWNER/NAME of the Hugging Face dataset to push to")
+@click.option("--private", is_flag=True, help="create the dataset repo as private")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="write the parquet files and dataset card here instead of (or before) pushing")
+def publish(ledger: Path | None, run_id: str | None, repo: str | None, private: bool, out_dir: Path | None) -> None:
+    """Publish a run as a Hugging Face dataset: configs for requests, grades, server series,
+    summary (parquet) and a dataset card with config, definitions and the summary table. The
+    token comes from $HF_TOKEN only; anything that looks like a secret stops the publish."""
+    import tempfile
+
+    from ..sharing.publish import export, push
+
+    if not repo and not out_dir:
+        raise UsageError("give --repo OWNER/NAME to push, or --out DIR to write the files locally")
+    db = open_ledger(ledger_path(ledger), create=False)
+    target = out_dir or Path(tempfile.mkdtemp(prefix="evalkit-publish-")) / "dataset"
+    counts = export(db, target, run_id)
+    click.echo(f"wrote {target}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    if repo:
+        click.echo(f"pushed to {push(target, repo, private)}")

@@ -1,0 +1,307 @@
+"""Run a matrix on a Ray cluster (`evalkit run --ray [ADDRESS]`): each variant, or each replica of
+one, is a Ray task that asks for the variant's resources. On its node the task prepares or
+resolves the model, launches vLLM there (or calls the endpoint), sends the cases from a client on
+the same node (so the network between driver and cluster never enters TTFT), scrapes that
+server's /metrics, and streams every finished row back as it happens. The driver alone writes
+the SQLite ledger, so the ledger is one file with the same rows as a local run.
+
+A worker writes into a small SQLite file of its own (the same runner code, reading back what it
+needs); everything it writes is also sent to the driver as an event, applied there in order.
+A worker or node that dies loses nothing already streamed; its missing requests are what
+`--resume` sends, and the failure is recorded on the variant with its cause.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from ..host import this_host
+from ..ledger import Ledger, utcnow
+from ..ledger.mirror import MirroredLedger
+from ..measure.client import RequestResult
+from ..paths import cache_dir
+from ..redact import redact
+from ..spec.dataset import Case
+from ..spec.matrix import Matrix
+from .load import LoadSpec
+from .runner import Reporter, RunSummary, SilentReporter, finish_run, run_group, start_run
+
+# Fault injection for tests of worker death: a worker exits abruptly after this many requests.
+FAULT_ENV = "EVALKIT_RAY_FAULT_AFTER"
+# evalkit's settings a worker needs as the driver has them (never secrets: keys stay named, not sent)
+PASS_ENV = (FAULT_ENV, "EVALKIT_CACHE", "EVALKIT_QUANT_PYTHON", "EVALKIT_RUBRICS", "EVALKIT_DATASET", "HF_HUB_OFFLINE")
+
+
+class EventLedger(MirroredLedger):
+    """The worker's ledger: every write is queued as an event for the driver. Fault injection for
+    tests: the worker dies abruptly after $EVALKIT_RAY_FAULT_AFTER requests."""
+
+    def __init__(self, events: queue.Queue[tuple[Any, ...]]) -> None:
+        super().__init__(events.put)
+        self.n_requests = 0
+        self.die_after = int(os.environ.get(FAULT_ENV, "0") or 0)
+
+    def insert_request(self, row: dict[str, Any]) -> int:
+        rid = super().insert_request(row)
+        self.n_requests += 1
+        if self.die_after and self.n_requests >= self.die_after:
+            time.sleep(0.5)  # let the streamed events leave, then die like a killed node would
+            os._exit(70)
+        return rid
+
+
+class QueueReporter:
+    def __init__(self, events: queue.Queue[tuple[Any, ...]]) -> None:
+        self.events = events
+
+    def message(self, text: str) -> None:
+        self.events.put(("message", text))
+
+    def variant_start(self, variant: str, total: int) -> None:
+        self.events.put(("variant_start", variant, total))
+
+    def request_done(self, variant: str, case: Case, result: RequestResult) -> None:
+        self.events.put(("request_done", variant, case, result))
+
+    def variant_end(self, variant: str) -> None:
+        self.events.put(("variant_end", variant))
+
+
+@dataclass
+class Shard:
+    """What one Ray task runs: one variant (one replica of it), over the run's cases."""
+
+    run_row: dict[str, Any]
+    case_rows: list[dict[str, Any]]
+    matrix_json: str
+    variant: str
+    replica: int | None
+    cases: list[dict[str, Any]]
+    repeats: int
+    load: dict[str, Any]
+    skip: list[tuple[str, str, int, str]]
+
+
+def run_shard(shard: Shard) -> Iterator[tuple[Any, ...]]:
+    """The body of the Ray task (a streaming generator): run the shard in a thread, yield its
+    events as they come, then a summary."""
+    events: queue.Queue[tuple[Any, ...]] = queue.Queue()
+    host = this_host()
+    matrix = Matrix.model_validate_json(shard.matrix_json)
+    cases = [Case.model_validate(c) for c in shard.cases]
+    summary = RunSummary(shard.run_row["id"])
+    result: dict[str, Any] = {}
+
+    def body() -> None:
+        try:
+            # SQLite connections belong to the thread that made them: this one
+            # in memory: the worker only reads back its own rows; the driver keeps the ledger
+            local = EventLedger(events)
+            local.seed_run(shard.run_row, shard.case_rows)
+            run_group(local, summary.run_id, matrix, [shard.variant], cases, repeats=shard.repeats,
+                      load=LoadSpec(**shard.load), skip={tuple(k) for k in shard.skip},  # type: ignore[misc]
+                      reporter=QueueReporter(events), log_dir=cache_dir() / "logs", summary=summary, seq0=0,
+                      replicas=None if shard.replica is None else [shard.replica])
+        except BaseException as e:  # reported to the driver, which records it on the variant
+            result["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        finally:
+            events.put(("_done",))
+
+    t = threading.Thread(target=body, daemon=True)
+    t.start()
+    yield ("host", host)
+    done = False
+    while not done:
+        # batches: one object per ~50 ms rather than one per event keeps the worker's own
+        # client (same process, same GIL) from waiting on serialisation
+        batch = [events.get()]
+        deadline = time.monotonic() + 0.05
+        while batch[-1][0] != "_done" and len(batch) < 512:
+            try:
+                batch.append(events.get(timeout=max(0.0, deadline - time.monotonic())))
+            except queue.Empty:
+                break
+        done = batch[-1][0] == "_done"
+        if done:
+            batch.pop()
+        if batch:
+            yield ("batch", batch)
+    t.join()
+    yield ("summary", {"n_requests": summary.n_requests, "n_errors": summary.n_errors,
+                       "failed_variants": summary.failed_variants, "saturation": summary.saturation,
+                       "stages": summary.stages, "error": result.get("error"), "node": os.uname().nodename})
+
+
+class Apply:
+    """Applies one worker's events to the driver's ledger (driver thread only)."""
+
+    def __init__(self, ledger: Ledger, reporter: Reporter, run_id: str, label: str) -> None:
+        self.ledger, self.reporter, self.run_id, self.label = ledger, reporter, run_id, label
+        self.ids: dict[int, int] = {}  # worker request id -> driver request id
+        self.host_id: str | None = None
+        self.summary: dict[str, Any] | None = None
+
+    def __call__(self, ev: tuple[Any, ...], seq: list[int]) -> None:
+        kind = ev[0]
+        if kind == "batch":
+            with self.ledger.transaction():  # one commit per batch, not per row
+                for e in ev[1]:
+                    self(e, seq)
+        elif kind == "host":
+            self.host_id = self.ledger.record_host(ev[1])
+        elif kind == "upsert_variant":
+            self.ledger.upsert_variant({**ev[1], "host_id": self.host_id})
+        elif kind == "update_variant":
+            self.ledger.update_variant(ev[1], ev[2])
+        elif kind == "upsert_replica":
+            self.ledger.upsert_replica(ev[1])
+        elif kind == "insert_request":
+            seq[0] += 1
+            self.ids[ev[1]] = self.ledger.insert_request({**ev[2], "seq": seq[0]})
+        elif kind == "update_request":
+            if ev[1] in self.ids:
+                self.ledger.update_request(self.ids[ev[1]], ev[2])
+        elif kind == "server_samples":
+            self.ledger.insert_server_samples(ev[1])
+        elif kind == "message":
+            self.reporter.message(ev[1])
+        elif kind == "variant_start":
+            self.reporter.variant_start(ev[1], ev[2])
+        elif kind == "request_done":
+            self.reporter.request_done(ev[1], ev[2], ev[3])
+        elif kind == "variant_end":
+            self.reporter.variant_end(ev[1])
+        elif kind == "summary":
+            self.summary = ev[1]
+
+
+def ray_init(address: str | None) -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise UsageError("--ray needs Ray: pip install 'evalkit[ray]'") from None
+    if not ray.is_initialized():
+        kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
+        if address in (None, "", "local"):
+            ray.init(**kw)
+        else:
+            ray.init(address=address, **kw)
+    return ray
+
+
+def run_matrix_ray(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: Path, *, address: str | None,
+                   repeats: int = 1, subset_seed: int = 0, reporter: Reporter | None = None, load: LoadSpec | None = None,
+                   resume_run: str | None = None) -> RunSummary:
+    """`run_matrix` with each variant (or replica) as a Ray task; the driver writes the ledger."""
+    reporter = reporter or SilentReporter()
+    load = load or LoadSpec()
+    load.validate()
+    if load.interleave:
+        raise UsageError("--interleave needs every variant on one machine at once: it does not combine with --ray")
+    ray = ray_init(address)
+    summary, skip = start_run(ledger, matrix, cases, dataset_path, repeats=repeats, subset_seed=subset_seed, load=load,
+                              reporter=reporter, resume_run=resume_run)
+    run_row = ledger.require_run(summary.run_id)
+    from .runner import case_rows
+
+    crow = case_rows(cases, run_row["dataset_hash"])
+    remote = ray.remote(num_returns="streaming", max_retries=0)(run_shard)
+    gens: list[tuple[str, Any, Apply]] = []
+    for v in matrix.ordered_variants():
+        for rep in ([None] if v.n_replicas == 1 else range(v.n_replicas)):
+            res = v.ray_resources()
+            opts: dict[str, Any] = {"num_cpus": res.pop("num_cpus", 1.0), "num_gpus": res.pop("num_gpus", 0.0)}
+            if res:
+                opts["resources"] = res
+            env = {k: v for k, v in os.environ.items() if k in PASS_ENV}
+            if env:  # evalkit's own settings (and fault tests) reach the workers through their runtime env
+                opts["runtime_env"] = {"env_vars": env}
+            shard = Shard(run_row, crow, matrix.model_dump_json(), v.name, rep,
+                          [c.model_dump(by_alias=True) for c in cases], repeats, asdict(load), sorted(skip))
+            label = v.name if rep is None else f"{v.name}#{rep}"
+            gens.append((label, remote.options(**opts).remote(shard), Apply(ledger, reporter, summary.run_id, label)))
+            reporter.message(f"'{label}' scheduled on Ray with {opts.get('num_cpus')} CPU, {opts.get('num_gpus')} GPU"
+                             + (f", {opts['resources']}" if "resources" in opts else ""))
+    # one thread per worker stream pulls events; this thread alone writes SQLite
+    inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
+
+    def pull(label: str, gen: Any) -> None:
+        try:
+            for ref in gen:
+                inbox.put((label, ray.get(ref)))
+        except Exception as e:  # the worker or its node died
+            inbox.put((label, ("_failed", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")))
+        inbox.put((label, ("_end",)))
+
+    threads = [threading.Thread(target=pull, args=(label, gen), daemon=True) for label, gen, _ in gens]
+    for t in threads:
+        t.start()
+    appliers = {label: ap for label, _, ap in gens}
+    seq = [ledger.max_seq(summary.run_id)]
+    open_streams = len(gens)
+    ok = False
+    try:
+        while open_streams:
+            label, ev = inbox.get()
+            ap = appliers[label]
+            if ev[0] == "_end":
+                open_streams -= 1
+                _close(ledger, summary, ap)
+                continue
+            if ev[0] == "_failed":
+                ap.summary = {"error": ev[1]}
+                continue
+            ap(ev, seq)
+        ok = True
+    finally:
+        finish_run(ledger, matrix, summary, ok)
+    return summary
+
+
+def _close(ledger: Ledger, summary: RunSummary, ap: Apply) -> None:
+    """Fold a finished (or dead) worker's summary into the run's; record a failure's cause."""
+    s = ap.summary or {"error": "the worker ended without a summary"}
+    summary.n_requests += s.get("n_requests", 0)
+    summary.n_errors += s.get("n_errors", 0)
+    summary.failed_variants.update(s.get("failed_variants") or {})
+    summary.saturation.update(s.get("saturation") or {})
+    for k, v in (s.get("stages") or {}).items():
+        summary.stages.setdefault(k, {}).update(v)
+    if s.get("error"):
+        variant = ap.label.split("#")[0]
+        cause = redact(f"Ray worker for '{ap.label}' failed: {s['error']}")
+        summary.failed_variants[ap.label] = cause
+        vid = f"{summary.run_id}:{variant}"
+        if ledger.has_variant(vid):
+            ledger.update_variant(vid, {"status": "failed", "error": cause, "stopped_at": utcnow()})
+        else:
+            ledger.upsert_variant({"id": vid, "run_id": summary.run_id, "name": variant, "status": "failed",
+                                   "error": cause})
+
+
+def ray_embed(address: str | None, batch: int = 256) -> Any:
+    """An embedding function for the graders that encodes batches on Ray workers (a GPU where the
+    cluster gives one); the same model and weights, so the same vectors as a local run."""
+    ray = ray_init(address)
+    from ..grading.embeddings import encode_batch, make_embed
+
+    remote = ray.remote(num_cpus=1, max_retries=1)(encode_batch)
+
+    def encode(texts: list[str]) -> Any:
+        import numpy as np
+
+        refs = [remote.remote(texts[i:i + batch]) for i in range(0, len(texts), batch)]
+        return np.concatenate(ray.get(refs), axis=0)
+
+    return make_embed(encode)
+
+
+__all__ = ["EventLedger", "Shard", "ray_embed", "run_matrix_ray", "run_shard"]

@@ -1,0 +1,151 @@
+"""One variant's life in a run: launch vLLM (or check the endpoint), record what it is, close it."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Protocol
+
+from ..engines.bundled import resolve_model
+from ..engines.checkpoint import checkpoint_quantization, served_dtype
+from ..engines.vllm_server import VLLMServer, engine_version, server_info, tail
+from ..errors import EndpointError, EngineError
+from ..ledger import Ledger, dumps, utcnow
+from ..paths import cache_dir
+from ..redact import redact, redact_args
+from ..spec.matrix import Matrix, Variant, arg_value
+
+
+class Say(Protocol):
+    def message(self, text: str) -> None: ...
+
+
+def auth_headers(variant: Variant) -> dict[str, str]:
+    """The bearer token named by the matrix (`api_key_env`), read from the environment only."""
+    if not variant.api_key_env:
+        return {}
+    key = os.environ.get(variant.api_key_env)
+    if not key:
+        raise EndpointError(f"variant '{variant.name}': environment variable {variant.api_key_env} is not set")
+    return {"Authorization": f"Bearer {key}"}
+
+
+class LiveVariant:
+    """Brings one variant up (launching vLLM or checking the endpoint) and records it."""
+
+    def __init__(self, ledger: Ledger, run_id: str, matrix: Matrix, variant: Variant, reporter: Say,
+                 log_dir: Path, replica: int | None = None) -> None:
+        self.ledger, self.run_id, self.matrix, self.variant = ledger, run_id, matrix, variant
+        self.reporter, self.log_dir = reporter, log_dir
+        self.replica = replica  # None: the variant has one server
+        self.vid = f"{run_id}:{variant.name}"
+        self.rid = f"{run_id}:{variant.name}#{replica}"
+        self.label = variant.name if replica is None else f"{variant.name}#{replica}"
+        self.server: VLLMServer | None = None
+        self.base_url = ""
+        self.served = variant.served_model_name or variant.name
+        self.headers: dict[str, str] = {}
+        self.stage_s: dict[str, float] = {}  # prepare, start: how long each took
+
+    @property
+    def model_path(self) -> str | None:
+        return self.server.model_path if self.server else None
+
+    def _record(self, fields: dict) -> None:
+        """Variant-level facts go on the variant's row (written by its first server); each server
+        of a replicated variant also has its own `replicas` row."""
+        if not self.replica:
+            self.ledger.update_variant(self.vid, fields)
+        if self.replica is not None:
+            keep = {k: v for k, v in fields.items() if k in ("model_path", "status", "error", "ready_s", "stopped_at",
+                                                            "log_tail", "endpoint_url", "scrape_errors",
+                                                            "scrape_last_error")}
+            if keep:
+                self.ledger.upsert_replica({"id": self.rid, **keep})
+
+    def record_scrapes(self, errors: int, last_error: str | None) -> None:
+        """How many /metrics scrapes of this server failed (on the variant's row, and the replica's)."""
+        self._record({"scrape_errors": errors, "scrape_last_error": last_error})
+
+    def open(self) -> None:
+        v = self.variant
+        args = v.effective_vllm_args()
+        if self.replica is not None:
+            self.ledger.upsert_replica({"id": self.rid, "run_id": self.run_id, "variant": v.name,
+                                        "replica": self.replica, "endpoint_url": redact(v.endpoint_of(self.replica)),
+                                        "node": os.uname().nodename, "status": "starting", "started_at": utcnow()})
+        if self.replica:  # the variant's row is the first server's to write
+            self._open()
+            return
+        self.ledger.upsert_variant({
+            "id": self.vid, "run_id": self.run_id, "name": v.name,
+            "is_baseline": int(v.name == self.matrix.baseline), "model": v.model,
+            "engine": v.engine if v.launched else "endpoint",
+            "server_args_json": dumps(redact_args(args)), "quantization": arg_value(args, "--quantization"),
+            "dtype": arg_value(args, "--dtype"), "dtype_reason": v.dtype_reason(),
+            "cost_json": dumps(v.cost.model_dump()) if v.cost else None,
+            "endpoint_url": redact(v.endpoint_of(self.replica)), "status": "starting", "started_at": utcnow(),
+            "node": os.uname().nodename,
+        })
+        self._open()
+
+    def _open(self) -> None:
+        v = self.variant
+        args = v.effective_vllm_args()
+        try:
+            self.headers = auth_headers(v)
+            if v.launched:
+                assert v.model is not None
+                t0 = time.monotonic()
+                model_path = resolve_model(v.model, say=self.reporter.message)
+                self.stage_s["prepare"] = time.monotonic() - t0
+                log_path = self.log_dir / f"{self.run_id}-{self.label}.log"
+                self.server = VLLMServer(model_path, self.served, args, log_path, env=v.env,
+                                         cache_dir=cache_dir(), startup_timeout_s=v.startup_timeout_s)
+                self.reporter.message(f"starting vLLM for '{self.label}' ({v.model}); log: {log_path}")
+                self.server.__enter__()
+                self.stage_s["start"] = self.server.ready_s or 0.0
+                self.base_url = self.server.base_url
+                self.reporter.message(f"'{self.label}' ready in {self.server.ready_s:.0f} s at {self.base_url}")
+                if self.replica is not None:
+                    self.ledger.upsert_replica({"id": self.rid, "endpoint_url": self.base_url})
+                self._record({
+                    "model_path": model_path, "served_model_name": self.served, "ready_s": self.server.ready_s,
+                    "server_args_json": dumps(self.server.recorded_args()),
+                    "quantization": arg_value(args, "--quantization") or checkpoint_quantization(model_path),
+                    "dtype": served_dtype(args, model_path),
+                })
+            else:
+                self.base_url = v.endpoint_of(self.replica) or ""
+                info = server_info(self.base_url, self.headers)
+                if not info:
+                    raise EndpointError(f"endpoint {self.base_url} is unreachable (no answer on /v1/models or /version)")
+                data = info.get("models", {}).get("data") or []
+                self.served = v.served_model_name or (data[0].get("id") if data else None) or v.name
+                self._record({"served_model_name": self.served, "ready_s": 0.0})
+            info = server_info(self.base_url, self.headers)
+            remote = (info.get("version") or {}).get("version")
+            ev = engine_version() if v.launched else "remote"
+            self._record({
+                "engine_version": f"{ev} (server /version: {remote})" if remote else ev,
+                "models_json": redact(dumps(info.get("models"))), "status": "running",
+            })
+        except EngineError as e:
+            self.fail(e)
+            raise
+
+    def fail(self, e: Exception) -> None:
+        self._record({
+            "status": "failed", "error": redact(str(e).splitlines()[0]),
+            "log_tail": redact(tail(self.server.log_path)) if self.server else None,
+        })
+        self.close()
+
+    def close(self, status: str | None = None) -> None:
+        if status:
+            self._record({"status": status})
+        if self.server is not None:
+            self.server.stop()
+            self._record({"stopped_at": utcnow(), "log_tail": redact(tail(self.server.log_path))})
+            self.server = None

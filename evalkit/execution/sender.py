@@ -1,0 +1,223 @@
+"""Send work items to the live variants (their servers) and write one ledger row per attempt, the moment it
+finishes. Sequential sends get exact per-request server phases (histogram deltas); concurrent
+and open-loop sends get time-window attribution afterwards."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Protocol
+
+import aiohttp
+
+from ..ledger import Ledger, dumps
+from ..measure.client import RequestResult, build_payload, stream_chat
+from ..measure.telemetry import MetricsScraper, attribute, engine_config
+from ..measure.tokens import fill_token_counts
+from ..redact import redact
+from ..spec.dataset import Case
+from ..spec.matrix import Matrix
+from ..spec.output_schemas import load_schema
+from .live import LiveVariant
+from .load import LoadSpec, WorkItem, arrival_offsets
+
+
+class Progress(Protocol):
+    def request_done(self, variant: str, case: Case, result: RequestResult) -> None: ...
+
+
+def request_row(run_id: str, item: WorkItem, seq: int, attempt: int, final: bool,
+                payload: dict[str, Any], r: RequestResult, scheduled_ms: float | None = None) -> dict[str, Any]:
+    body = {k: v for k, v in payload.items() if k != "messages"}  # messages live in `cases`
+    wait = (r.mono_start_ms - scheduled_ms) if scheduled_ms is not None and r.mono_start_ms is not None else None
+    return {
+        "run_id": run_id, "variant": item.variant, "case_id": item.case.id, "repeat": item.repeat,
+        "seq": seq, "is_warmup": int(item.warmup), "phase": item.phase, "concurrency": item.concurrency,
+        "replica": item.replica, "attempt": attempt, "final": int(final), "started_at": r.started_at,
+        "mono_start_ms": r.mono_start_ms, "scheduled_ms": scheduled_ms, "sent_ms": r.mono_start_ms,
+        "client_wait_ms": wait,
+        "ttft_from_schedule_ms": r.ttft_ms + wait if r.ttft_ms is not None and wait is not None else None,
+        "first_chunk_ms": r.first_chunk_ms, "ttft_ms": r.ttft_ms,
+        "e2e_ms": r.e2e_ms, "itl_mean_ms": r.itl_mean_ms, "tpot_ms": r.tpot_ms,
+        "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
+        "usage_source": r.usage_source, "finish_reason": r.finish_reason, "text": r.text,
+        "n_chunks": r.n_chunks, "n_malformed": r.n_malformed,
+        "chunk_offsets_ms_json": dumps([round(x, 3) for x in r.chunk_offsets_ms]),
+        "http_status": r.http_status, "error_class": r.error_class, "error": redact(r.error),
+        "request_json": redact(dumps(body)),
+    }
+
+
+class Sender:
+    """Executes work items against the live variants, writing one ledger row per attempt."""
+
+    def __init__(self, ledger: Ledger, run_id: str, matrix: Matrix, servers: dict[str, LiveVariant],
+                 progress: Progress, load: LoadSpec, seq_start: int = 0) -> None:
+        self.ledger, self.run_id, self.matrix, self.servers = ledger, run_id, matrix, servers
+        self.progress, self.load = progress, load
+        self.seq = seq_start
+        self.epoch = time.perf_counter()
+        self.scrapers: dict[str, MetricsScraper] = {}
+        self.n = self.n_err = 0
+        self.in_flight = self.max_in_flight = 0
+
+    def _now_ms(self) -> float:
+        return (time.perf_counter() - self.epoch) * 1000.0
+
+    def _payload(self, item: WorkItem) -> dict[str, Any]:
+        gen = self.matrix.generation
+        schema = load_schema(item.case.schema_name) if gen.structured_output else None
+        return build_payload(
+            self.servers[item.target].served, [m.model_dump() for m in item.case.messages],
+            max_tokens=min(gen.max_tokens, gen.warmup_max_tokens) if item.warmup else gen.max_tokens,
+            temperature=gen.temperature, seed=gen.sampling_seed + item.repeat,
+            top_p=gen.top_p, schema_name=item.case.schema_name, schema=schema, extra_body=gen.extra_body,
+        )
+
+    async def _one(self, http: aiohttp.ClientSession, item: WorkItem, attribute_now: bool,
+                   scheduled_ms: float | None = None) -> list[int]:
+        """Send one item (with retries per the matrix); returns the ledger ids of its rows."""
+        lv = self.servers[item.target]
+        scraper = self.scrapers.get(item.target)
+        payload = self._payload(item)
+        retry = self.matrix.retry
+        ids: list[int] = []
+        for attempt in range(retry.max_retries + 1):
+            before = await scraper.scrape(http) if (attribute_now and scraper) else None
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            try:
+                r = await stream_chat(http, f"{lv.base_url}/v1/chat/completions", payload, headers=lv.headers,
+                                      timeout_s=self.matrix.generation.timeout_s, epoch=self.epoch)
+            finally:
+                self.in_flight -= 1
+            fill_token_counts(r, payload["messages"], lv.model_path)
+            will_retry = (r.error_class in retry.on_errors) and attempt < retry.max_retries
+            self.seq += 1
+            row = request_row(self.run_id, item, self.seq, attempt, not will_retry, payload, r,
+                              scheduled_ms if attempt == 0 else None)
+            if before is not None and scraper is not None:
+                key = "e2e_request_latency_seconds_count"
+                after = await scraper.wait_for_count(http, key, before.values.get(key, 0.0) + 1)
+                if after is not None:
+                    row.update(attribute(before.values, after.values, "histogram_delta",
+                                         scraper.peak("kv_cache_usage_perc", before.mono_ms, after.mono_ms),
+                                         scraper.scrapes_in(before.mono_ms, after.mono_ms)))
+            ids.append(self.ledger.insert_request(row))
+            if not will_retry:
+                if not item.warmup:
+                    self.n += 1
+                    self.n_err += 0 if r.ok else 1
+                self.progress.request_done(item.variant, item.case, r)
+                break
+            await asyncio.sleep(r.retry_after_s if r.retry_after_s is not None else retry.backoff_s * 2 ** attempt)
+        return ids
+
+    async def _start_scrapers(self, http: aiohttp.ClientSession) -> list[asyncio.Task[None]]:
+        for name, lv in self.servers.items():
+            if name not in self.scrapers and self.matrix.telemetry.scrape:
+                sc = MetricsScraper(self.ledger, self.run_id, lv.variant.name, lv.base_url, self.epoch,
+                                    self.matrix.telemetry.interval_s, lv.headers, replica=lv.replica)
+                first = await sc.scrape(http)
+                if not lv.replica:
+                    self.ledger.update_variant(lv.vid, {
+                        "metrics_available": "yes" if first else "no",
+                        "cache_config_json": dumps(engine_config(sc.last_samples)) if first else None,
+                    })
+                if first:
+                    self.scrapers[name] = sc
+        tasks = []
+        for sc in self.scrapers.values():
+            sc.restart()
+            tasks.append(asyncio.create_task(sc.run(http)))
+        return tasks
+
+    async def run(self, items: list[WorkItem], concurrency: int = 1, rate: float | None = None) -> list[int]:
+        """Sequential when concurrency == 1 and no rate: then server phases come from per-request
+        histogram deltas. Otherwise time-window attribution is applied afterwards."""
+        ids: list[int] = []
+        per_request = concurrency == 1 and rate is None
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+            tasks = await self._start_scrapers(http)
+            try:
+                targets = list(dict.fromkeys(it.target for it in items))
+                if any("#" in t for t in targets) and not self.load.interleave:
+                    # replicated variants: each server runs its shard under the load, side by side
+                    for got in await asyncio.gather(*(self._pipeline(http, [it for it in items if it.target == t],
+                                                                     concurrency, rate) for t in targets)):
+                        ids += got
+                else:
+                    ids += await self._pipeline(http, items, concurrency, rate)
+            finally:
+                for sc in self.scrapers.values():
+                    sc.stop()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                for sc in self.scrapers.values():
+                    await sc.scrape(http)  # one last point after the load
+        if not per_request:
+            self._attribute_windows(ids)
+        return ids
+
+    async def _pipeline(self, http: aiohttp.ClientSession, items: list[WorkItem], concurrency: int,
+                        rate: float | None) -> list[int]:
+        ids: list[int] = []
+        per_request = concurrency == 1 and rate is None
+        # Warmups go first, one at a time, so they never overlap the measured load.
+        for item in (it for it in items if it.warmup):
+            ids += await self._one(http, item, attribute_now=per_request)
+        main = [it for it in items if not it.warmup]
+        if per_request:
+            for item in main:
+                ids += await self._one(http, item, attribute_now=True)
+        elif rate is not None:
+            ids += await self._open_loop(http, main, rate)
+        else:
+            ids += await self._closed_loop(http, main, concurrency)
+        return ids
+
+    async def _closed_loop(self, http: aiohttp.ClientSession, items: list[WorkItem], concurrency: int) -> list[int]:
+        """N workers, each sending its next request when the last one finished."""
+        queue: asyncio.Queue[WorkItem] = asyncio.Queue()
+        for it in items:
+            queue.put_nowait(it)
+        ids: list[int] = []
+
+        async def worker() -> None:
+            while not queue.empty():
+                ids.extend(await self._one(http, queue.get_nowait(), attribute_now=False))
+
+        await asyncio.gather(*(worker() for _ in range(min(concurrency, len(items)) or 1)))
+        return ids
+
+    async def _open_loop(self, http: aiohttp.ClientSession, items: list[WorkItem], rate: float) -> list[int]:
+        """Arrivals on a seeded schedule at `rate`/s, whatever the server does. Each request is due
+        at its scheduled time on the run's clock; with `max_concurrency` a cap may hold it back,
+        and that wait is stored (`client_wait_ms`), as is any lateness of the event loop itself."""
+        offsets = arrival_offsets(len(items), rate, self.load.arrival, self.load.arrival_seed)
+        cap = asyncio.Semaphore(self.load.max_concurrency) if self.load.max_concurrency else None
+        start_ms = self._now_ms() + 5.0  # a common origin a moment ahead, so the first is not late
+        ids: list[int] = []
+
+        async def arrive(item: WorkItem, due_ms: float) -> None:
+            delay = (due_ms - self._now_ms()) / 1000.0
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if cap is None:
+                ids.extend(await self._one(http, item, attribute_now=False, scheduled_ms=due_ms))
+                return
+            async with cap:
+                ids.extend(await self._one(http, item, attribute_now=False, scheduled_ms=due_ms))
+
+        await asyncio.gather(*(arrive(it, start_ms + off * 1000.0) for it, off in zip(items, offsets, strict=True)))
+        return ids
+
+    def _attribute_windows(self, ids: list[int]) -> None:
+        for rid in ids:
+            row = self.ledger.request(rid)
+            sc = self.scrapers.get(row["variant"] if row["replica"] is None else f"{row['variant']}#{row['replica']}")
+            if sc is None or row["mono_start_ms"] is None:
+                continue
+            start, end = row["mono_start_ms"], row["mono_start_ms"] + (row["e2e_ms"] or 0.0)
+            fields = attribute(sc.at(start), sc.first_after(end), "window",
+                               sc.peak("kv_cache_usage_perc", start, end), sc.scrapes_in(start, end))
+            self.ledger.update_request(rid, fields)

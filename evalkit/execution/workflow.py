@@ -1,0 +1,39 @@
+"""The whole job, as the CLI's `run` does it: run the matrix, then grade what it produced.
+Kept out of the CLI so that other front ends (a notebook, Ray) do the same thing."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ..grading import GraderContext, default_names, grade_run, make_graders
+from ..ledger import Ledger
+from ..spec.dataset import Case
+from ..spec.matrix import Matrix
+from .load import LoadSpec
+from .runner import Reporter, RunSummary, run_matrix
+
+
+def run_and_grade(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: Path, *, repeats: int = 1,
+                  subset_seed: int = 0, load: LoadSpec | None = None, reporter: Reporter | None = None,
+                  resume_run: str | None = None, grade: bool = True,
+                  ray_address: str | None = None) -> tuple[RunSummary, int, float]:
+    """Returns the run's summary, the number of grades added (0 with grade=False) and the
+    seconds grading took. With ``ray_address`` ("local" for a local Ray instance) each variant
+    runs as a Ray task and embeddings for grading are computed on Ray workers."""
+    ctx = GraderContext(judge=matrix.judge)
+    if ray_address is not None:
+        from .cluster import ray_embed, run_matrix_ray
+
+        summary = run_matrix_ray(ledger, matrix, cases, dataset_path, address=ray_address, repeats=repeats,
+                                 subset_seed=subset_seed, load=load, reporter=reporter, resume_run=resume_run)
+        ctx.embed = ray_embed(ray_address)
+    else:
+        summary = run_matrix(ledger, matrix, cases, dataset_path, repeats=repeats, subset_seed=subset_seed, load=load,
+                             reporter=reporter, resume_run=resume_run)
+    if not grade:
+        return summary, 0, 0.0
+    t0 = time.monotonic()
+    graders = make_graders(default_names(with_judge=matrix.judge is not None), ctx)
+    n = grade_run(ledger, summary.run_id, graders)
+    return summary, n, time.monotonic() - t0

@@ -1,0 +1,145 @@
+"""A gate for pipelines: thresholds on a run, one line per failure, JUnit XML for CI systems, so
+a model or engine upgrade can be gated the way prompt changes are."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from xml.sax.saxutils import escape, quoteattr
+
+from ..errors import UsageError
+from ..grading.base import Threshold
+from ..grading.registry import thresholds as registry_thresholds
+from ..ledger import Ledger
+from ..stats import percentile
+from .findings import parse_targets, request_rows
+from .report import build_report
+from .verdicts import MarginSpec, parse_margins, verdicts
+
+
+@dataclass
+class Check:
+    variant: str
+    name: str
+    value: float | None
+    limit: float
+    passed: bool
+    message: str
+
+
+@dataclass
+class GateSpec:
+    """What `evalkit check` checks: grader thresholds (NAME -> limit, each grader declares its
+    own), the failed-request rate, percentile targets, non-inferiority margins."""
+
+    thresholds: dict[str, float] = field(default_factory=dict)
+    max_error_rate: float | None = None
+    targets: dict[tuple[str, float], float] = field(default_factory=dict)  # (metric, percentile) -> ms
+    margins: list[MarginSpec] = field(default_factory=list)
+
+    @classmethod
+    def from_options(cls, thresholds: list[str], max_error_rate: float | None, target: str | None,
+                     margins: str | None) -> GateSpec:
+        known = registry_thresholds()
+        out: dict[str, float] = {}
+        for item in thresholds:
+            name, eq, val = item.partition("=")
+            name = name.strip()
+            if name not in known:
+                raise UsageError(f"--threshold: unknown name '{name}' (known: {', '.join(sorted(known))}; "
+                                 "`evalkit graders list` shows each grader's)")
+            try:
+                out[name] = float(val)
+            except ValueError:
+                raise UsageError(f"--threshold: '{item}': expected NAME=NUMBER") from None
+            th = known[name][1]
+            if th.scale == 100.0 and not 0 <= out[name] <= 1:
+                raise UsageError(f"--threshold: '{item}': {name} is a share, 0-1")
+        spec = cls(out, max_error_rate, parse_targets(target) if target else {}, parse_margins(margins))
+        if spec.empty():
+            raise UsageError("check: give at least one threshold (e.g. --threshold schema_pass=0.9, --margins "
+                             "drift=0.05, --target ttft_p99=2000, --max-error-rate 0)")
+        return spec
+
+    def empty(self) -> bool:
+        return not self.thresholds and self.max_error_rate is None and not self.targets and not self.margins
+
+
+def _check(variant: str, name: str, value: float | None, limit: float, ok: bool | None, text: str) -> Check:
+    if value is None or ok is None:
+        return Check(variant, name, value, limit, False, f"{name}: no data to check ({text})")
+    return Check(variant, name, value, limit, ok, text)
+
+
+def threshold_check(variant: str, row: dict[str, Any], name: str, th: Threshold, limit: float) -> Check:
+    """One grader threshold on a variant's "all" row."""
+    raw = row.get(th.key)
+    value = None if raw is None else raw / th.scale
+    ci = row.get(th.ci_key) if th.ci_key else None
+    if th.ci_key:
+        ok = None if not ci else (ci[0] <= limit if th.direction == "max" else ci[1] >= limit)
+        text = (f"{name} {value or 0:+.3f}, 95 % CI [{ci[0]:+.3f}, {ci[1]:+.3f}] (fails when the interval lies "
+                f"{'above' if th.direction == 'max' else 'below'} {limit:+.3f})" if ci else "too few pairs")
+    else:
+        ok = None if value is None else (value >= limit if th.direction == "min" else value <= limit)
+        text = f"{name} {value or 0:.3g} ({th.direction} {limit:g})"
+    return _check(variant, name, value, limit, ok, text)
+
+
+def run_checks(ledger: Ledger, run_id: str | None, spec: GateSpec) -> tuple[str, list[Check]]:
+    rep = build_report(ledger, run_id)
+    rid = rep["run"]["id"]
+    base = rep["baseline"]
+    rows = {r["variant"]: r for r in rep["rows"] if r["complexity"] == "all"}
+    reqs = request_rows(ledger, rid) if spec.targets or spec.margins else []
+    known = registry_thresholds()
+    out: list[Check] = []
+    for v, r in rows.items():
+        if spec.max_error_rate is not None:
+            rate = r["n_errors"] / r["n"] if r["n"] else None
+            out.append(_check(v, "error rate", rate, spec.max_error_rate,
+                              rate is not None and rate <= spec.max_error_rate,
+                              f"error rate {rate or 0:.1%} (max {spec.max_error_rate:.1%})"))
+        for name, limit in spec.thresholds.items():
+            th = known[name][1]
+            if th.candidates_only and v == base:
+                continue
+            out.append(threshold_check(v, r, name, th, limit))
+        for (metric, q), limit in spec.targets.items():
+            xs = [x[metric] for x in reqs if x["variant"] == v and x["error_class"] is None and x[metric] is not None]
+            est = percentile(xs, q)
+            label = f"{metric.removesuffix('_ms')} p{q:g}"
+            out.append(_check(v, label, est, limit, None if est is None else est <= limit,
+                              f"{label} {est or 0:,.0f} ms (max {limit:,.0f} ms)"))
+    for e in verdicts(reqs, base, spec.margins):
+        est = "-" if e["estimate"] is None else f"{e['estimate']:+.4g}"
+        out.append(Check(e["variant"], f"margin {e['metric']}", e["estimate"], e["margin"], e["verdict"] != "inferior",
+                         f"{e['metric']}: {e['verdict']} (estimate {est}, margin {e['margin_text']}; {e['why']})"))
+    return rid, out
+
+
+def junit_xml(run_id: str, checks: list[Check]) -> str:
+    fails = sum(not c.passed for c in checks)
+    cases = []
+    for c in checks:
+        body = "" if c.passed else f"<failure message={quoteattr(c.message)}>{escape(c.message)}</failure>"
+        cases.append(f'  <testcase classname={quoteattr("evalkit." + c.variant)} name={quoteattr(c.name)}>'
+                     f"{body}</testcase>")
+    return (f'<?xml version="1.0" encoding="utf-8"?>\n<testsuite name={quoteattr("evalkit check " + run_id)} '
+            f'tests="{len(checks)}" failures="{fails}" errors="0">\n' + "\n".join(cases) + "\n</testsuite>\n")
+
+
+def summary_line(checks: list[Check]) -> str:
+    return f"{sum(c.passed for c in checks)} passed, {sum(not c.passed for c in checks)} failed"
+
+
+def as_dicts(checks: list[Check]) -> list[dict[str, Any]]:
+    return [c.__dict__ for c in checks]
+
+
+def write_junit(path: Path, run_id: str, checks: list[Check]) -> None:
+    """The checks as JUnit XML, written whole or not at all."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(junit_xml(run_id, checks), encoding="utf-8")
+    tmp.replace(path)

@@ -1,0 +1,241 @@
+"""Per variant x complexity: latency distribution, schema pass rate, delta against the baseline."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from typing import Any
+
+from ..grading.registry import available, summary_columns
+from ..host import hosts_differ
+from ..ledger import Ledger
+from ..spec.dataset import COMPLEXITIES
+from ..stats import mean, pct_delta, percentile
+
+SLICES = (*COMPLEXITIES, "all")
+
+
+def _grades_of(rows: list[dict[str, Any]], grader: str) -> list[dict[str, Any]]:
+    return [{**r["grades"][grader], "case_id": r["case_id"]} for r in rows if grader in r["grades"]]
+
+
+def quality(rows: list[dict[str, Any]], base_rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Quality aggregates over rows carrying their newest grades (failed requests have none): each
+    registered grader summarises its own grades. ``base_rows``: the baseline's same slice, for
+    per-pair graders (None when these rows are the baseline's own)."""
+    out: dict[str, Any] = {}
+    for name, cls in available().items():
+        out.update(cls.summarise(_grades_of(rows, name), None if base_rows is None else _grades_of(base_rows, name)))
+    return out
+
+
+def quality_columns(graders: list[str] | None = None) -> list[tuple[str, str, int | None]]:
+    """The quality table: variant, slice, then every registered grader's summary columns."""
+    return [("variant", "variant", None), ("complexity", "slice", None),
+            *((c.key, c.label, c.digits) for c in summary_columns(graders))]
+
+
+def _meets(r: dict[str, Any], slo: dict[str, float]) -> bool:
+    """A request counts towards goodput when it succeeded and met every SLO given."""
+    if r["error_class"] is not None:
+        return False
+    return all(r[f"{k}_ms"] is not None and r[f"{k}_ms"] <= v for k, v in slo.items())
+
+
+def _slice_stats(rows: list[dict[str, Any]], slo: dict[str, float]) -> dict[str, Any]:
+    ok = [r for r in rows if r["error_class"] is None]
+    ttft = [r["ttft_ms"] for r in ok if r["ttft_ms"] is not None]
+    e2e = [r["e2e_ms"] for r in ok if r["e2e_ms"] is not None]
+    return {
+        "n": len(rows),
+        "n_errors": len(rows) - len(ok),
+        "ttft_p50_ms": percentile(ttft, 50), "ttft_p90_ms": percentile(ttft, 90),
+        "ttft_p99_ms": percentile(ttft, 99), "ttft_max_ms": max(ttft) if ttft else None,
+        "e2e_mean_ms": mean(e2e), "e2e_p50_ms": percentile(e2e, 50), "e2e_p99_ms": percentile(e2e, 99),
+        "completion_tokens_mean": mean([r["completion_tokens"] for r in ok if r["completion_tokens"] is not None]),
+        "tpot_p50_ms": percentile([r["tpot_ms"] for r in ok if r["tpot_ms"] is not None], 50),
+        "itl_p50_ms": percentile([r["itl_mean_ms"] for r in ok if r["itl_mean_ms"] is not None], 50),
+        "goodput_pct": 100.0 * sum(_meets(r, slo) for r in rows) / len(rows) if slo and rows else None,
+        # open loop: TTFT as a user of the schedule feels it (from the scheduled arrival), and the
+        # time a client-side cap held requests back (docs/metrics.md)
+        "ttft_sched_p50_ms": percentile([r["ttft_from_schedule_ms"] for r in ok
+                                         if r.get("ttft_from_schedule_ms") is not None], 50),
+        "ttft_sched_p99_ms": percentile([r["ttft_from_schedule_ms"] for r in ok
+                                         if r.get("ttft_from_schedule_ms") is not None], 99),
+        "client_wait_p99_ms": percentile([r["client_wait_ms"] for r in rows if r.get("client_wait_ms") is not None], 99),
+        # what the server says happened (per-request histogram deltas or window means)
+        "srv_queue_p50_ms": percentile([r["srv_queue_ms"] for r in ok if r["srv_queue_ms"] is not None], 50),
+        "srv_prefill_p50_ms": percentile([r["srv_prefill_ms"] for r in ok if r["srv_prefill_ms"] is not None], 50),
+        "srv_decode_p50_ms": percentile([r["srv_decode_ms"] for r in ok if r["srv_decode_ms"] is not None], 50),
+        "srv_ttft_p50_ms": percentile([r["srv_ttft_ms"] for r in ok if r["srv_ttft_ms"] is not None], 50),
+        "kv_peak_pct": (100.0 * max(kv) if (kv := [r["srv_kv_cache_usage_peak"] for r in rows
+                                                   if r["srv_kv_cache_usage_peak"] is not None]) else None),
+        # requests during which the server preempted (the server's own count is on the variant)
+        "requests_preempted": (sum(x > 0 for x in p) if (p := [r["srv_preemptions"] for r in rows
+                                                             if r["srv_preemptions"] is not None]) else None),
+        "srv_methods": sorted({r["srv_method"] for r in rows if r["srv_method"]}),
+    }
+
+
+def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float] | None = None) -> dict[str, Any]:
+    run = ledger.require_run(run_id)
+    run_id = run["id"]
+    variants = ledger.variants(run_id)
+    rows = ledger.measured_requests(run_id)
+    grades = ledger.latest_grades(run_id)
+    for r in rows:
+        r["grades"] = grades.get(r["id"], {})
+    baseline = next((v["name"] for v in variants if v["is_baseline"]), None)
+    if slo is None:
+        load = json.loads(run["load_json"] or "{}")
+        slo = {k: load[f"slo_{k}_ms"] for k in ("ttft", "tpot", "e2e") if load.get(f"slo_{k}_ms") is not None}
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        groups[(r["variant"], r["complexity"])].append(r)
+        groups[(r["variant"], "all")].append(r)
+    table = []
+    for v in variants:
+        for s in SLICES:
+            if (v["name"], s) not in groups:
+                continue
+            entry = {"variant": v["name"], "complexity": s, **_slice_stats(groups[(v["name"], s)], slo)}
+            # the server's preemption counter over the run: per variant, so on its "all" row only
+            entry["preemptions"] = ledger.series_delta(run_id, v["name"], "num_preemptions_total") \
+                if s == "all" else None
+            table.append(entry)
+    for r in table:
+        slice_rows = groups[(r["variant"], r["complexity"])]
+        r.update(quality(slice_rows, None if r["variant"] == baseline else groups.get((baseline, r["complexity"]), [])))
+    base_rows = {r["complexity"]: r for r in table if r["variant"] == baseline}
+    for r in table:
+        b = base_rows.get(r["complexity"])
+        r["ttft_p50_delta_pct"] = pct_delta(r["ttft_p50_ms"], b and b["ttft_p50_ms"])
+        r["e2e_mean_delta_pct"] = pct_delta(r["e2e_mean_ms"], b and b["e2e_mean_ms"])
+    arr = arrivals(rows, json.loads(run["load_json"] or "{}"))
+    return {
+        "run": {k: run[k] for k in ("id", "created_at", "finished_at", "status", "matrix_name",
+                                    "dataset_hash", "n_cases", "evalkit_version")},
+        "baseline": baseline,
+        "slo_ms": slo,
+        "load": json.loads(run["load_json"] or "{}"),
+        "variants": [{k: v.get(k) for k in ("name", "is_baseline", "model", "engine", "engine_version", "quantization",
+                                            "dtype", "dtype_reason", "status", "error", "ready_s", "metrics_available")}
+                     for v in variants],
+        "rows": table,
+        "arrivals": arr,
+        "notes": arrival_notes(arr),
+        "graders": sorted({g for r in rows for g in r["grades"]}),
+        "host": ledger.host(run.get("host_id")),
+        "host_warning": hosts_differ(ledger.run_hosts(run["matrix_name"])),
+    }
+
+
+def max_in_flight(intervals: list[tuple[float, float]]) -> int:
+    """The most requests open at once, from (send, end) times."""
+    events = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals], key=lambda e: (e[0], e[1]))
+    best = cur = 0
+    for _, d in events:
+        cur += d
+        best = max(best, cur)
+    return best
+
+
+def arrivals(rows: list[dict[str, Any]], load: dict[str, Any]) -> list[dict[str, Any]]:
+    """Open-loop runs: per variant and phase, the requested and achieved arrival rate, how far
+    sends fell behind the schedule (event-loop lateness plus any cap's wait), and the most
+    requests in flight. A warning when the client could not keep the schedule."""
+    if not load.get("rate"):
+        return []
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        if r.get("scheduled_ms") is not None and r.get("sent_ms") is not None:
+            groups[(r["variant"], r["phase"] or "main")].append(r)
+    out = []
+    for (variant, phase), rs in sorted(groups.items()):
+        sent = sorted(r["sent_ms"] for r in rs)
+        lag = [r["sent_ms"] - r["scheduled_ms"] for r in rs]
+        span_s = (sent[-1] - sent[0]) / 1000.0
+        achieved = (len(sent) - 1) / span_s if span_s > 0 else None
+        gap_ms = 1000.0 / load["rate"]
+        p99 = percentile(lag, 99) or 0.0
+        entry = {
+            "variant": variant, "phase": phase, "n": len(rs), "requested_rps": load["rate"],
+            "achieved_rps": achieved, "arrival": load.get("arrival", "poisson"),
+            "max_concurrency": load.get("max_concurrency"),
+            "lag_p50_ms": percentile(lag, 50), "lag_p99_ms": p99, "lag_max_ms": max(lag),
+            "max_in_flight": max_in_flight([(r["sent_ms"], r["sent_ms"] + (r["e2e_ms"] or 0.0)) for r in rs]),
+        }
+        entry["warning"] = (f"the client fell behind its schedule (send lag p99 {p99:,.0f} ms vs a mean gap of "
+                            f"{gap_ms:,.0f} ms): TTFT from the schedule includes that wait"
+                            if p99 > max(50.0, 0.1 * gap_ms) else None)
+        out.append(entry)
+    return out
+
+
+def _fmt(x: Any, digits: int = 0, signed: bool = False) -> str:
+    if x is None:
+        return "-"
+    return f"{x:+.{digits}f}" if signed else f"{x:,.{digits}f}"
+
+
+COLUMNS = [
+    ("variant", "variant", None), ("complexity", "slice", None), ("n", "n", None),
+    ("n_errors", "err", None), ("ttft_p50_ms", "TTFT p50", 0), ("ttft_p90_ms", "p90", 0),
+    ("ttft_p99_ms", "p99", 0), ("ttft_max_ms", "max", 0), ("e2e_mean_ms", "E2E mean", 0),
+    ("e2e_p50_ms", "p50", 0), ("e2e_p99_ms", "p99", 0),
+    ("ttft_p50_delta_pct", "ΔTTFT p50 %", 1), ("e2e_mean_delta_pct", "ΔE2E mean %", 1),
+]
+
+
+SERVER_COLUMNS = [
+    ("variant", "variant", None), ("complexity", "slice", None), ("ttft_p50_ms", "client TTFT p50", 0),
+    ("srv_ttft_p50_ms", "server TTFT p50", 0), ("srv_queue_p50_ms", "queue p50", 0),
+    ("srv_prefill_p50_ms", "prefill p50", 0), ("srv_decode_p50_ms", "decode p50", 0),
+    ("tpot_p50_ms", "TPOT p50", 1), ("kv_peak_pct", "KV peak %", 1), ("preemptions", "preempt", 0),
+    ("requests_preempted", "req. preempted", 0),
+    ("goodput_pct", "goodput %", 0), ("ttft_sched_p99_ms", "TTFT from schedule p99", 0),
+    ("client_wait_p99_ms", "client wait p99", 0),
+]
+
+
+def table_cells(report: dict[str, Any], columns: list | None = None) -> tuple[list[str], list[list[str]]]:
+    columns = columns or COLUMNS
+    header = [h for _, h, _ in columns]
+    body = []
+    for r in report["rows"]:
+        cells = []
+        for key, _, d in columns:
+            v = r.get(key)
+            if isinstance(v, list) and len(v) == 2:
+                cells.append(f"[{v[0]:+.{d}f}, {v[1]:+.{d}f}]")
+            elif d is None:
+                cells.append("-" if v is None else str(v))
+            else:
+                cells.append(_fmt(v, d, signed=key.endswith("_pct") and "delta" in key))
+        body.append(cells)
+    return header, body
+
+
+def markdown_table(report: dict[str, Any], columns: list | None = None) -> str:
+    header, body = table_cells(report, columns)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in body]
+    return "\n".join(lines)
+
+
+def to_json(report: dict[str, Any]) -> str:
+    return json.dumps(report, indent=2, ensure_ascii=False)
+
+
+def arrival_notes(arr: list[dict[str, Any]]) -> list[str]:
+    """One line per open-loop variant and phase: requested vs achieved, send lag, in flight."""
+    out = []
+    for a in arr:
+        out.append(f"arrivals {a['variant']} {a['phase']}: {a['arrival']} at {a['requested_rps']:g}/s requested, "
+                   f"{a['achieved_rps'] or 0:.2f}/s achieved over {a['n']} requests; send lag p50/p99/max "
+                   f"{a['lag_p50_ms']:,.1f}/{a['lag_p99_ms']:,.1f}/{a['lag_max_ms']:,.1f} ms; "
+                   f"max in flight {a['max_in_flight']}"
+                   + (f" (cap {a['max_concurrency']})" if a["max_concurrency"] else " (uncapped)"))
+        if a["warning"]:
+            out.append(f"warning: {a['variant']}: {a['warning']}")
+    return out

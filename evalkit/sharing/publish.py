@@ -1,0 +1,163 @@
+"""Publish a ledger as a Hugging Face dataset: parquet per config (requests, grades, server
+series, summary, ...) and a dataset card with the run config, definitions and summary table.
+`--out DIR` writes the same files locally; the push needs a token from the environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from ..grading.registry import available, headline_columns
+from ..host import host_line
+from ..ledger import Ledger
+from ..paths import PROJECT_DIR
+from ..redact import SECRET_ENV_HINT, SECRET_PATTERNS
+from ..reporting.findings import findings
+from ..reporting.report import build_report, markdown_table, quality_columns
+
+TOKEN_ENVS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+
+
+def find_secret(rows: list[dict[str, Any]], where: str) -> str | None:
+    """A description of the first value that looks like a secret, or None."""
+    env_secrets = [v for k, v in os.environ.items() if SECRET_ENV_HINT.search(k) and len(v) >= 8]
+    for i, row in enumerate(rows):
+        for k, v in row.items():
+            if not isinstance(v, str):
+                continue
+            if any(s in v for s in env_secrets) or any(p.search(v) for p, _ in SECRET_PATTERNS):
+                return f"{where} row {i + 1}, column '{k}'"
+    return None
+
+
+def _card(ledger: Ledger, run_id: str, configs: dict[str, int]) -> str:
+    rep = build_report(ledger, run_id)
+    run = ledger.require_run(run_id)
+    f = findings(ledger, run_id)
+    cost_rows = "\n".join(
+        f"| {c['variant']}{' ★' if c.get('best_level') else ''} | {c['phase']} | {_n(c['output_tps'])} | "
+        f"{_n(c['usd_per_m_output_tokens'], 2)} | {_n(c['usd_per_1k_requests'], 3)} | "
+        f"{_n(c.get('reference_usd_per_1k_requests'), 3)} |" for c in f["cost"])
+    cost_section = ("## Cost per token\n\n★: the highest load level that still meets the SLOs.\n\n"
+                    "| variant | level | output tok/s | $ per M output tokens | $ per 1k requests | reference $ per 1k |\n"
+                    "|---|---|---|---|---|---|\n" + cost_rows) if f["cost"] else ""
+    variant_lines = "\n".join(f"- `{v['name']}`: {v.get('model')}, dtype {v.get('dtype') or '-'}"
+                              + (f" ({v['dtype_reason']})" if v.get("dtype_reason") else "")
+                              + f", quantization {v.get('quantization') or 'none'}" for v in rep["variants"])
+    yaml_configs = "\n".join(f"- config_name: {c}\n  data_files: {c}/*.parquet" for c in configs)
+    heads = headline_columns(rep["graders"])
+    summary = "\n".join(
+        f"| {s['variant']} | {s['n']} | {s['errors']} | {_n(s['ttft_tax_long_pct'])} | {_n(s['e2e_delta_medium_pct'])} | "
+        f"{_n(s['kv_cache_peak_pct'])} | {s['preemptions']:.0f} | "
+        + " | ".join(_n(s.get(c.key), c.digits or 0) for c in heads) + " |" for s in f["study_summary"])
+    grader_lines = "\n".join(
+        f"- **{name}** v{cls.version}: {cls.description}. Columns: "
+        + "; ".join(f"`{c.key}` ({c.label}): {c.description or '-'}" for c in cls.summary_columns)
+        for name, cls in available().items() if name in rep["graders"])
+    metrics_doc = (PROJECT_DIR / "docs" / "metrics.md").read_text(encoding="utf-8") \
+        if (PROJECT_DIR / "docs" / "metrics.md").exists() else ""
+    return f"""---
+configs:
+{yaml_configs}
+tags:
+- evalkit
+- vllm
+- llm-evaluation
+---
+
+# evalkit ledger: {run['matrix_name']}
+
+Run `{run_id}` ({run['created_at']}), dataset hash `{run['dataset_hash']}`, evalkit {run['evalkit_version']}.
+
+Every figure below came from this machine ({host_line(rep.get("host"))}). Machines of one
+nominal size differ (an AVX2-only CPU ran the same bf16 prefill 15-17x slower than an AVX-512 BF16
+one): compare runs within one host.
+{variant_lines}
+Rows per config: {", ".join(f"{k} {v}" for k, v in configs.items())}.
+
+## Summary
+
+| variant | n | errors | TTFT tax long % | E2E Δ medium % | KV peak % | preemptions | {" | ".join(c.label for c in heads)} |
+|---|---|---|---|---|---|---|{"---|" * len(heads)}
+{summary}
+
+## Graders
+
+{grader_lines}
+
+{cost_section}
+
+## Latency per variant and complexity
+
+{markdown_table(rep)}
+
+## Quality per variant and complexity
+
+{markdown_table(rep, quality_columns(rep["graders"]))}
+
+## Run configuration
+
+```json
+{json.dumps(json.loads(run['matrix_json']), indent=2)}
+```
+
+Load: `{run['load_json']}`
+
+{metrics_doc}
+"""
+
+
+def _n(v: Any, d: int = 1) -> str:
+    return "-" if v is None else f"{v:,.{d}f}"
+
+
+def export(ledger: Ledger, out: Path, run_id: str | None = None) -> dict[str, int]:
+    """Write parquet files + README.md (the dataset card) into ``out``; refuses secrets."""
+    import datasets
+
+    run_id = ledger.require_run(run_id)["id"]
+    tables = ledger.export_tables(run_id)
+    for name, rows in tables.items():
+        where = find_secret(rows, name)
+        if where:
+            raise UsageError(f"refusing to publish: a value in {where} looks like a secret")
+    tables["summary"] = [{k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in s.items()}
+                         for s in findings(ledger, run_id)["study_summary"]]
+    tmp = Path(tempfile.mkdtemp(prefix=".evalkit-publish-", dir=out.parent if out.parent.exists() else None))
+    counts = {}
+    try:
+        for name, rows in tables.items():
+            if not rows:
+                continue
+            (tmp / name).mkdir()
+            datasets.Dataset.from_list(rows).to_parquet(str(tmp / name / "data.parquet"))
+            counts[name] = len(rows)
+        (tmp / "README.md").write_text(_card(ledger, run_id, counts), encoding="utf-8")
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)  # all or nothing
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return counts
+
+
+def push(folder: Path, repo: str, private: bool, api: Any = None) -> str:
+    if not re.match(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$", repo):
+        raise UsageError(f"--repo: '{repo}' is not OWNER/NAME")
+    token = next((os.environ[e] for e in TOKEN_ENVS if os.environ.get(e)), None)
+    if not token:
+        raise UsageError(f"publishing to the hub needs a token in ${TOKEN_ENVS[0]} (never a flag or a file)")
+    if api is None:
+        from huggingface_hub import HfApi
+
+        api = HfApi(token=token)
+    api.create_repo(repo, repo_type="dataset", private=private, exist_ok=True)
+    api.upload_folder(folder_path=str(folder), repo_id=repo, repo_type="dataset",
+                      commit_message="evalkit: publish ledger")
+    return f"https://huggingface.co/datasets/{repo}"

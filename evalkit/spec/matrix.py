@@ -1,0 +1,271 @@
+"""The evaluation matrix: which variants to compare, how to serve them, how to generate."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlparse
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ..errors import MatrixError, deprecated
+from ..paths import default_matrix_path
+from .config import load_yaml_model
+
+
+def arg_value(args: list[str], flag: str) -> str | None:
+    """The value of `--flag V` or `--flag=V` in a vLLM argument list (the last one wins)."""
+    found = None
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            found = args[i + 1]
+        elif a.startswith(flag + "="):
+            found = a.split("=", 1)[1]
+    return found
+
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class Generation(BaseModel):
+    """Sampling settings sent with every request, identical for every variant."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_seed(cls, data: Any) -> Any:
+        # `seed` meant three things in 0.1; here it was the sampling seed (kept for one release)
+        if isinstance(data, dict) and "seed" in data and "sampling_seed" not in data:
+            deprecated("generation.seed", "generation.sampling_seed")
+            data = {**data, "sampling_seed": data["seed"]}
+            data.pop("seed")
+        return data
+    max_tokens: int = Field(128, ge=1)
+    temperature: float = Field(0.0, ge=0)
+    top_p: float | None = Field(None, gt=0, le=1)
+    sampling_seed: int = Field(1234, description="each request's sampling seed is this + its repeat index")
+    structured_output: bool = True
+    warmup: int = Field(1, ge=0, description="requests sent first, stored flagged, excluded from stats")
+    warmup_max_tokens: int = Field(16, ge=2, description="output tokens of a warm-up (enough to time decode)")
+    baseline_repeats: int = Field(
+        2, ge=1, description="times the baseline is sent per case: repeats beyond the first are drift's noise floor")
+    timeout_s: float = Field(600.0, gt=0)
+    extra_body: dict[str, Any] = Field(default_factory=dict, description="merged into each request body")
+
+
+def check_url(v: str | None) -> str | None:
+    if v is None:
+        return v
+    u = urlparse(v)
+    if u.scheme not in ("http", "https") or not u.netloc:
+        raise ValueError(f"not an http(s) URL: {v!r}")
+    if u.username or u.password:
+        raise ValueError("put credentials in api_key_env, not in the URL")
+    return v.rstrip("/")
+
+
+def check_key_env(v: str | None) -> str | None:
+    if v is not None and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", v):
+        raise ValueError("must be the NAME of an environment variable, not the key itself")
+    return v
+
+
+class Retry(BaseModel):
+    """Retries are off by default: a retried request hides the tail a timing run exists to see."""
+
+    model_config = ConfigDict(extra="forbid")
+    max_retries: int = Field(0, ge=0, le=10)
+    # not `on`: YAML 1.1 reads a bare `on:` key as the boolean true
+    on_errors: list[str] = Field(default_factory=lambda: ["http_429", "http_503", "connect_error"])
+    backoff_s: float = Field(1.0, ge=0)
+
+
+class Telemetry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    scrape: bool = True
+    interval_s: float = Field(0.5, gt=0, le=60)
+
+
+class Cost(BaseModel):
+    """What serving a variant costs, to put $ per million tokens next to a hosted API's price."""
+
+    model_config = ConfigDict(extra="forbid")
+    usd_per_hour: float = Field(gt=0, description="price of the machine (or share of it) serving the variant")
+
+
+class ReferencePrice(BaseModel):
+    """A hosted API's list price, for the break-even comparison."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = "hosted API"
+    usd_per_m_input: float = Field(ge=0)
+    usd_per_m_output: float = Field(ge=0)
+
+
+DTYPE_NATIVE = "native"  # the fastest unquantized dtype this processor runs natively (see evalkit.host)
+
+
+class Variant(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    engine: Literal["vllm"] = "vllm"
+    model: str | None = Field(None, description="local path, HF id, or bundled:NAME")
+    endpoint: str | None = Field(None, description="existing OpenAI-compatible base URL: nothing is launched")
+    endpoints: list[str] | None = Field(None, min_length=1,
+                                        description="several servers of one model: cases are sharded over them")
+    replicas: int = Field(1, ge=1, le=64, description="launched variants: this many servers, cases sharded over them")
+    resources: dict[str, float] | None = Field(
+        None, description="what one replica needs on a Ray cluster, e.g. {num_gpus: 1} (default: from "
+                          "--tensor-parallel-size, else one CPU)")
+    served_model_name: str | None = None
+    vllm_args: list[str] = Field(default_factory=list, description="passed to the vLLM server verbatim")
+    env: dict[str, str] = Field(default_factory=dict)
+    api_key_env: str | None = Field(None, description="name of the environment variable holding the key")
+    startup_timeout_s: float = Field(900.0, gt=0)
+    dtype: str | None = Field(None, description="'native' (bf16 where the CPU has AVX-512 BF16/AMX, float32 otherwise; "
+                                                "auto on a GPU) or a vLLM --dtype value; recorded per variant")
+    cost: Cost | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NAME_RE.match(v):
+            raise ValueError("must be letters, digits, '_', '.', '-' (and start with a letter or digit)")
+        return v
+
+    _url = field_validator("endpoint")(lambda v: check_url(v))
+    _urls = field_validator("endpoints")(lambda v: [check_url(u) for u in v] if v else v)
+    _key = field_validator("api_key_env")(lambda v: check_key_env(v))
+
+    @model_validator(mode="after")
+    def _model_or_endpoint(self) -> Variant:
+        if self.endpoint and self.endpoints:
+            raise ValueError("give `endpoint` or `endpoints`, not both")
+        if self.endpoints and len(self.endpoints) == 1:
+            self.endpoint, self.endpoints = self.endpoints[0], None
+        if self.endpoints and self.model:
+            raise ValueError("`endpoints` call running servers: drop `model`")
+        if self.replicas > 1 and not self.model:
+            raise ValueError("`replicas` launches servers: give a model (for running servers, list `endpoints`)")
+        if not self.model and not self.endpoint and not self.endpoints:
+            raise ValueError("give a model to launch or an endpoint to call")
+        if self.endpoint and (self.vllm_args or self.dtype):
+            raise ValueError("vllm_args and dtype apply only to launched servers, not to an endpoint")
+        if self.dtype and any(a == "--dtype" or a.startswith("--dtype=") for a in self.vllm_args):
+            raise ValueError("give the dtype once: either `dtype:` or `--dtype` in vllm_args")
+        return self
+
+    def resolved_dtype(self) -> str | None:
+        if self.dtype != DTYPE_NATIVE:
+            return self.dtype
+        from ..host import native_dtype
+
+        return native_dtype()[0]
+
+    def dtype_reason(self) -> str | None:
+        if self.dtype != DTYPE_NATIVE:
+            return f"set in the matrix: {self.dtype}" if self.dtype else None
+        from ..host import native_dtype
+
+        return native_dtype()[1]
+
+    def effective_vllm_args(self) -> list[str]:
+        """vllm_args plus `--dtype` when the matrix sets one (resolving 'native' on this host)."""
+        d = self.resolved_dtype()
+        return [*self.vllm_args, "--dtype", d] if d else list(self.vllm_args)
+
+    @property
+    def launched(self) -> bool:
+        return self.endpoint is None and not self.endpoints
+
+    @property
+    def n_replicas(self) -> int:
+        return len(self.endpoints) if self.endpoints else self.replicas
+
+    def endpoint_of(self, replica: int | None) -> str | None:
+        return self.endpoints[replica or 0] if self.endpoints else self.endpoint
+
+    def ray_resources(self) -> dict[str, float]:
+        """What one replica asks a Ray cluster for: `resources:` as given (num_cpus / num_gpus /
+        custom), else GPUs from --tensor-parallel-size when launched with one, else one CPU."""
+        res = dict(self.resources or {})
+        if not res and self.launched:
+            tp = arg_value(self.vllm_args, "--tensor-parallel-size") or arg_value(self.vllm_args, "-tp")
+            if tp:
+                res["num_gpus"] = float(tp)
+        res.setdefault("num_cpus", 1.0)
+        return res
+
+
+class Judge(BaseModel):
+    """An optional LLM-as-judge: an OpenAI-compatible endpoint grading each output per criterion."""
+
+    model_config = ConfigDict(extra="forbid")
+    endpoint: str
+    model: str
+    api_key_env: str | None = None
+    max_tokens: int = Field(200, ge=1)
+    criteria: dict[str, str] = Field(
+        default_factory=lambda: {
+            "persona_fit": "Does the text address the named recipient persona in a way that persona would value?",
+            "faithfulness": "Does the text use only facts from the candidate profile and job information?",
+        },
+        min_length=1,
+    )
+
+    _url = field_validator("endpoint")(lambda v: check_url(v))
+    _key = field_validator("api_key_env")(lambda v: check_key_env(v))
+
+
+class Matrix(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    description: str = ""
+    baseline: str
+    generation: Generation = Field(default_factory=Generation)
+    retry: Retry = Field(default_factory=Retry)
+    telemetry: Telemetry = Field(default_factory=Telemetry)
+    judge: Judge | None = None
+    cost: Cost | None = Field(None, description="default price for variants that give none")
+    reference_price: ReferencePrice | None = None
+    variants: list[Variant] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _names(self) -> Matrix:
+        seen: set[str] = set()
+        for v in self.variants:
+            if v.name in seen:
+                raise ValueError(f"duplicate variant name '{v.name}'")
+            seen.add(v.name)
+        if self.baseline not in seen:
+            raise ValueError(f"baseline '{self.baseline}' is not one of the variants ({', '.join(seen)})")
+        if self.cost:
+            for v in self.variants:
+                v.cost = v.cost or self.cost
+        return self
+
+    def variant(self, name: str) -> Variant:
+        return next(v for v in self.variants if v.name == name)
+
+    def ordered_variants(self) -> list[Variant]:
+        """Baseline first, then the others in file order."""
+        return [self.variant(self.baseline)] + [v for v in self.variants if v.name != self.baseline]
+
+
+def bundled_matrices() -> list[str]:
+    return sorted(p.stem for p in default_matrix_path().parent.glob("*.yaml"))
+
+
+def load_matrix(path: str | Path | None = None) -> Matrix:
+    """A matrix file, or the name of a bundled one (`default`, `saturation`)."""
+    p = Path(path) if path else default_matrix_path()
+    if path and not p.exists() and str(path) in bundled_matrices():
+        p = default_matrix_path().parent / f"{path}.yaml"
+    return load_yaml_model(p, Matrix, MatrixError, "matrix")
+
+
+def matrix_summary(m: Matrix) -> str:
+    """`name: base (baseline), w8a8`: what `matrix validate` says."""
+    return f"{m.name}: " + ", ".join(v.name + (" (baseline)" if v.name == m.baseline else "") for v in m.variants)

@@ -1,0 +1,294 @@
+"""A fast, deterministic OpenAI-compatible streaming server for tests and client benchmarks.
+
+It speaks the same SSE shape as vLLM (a role-only first chunk, content chunks, a finish chunk,
+a usage chunk, ``[DONE]``), produces schema-valid JSON when ``response_format`` asks for it, and
+can inject faults. It is never a stand-in for vLLM in evaluation runs; it exists so the client,
+runner and ledger can be tested in seconds.
+
+    python -m evalkit.testing.stub_server --port 8765 --ttft-ms 20 --itl-ms 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+FAULTS = ("http_500", "http_503", "http_429", "cut", "malformed", "stall", "empty", "not_json", "echo_auth")
+
+
+@dataclass
+class StubConfig:
+    model: str = "stub-model"
+    ttft_ms: float = 5.0
+    itl_ms: float = 1.0
+    chars_per_chunk: int = 4
+    max_chunks: int | None = None
+    usage: bool = True  # send the final usage chunk (stream_options.include_usage)
+    fixed_text: str | None = None  # reply with exactly this text (e.g. a judge's "Score: 4")
+    role_chunk: bool = True  # vLLM sends {"role": "assistant", "content": ""} first
+    fixed_chunks: int | None = None  # benchmarks: exactly this many 1-token chunks of text
+    stamp: bool = False  # benchmarks: first content chunk starts "R<n>|", its send time kept in stamps
+    stamps: dict[int, float] = field(default_factory=dict)
+    arrivals: list[float] = field(default_factory=list)
+    # fault name -> apply to every Nth request (1 = all); None = no faults
+    fault: str | None = None
+    fault_every: int = 1
+    counters: dict[str, int] = field(default_factory=lambda: {"requests": 0, "faults": 0})
+    # vLLM-style server metrics of the stub's own (simulated) request phases
+    hist: dict[str, list[float]] = field(default_factory=dict)
+    running: int = 0
+    # simulated pressure: KV-cache use per running request, and preemptions once more than
+    # `preempt_over` requests run at once (one per request that starts above that line)
+    kv_per_request: float = 1 / 64
+    preempt_over: int | None = None
+    preemptions: int = 0
+    num_blocks: int = 1024
+    block_size: int = 16
+    # /metrics answers 500 on every Nth scrape after the first (a server busy or restarting)
+    metrics_fail_every: int | None = None
+
+
+HISTS = ("time_to_first_token_seconds", "e2e_request_latency_seconds", "request_queue_time_seconds",
+         "request_prefill_time_seconds", "request_decode_time_seconds", "request_inference_time_seconds")
+
+
+def metrics_text(cfg: StubConfig) -> str:
+    """A vLLM-shaped exposition: the same names, so the scraper and attribution can be tested."""
+    lab = f'engine="0",model_name="{cfg.model}"'
+    lines = [
+        f"vllm:num_requests_running{{{lab}}} {float(cfg.running)}",
+        f"vllm:num_requests_waiting{{{lab}}} 0.0",
+        f"vllm:kv_cache_usage_perc{{{lab}}} {min(1.0, cfg.running * cfg.kv_per_request):.6f}",
+        f"vllm:num_preemptions_total{{{lab}}} {float(cfg.preemptions)}",
+        f"vllm:cache_config_info{{block_size=\"{cfg.block_size}\",cache_dtype=\"auto\",{lab},"
+        f"num_gpu_blocks=\"{cfg.num_blocks}\"}} 1.0",
+    ]
+    for h in HISTS:
+        xs = cfg.hist.get(h, [])
+        lines.append(f"vllm:{h}_count{{{lab}}} {float(len(xs))}")
+        lines.append(f"vllm:{h}_sum{{{lab}}} {sum(xs)}")
+    return "\n".join(lines) + "\n"
+
+
+def _fill(schema: dict[str, Any], hint: str) -> Any:
+    t = schema.get("type")
+    if t == "object":
+        return {k: _fill(v, f"{hint} {k}") for k, v in schema.get("properties", {}).items()}
+    if t == "array":
+        n = max(1, schema.get("minItems", 1))
+        return [_fill(schema.get("items", {"type": "string"}), hint) for _ in range(n)]
+    if t == "integer":
+        return schema.get("minimum", 1)
+    if t == "number":
+        return float(schema.get("minimum", 1))
+    if t == "boolean":
+        return True
+    text = f"Stub answer for {hint.strip()}."
+    lo, hi = schema.get("minLength", 0), schema.get("maxLength", 10_000)
+    while len(text) < lo:
+        text += " More detail follows here."
+    return text[:hi]
+
+
+def _text(content: Any) -> str:
+    """Message content as text: a string, or OpenAI-style parts [{"type": "text", "text": ...}]."""
+    if isinstance(content, list):
+        return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content or ""
+
+
+def answer_text(body: dict[str, Any]) -> str:
+    rf = body.get("response_format") or {}
+    if rf.get("type") == "json_schema":
+        schema = (rf.get("json_schema") or {}).get("schema") or {}
+        return json.dumps(_fill(schema, "the request"))
+    last = next((_text(m.get("content")) for m in reversed(body.get("messages", [])) if m.get("role") == "user"), "")
+    return f"This is a stub reply to a prompt of {len(last.split())} words. It is deterministic and plain."
+
+
+def _chunk(rid: str, model: str, delta: dict[str, Any], finish: str | None = None) -> bytes:
+    obj = {"id": rid, "object": "chat.completion.chunk", "created": 0, "model": model,
+           "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def make_app(cfg: StubConfig) -> web.Application:
+    async def health(_: web.Request) -> web.Response:
+        return web.Response(text="")
+
+    async def models(_: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": cfg.model, "object": "model"}]})
+
+    async def version(_: web.Request) -> web.Response:
+        return web.json_response({"version": "stub"})
+
+    async def stats(request: web.Request) -> web.Response:
+        out = {"stamps": cfg.stamps, "requests": cfg.counters["requests"], "arrivals": cfg.arrivals}
+        if request.query.get("reset"):
+            cfg.arrivals = []
+        return web.json_response(out)
+
+    async def metrics(_: web.Request) -> web.Response:
+        cfg.counters["scrapes"] = n = cfg.counters.get("scrapes", 0) + 1
+        if cfg.metrics_fail_every and n > 1 and n % cfg.metrics_fail_every == 0:
+            return web.Response(status=500, text="busy")
+        return web.Response(text=metrics_text(cfg), content_type="text/plain")
+
+    def record(phases: dict[str, float]) -> None:
+        for k, v in phases.items():
+            cfg.hist.setdefault(k, []).append(v)
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        cfg.arrivals.append(time.perf_counter())  # when each request reached the server (benchmarks)
+        cfg.counters["requests"] += 1
+        n = cfg.counters["requests"]
+        fault = cfg.fault if cfg.fault and n % cfg.fault_every == 0 else None
+        fault = request.headers.get("X-Stub-Fault", fault)
+        if fault:
+            cfg.counters["faults"] += 1
+        if fault in ("http_500", "http_503"):
+            return web.json_response({"error": {"message": "injected"}}, status=int(fault[5:]))
+        if fault == "echo_auth":  # a careless server that echoes the caller's credentials in its error
+            return web.json_response({"error": {"message": f"bad key: {request.headers.get('Authorization')}"}},
+                                     status=401)
+        if fault == "http_429":
+            return web.json_response({"error": {"message": "slow down"}}, status=429, headers={"Retry-After": "1"})
+        body = await request.json()
+        text = "" if fault == "empty" else answer_text(body)
+        if cfg.fixed_text is not None:
+            text = cfg.fixed_text
+        if not body.get("stream"):
+            return web.json_response({"id": f"chatcmpl-stub-{n}", "object": "chat.completion", "model": cfg.model,
+                                      "choices": [{"index": 0, "finish_reason": "stop",
+                                                   "message": {"role": "assistant", "content": text}}]})
+        if cfg.fixed_chunks is not None:
+            text = "tok " * cfg.fixed_chunks
+        if fault == "not_json":
+            text = "Sure! Here is your email: Dear hiring manager, ..."
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        t0 = time.perf_counter()
+        cfg.running += 1
+        if cfg.preempt_over is not None and cfg.running > cfg.preempt_over:
+            cfg.preemptions += 1
+        try:
+            return await _stream(request, resp, body, text, fault, n)
+        finally:
+            cfg.running -= 1
+            e2e = time.perf_counter() - t0
+            t_first = cfg.ttft_ms / 1000
+            record({"time_to_first_token_seconds": t_first, "e2e_request_latency_seconds": e2e,
+                    "request_queue_time_seconds": 0.0, "request_prefill_time_seconds": t_first,
+                    "request_decode_time_seconds": max(0.0, e2e - t_first), "request_inference_time_seconds": e2e})
+
+    async def _stream(request: web.Request, resp: web.StreamResponse, body: dict[str, Any], text: str,
+                      fault: str | None, n: int) -> web.StreamResponse:
+        rid = f"chatcmpl-stub-{n}"
+        model = body.get("model", cfg.model)
+        if cfg.role_chunk:
+            await resp.write(_chunk(rid, model, {"role": "assistant", "content": ""}))
+        await asyncio.sleep(cfg.ttft_ms / 1000)
+        step = 4 if cfg.fixed_chunks is not None else cfg.chars_per_chunk
+        pieces = [text[i:i + step] for i in range(0, len(text), step)]
+        if cfg.stamp and pieces:
+            pieces[0] = f"R{n}|" + pieces[0]
+        if cfg.max_chunks is not None:
+            pieces = pieces[: cfg.max_chunks]
+        for i, piece in enumerate(pieces):
+            if i:
+                await asyncio.sleep(cfg.itl_ms / 1000)
+            await resp.write(_chunk(rid, model, {"content": piece}))
+            if cfg.stamp and i == 0:
+                cfg.stamps[n] = time.perf_counter()
+            if fault == "malformed" and i == 0:
+                await resp.write(b"data: {not json\n\nthis is not an sse line\n\n")
+            if fault == "cut" and i == len(pieces) // 2:
+                # drop the connection mid-response, without a finish chunk or [DONE]
+                request.transport.close()  # type: ignore[union-attr]
+                # aiohttp treats a cancelled handler as a client that went away: no error response
+                raise asyncio.CancelledError
+            if fault == "stall" and i == 0:
+                await asyncio.sleep(3600)
+        await resp.write(_chunk(rid, model, {}, "length" if cfg.max_chunks else "stop"))
+        usage = {"prompt_tokens": sum(len(_text(m.get("content")).split()) for m in body.get("messages", [])),
+                 "completion_tokens": len(pieces), "total_tokens": 0}
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        if cfg.usage:
+            await resp.write(b"data: " + json.dumps({"id": rid, "choices": [], "usage": usage}).encode() + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.add_routes([web.get("/health", health), web.get("/v1/models", models), web.get("/version", version),
+                    web.get("/metrics", metrics), web.get("/stats", stats), web.post("/v1/chat/completions", chat)])
+    return app
+
+
+class StubServer:
+    """Runs the stub in a background thread on 127.0.0.1 (a free port unless given)."""
+
+    def __init__(self, cfg: StubConfig | None = None, port: int = 0) -> None:
+        self.cfg = cfg or StubConfig()
+        self.port = port
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _serve(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self._loop)
+        self._runner = web.AppRunner(make_app(self.cfg), access_log=None, shutdown_timeout=0.5)
+        self._loop.run_until_complete(self._runner.setup())
+        site = web.TCPSite(self._runner, "127.0.0.1", self.port)
+        self._loop.run_until_complete(site.start())
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._ready.set()
+        self._loop.run_forever()
+        self._loop.run_until_complete(self._runner.cleanup())
+        self._loop.close()
+
+    def __enter__(self) -> StubServer:
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("stub server did not start")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="evalkit's stub OpenAI-compatible streaming server")
+    ap.add_argument("--port", type=int, default=8765)
+    ap.add_argument("--ttft-ms", type=float, default=5.0)
+    ap.add_argument("--itl-ms", type=float, default=1.0)
+    ap.add_argument("--fault", choices=FAULTS, default=None)
+    ap.add_argument("--fault-every", type=int, default=1)
+    ap.add_argument("--no-role-chunk", action="store_true", help="first chunk carries content (benchmarks)")
+    ap.add_argument("--fixed-chunks", type=int, default=None, help="exactly N content chunks per reply")
+    ap.add_argument("--stamp", action="store_true", help="record first-content send times, served on /stats")
+    a = ap.parse_args()
+    cfg = StubConfig(ttft_ms=a.ttft_ms, itl_ms=a.itl_ms, fault=a.fault, fault_every=a.fault_every,
+                     role_chunk=not a.no_role_chunk, fixed_chunks=a.fixed_chunks, stamp=a.stamp)
+    web.run_app(make_app(cfg), host="127.0.0.1", port=a.port, access_log=None)
+
+
+if __name__ == "__main__":
+    main()
