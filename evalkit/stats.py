@@ -124,3 +124,14 @@ def holm(pvalues: list[float | None]) -> list[float | None]:
         running = max(running, adj)
         out[i] = running
     return out
+
+
+def wilson(successes: int, n: int, z: float = 1.959964) -> tuple[float, float] | None:
+    """Wilson score 95 % interval of a proportion (sensible at 0 or n successes and small n)."""
+    if n <= 0:
+        return None
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)

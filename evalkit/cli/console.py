@@ -107,6 +107,15 @@ def print_report(report: dict[str, Any]) -> None:
 
 def print_findings(f: dict[str, Any], by: list[str] | None) -> None:
     c = console()
+    for line in f.get("verdict_lines", []):
+        click.echo(f"verdict: {line}")
+    if f.get("verdicts"):
+        c.print(table("verdicts against the margins (candidate − baseline, paired by case; Holm within each variant)",
+                      ["variant", "metric", "margin", "pairs", "estimate", "95% CI", "Holm p", "verdict"],
+                      [[e["variant"], e["metric"], e["margin_text"], str(e["pairs"]),
+                        "-" if e["estimate"] is None else f"{e['estimate']:+.3g}",
+                        "-" if not e["ci95"] else f"[{e['ci95'][0]:+.3g}, {e['ci95'][1]:+.3g}]",
+                        "-" if e["p_holm"] is None else f"{e['p_holm']:.3f}", e["verdict"]] for e in f["verdicts"]]))
     if f["paired"]:
         c.print(table("paired comparisons vs the baseline (same case, same seed): mean Δ, 95% bootstrap CI",
                       ["variant", "slice", "metric", "pairs", "Δ %", "95% CI %", "verdict"],

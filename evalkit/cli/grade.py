@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 
 from ..errors import UsageError
-from ..grading import GraderContext, available, grade_run, make_graders
-from ..grading.judge import judge_of_run
+from ..grading import available, grade_run, make_graders
+from ..grading.judge import context_of_run
 from ..grading.registry import calibratable
 from ..ledger import open_ledger
 from ..paths import rubrics_dir
@@ -25,7 +25,7 @@ def grade(ledger: Path | None, run_id: str | None, graders: tuple[str, ...]) -> 
     """Grade a run's outputs again without regenerating; new grader versions add rows."""
     db = open_ledger(ledger_path(ledger), create=False)
     run = db.require_run(run_id)
-    n = grade_run(db, run["id"], make_graders(list(graders) or None, GraderContext(judge=judge_of_run(run["matrix_json"]))))
+    n = grade_run(db, run["id"], make_graders(list(graders) or None, context_of_run(run["matrix_json"])))
     click.echo(f"run {run['id']}: {n} new grades")
 
 

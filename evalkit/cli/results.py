@@ -29,8 +29,10 @@ from .console import print_findings, print_report, say
                    "(comma-joined)")
 @click.option("--spike-k", type=click.FloatRange(min=1), default=3.5, show_default=True,
               help="spike threshold: median + k x MAD per variant x complexity")
+@click.option("--margins", default=None,
+              help="non-inferiority margins, e.g. drift=0.05,schema_pass=-2pp,e2e_mean=+0% [default: the matrix's]")
 def report(ledger: Path | None, run_id: str | None, as_json: bool, markdown: bool, slo: str | None,
-           html_path: Path | None, by: str | None, spike_k: float) -> None:
+           html_path: Path | None, by: str | None, spike_k: float, margins: str | None) -> None:
     """Per variant and complexity: n, errors, TTFT p50/p90/p99/max, E2E mean/p50/p99, schema
     pass rate and the delta against the baseline in %; what the server did (queue, prefill,
     decode, KV-cache peak, preemptions, goodput); quality (persona, formality, drift vs its
@@ -42,7 +44,7 @@ def report(ledger: Path | None, run_id: str | None, as_json: bool, markdown: boo
     db = open_ledger(ledger_path(ledger), create=False)
     s = parse_slo(slo)
     rep = build_report(db, run_id, s.absolute_ms if s else None)
-    fnd = findings(db, rep["run"]["id"], by.split(",") if by else None, spike_k)
+    fnd = findings(db, rep["run"]["id"], by.split(",") if by else None, spike_k, margins, report=rep)
     if html_path:
         from ..reporting.html import write_html
 

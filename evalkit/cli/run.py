@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ..execution.load import LoadSpec, parse_levels, parse_slo
+from ..execution.load import load_from_options
 from ..execution.runner import refuse_resume_options, resume_context
 from ..execution.workflow import run_and_grade
 from ..ledger import open_ledger
@@ -42,8 +42,8 @@ from .console import RichReporter, print_report
 @click.option("--max-concurrency", type=click.IntRange(min=1), default=None,
               help="with --rate: cap on requests in flight; time held back is recorded as client_wait_ms")
 @click.option("--sweep", default=None, help="concurrency levels, e.g. 1,2,4,8: stops at saturation")
-@click.option("--stop-kv", type=click.FloatRange(0, 1, min_open=True), default=0.9, show_default=True,
-              help="sweep saturation: peak KV-cache use at or above this fraction")
+@click.option("--stop-kv", type=click.FloatRange(0, 1, min_open=True), default=None,
+              help="sweep saturation: peak KV-cache use at or above this fraction [0.9, or the matrix's load:]")
 @click.option("--slo", default=None,
               help="per-request limits for goodput and the sweep: ttft=2000,tpot=100,e2e=10000 (ms) or relative to "
                    "the same case at concurrency 1: ttft=3x,e2e=3x")
@@ -59,7 +59,7 @@ from .console import RichReporter, print_report
 @click.option("--quiet", "-q", is_flag=True, help="no progress output")
 def run(matrix_path: Path | None, dataset_path: Path | None, limit: int | None, subset_seed: int | None,
         arrival_seed: int | None, old_seed: int | None, repeats: int, mode: str | None, concurrency: int | None,
-        rate: float | None, arrival: str | None, max_concurrency: int | None, sweep: str | None, stop_kv: float,
+        rate: float | None, arrival: str | None, max_concurrency: int | None, sweep: str | None, stop_kv: float | None,
         slo: str | None, interleave: bool, ray_address: str | None, resume_id: str | None, ledger: Path | None,
         no_grade: bool, quiet: bool) -> None:
     """Serve each variant of the matrix, send every case, record every request in the ledger.
@@ -80,11 +80,10 @@ def run(matrix_path: Path | None, dataset_path: Path | None, limit: int | None, 
         ctx = resume_context(db, resume_id)
         matrix, cases, dpath, load, repeats = ctx.matrix, ctx.cases, ctx.dataset_path, ctx.load, ctx.repeats
     else:
-        load = LoadSpec.from_options(mode=mode, concurrency=concurrency, rate=rate, arrival=arrival,
-                                     max_concurrency=max_concurrency, sweep=parse_levels(sweep), stop_kv=stop_kv,
-                                     slo=parse_slo(slo), interleave=interleave, arrival_seed=arrival_seed,
-                                     order_seed=subset_seed)
         matrix = load_matrix(matrix_path)
+        load = load_from_options(matrix.load, mode=mode, concurrency=concurrency, rate=rate, arrival=arrival,
+                                 max_concurrency=max_concurrency, sweep=sweep, stop_kv=stop_kv, slo=slo,
+                                 interleave=interleave, arrival_seed=arrival_seed, order_seed=subset_seed)
         dpath = dataset_path or default_dataset_path()
         cases = stratified_subset(load_cases(dpath), limit, subset_seed)
         db = open_ledger(ledger_path(ledger))

@@ -46,6 +46,21 @@ def vllm_distribution() -> tuple[str, str] | None:
     return None
 
 
+def supports_per_request_metrics() -> bool:
+    """Whether the installed vLLM has --enable-per-request-metrics (read from its source, so vLLM
+    and torch are not imported into evalkit's process)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    src = Path(next(iter(spec.submodule_search_locations))) / "entrypoints" / "launchers" / "cli_args.py"
+    try:
+        return "enable_per_request_metrics" in src.read_text(encoding="utf-8")
+    except OSError:
+        return False
+
+
 def engine_version() -> str:
     d = vllm_distribution()
     return f"{d[0]}=={d[1]}" if d else "unknown"
@@ -123,7 +138,7 @@ class VLLMServer:
 
     def command(self) -> list[str]:
         return [
-            self.python, "-m", "vllm.entrypoints.openai.api_server",
+            self.python, "-m", os.environ.get("EVALKIT_VLLM_MODULE") or "vllm.entrypoints.openai.api_server",
             "--model", self.model_path,
             "--served-model-name", self.served_model_name,
             "--host", self.host, "--port", str(self.port),

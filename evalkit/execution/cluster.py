@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..engines.budget import KvPlan, plan_matrix
 from ..errors import UsageError
 from ..host import this_host
 from ..ledger import Ledger, utcnow
@@ -88,6 +89,7 @@ class Shard:
     repeats: int
     load: dict[str, Any]
     skip: list[tuple[str, str, int, str]]
+    plans: dict[str, dict[str, Any]] | None = None  # the driver's memory-budget plans (KvPlan fields)
 
 
 def run_shard(shard: Shard) -> Iterator[tuple[Any, ...]]:
@@ -109,7 +111,8 @@ def run_shard(shard: Shard) -> Iterator[tuple[Any, ...]]:
             run_group(local, summary.run_id, matrix, [shard.variant], cases, repeats=shard.repeats,
                       load=LoadSpec(**shard.load), skip={tuple(k) for k in shard.skip},  # type: ignore[misc]
                       reporter=QueueReporter(events), log_dir=cache_dir() / "logs", summary=summary, seq0=0,
-                      replicas=None if shard.replica is None else [shard.replica])
+                      replicas=None if shard.replica is None else [shard.replica],
+                      plans={k: KvPlan(**v) for k, v in (shard.plans or {}).items()})
         except BaseException as e:  # reported to the driver, which records it on the variant
             result["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         finally:
@@ -202,10 +205,11 @@ def run_matrix_ray(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_pa
                    resume_run: str | None = None) -> RunSummary:
     """`run_matrix` with each variant (or replica) as a Ray task; the driver writes the ledger."""
     reporter = reporter or SilentReporter()
-    load = load or LoadSpec()
+    load = (load or LoadSpec()).for_matrix(matrix.generation.quality_under_load)
     load.validate()
     if load.interleave:
         raise UsageError("--interleave needs every variant on one machine at once: it does not combine with --ray")
+    plans = plan_matrix(matrix, reporter.message)  # planned where the driver is, before anything is written
     ray = ray_init(address)
     summary, skip = start_run(ledger, matrix, cases, dataset_path, repeats=repeats, subset_seed=subset_seed, load=load,
                               reporter=reporter, resume_run=resume_run)
@@ -225,7 +229,8 @@ def run_matrix_ray(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_pa
             if env:  # evalkit's own settings (and fault tests) reach the workers through their runtime env
                 opts["runtime_env"] = {"env_vars": env}
             shard = Shard(run_row, crow, matrix.model_dump_json(), v.name, rep,
-                          [c.model_dump(by_alias=True) for c in cases], repeats, asdict(load), sorted(skip))
+                          [c.model_dump(by_alias=True) for c in cases], repeats, asdict(load), sorted(skip),
+                          {k: p.to_dict() for k, p in plans.items()})
             label = v.name if rep is None else f"{v.name}#{rep}"
             gens.append((label, remote.options(**opts).remote(shard), Apply(ledger, reporter, summary.run_id, label)))
             reporter.message(f"'{label}' scheduled on Ray with {opts.get('num_cpus')} CPU, {opts.get('num_gpus')} GPU"

@@ -7,9 +7,10 @@ import time
 from pathlib import Path
 from typing import Protocol
 
+from ..engines.budget import KvPlan, reported_weight_bytes
 from ..engines.bundled import resolve_model
 from ..engines.checkpoint import checkpoint_quantization, served_dtype
-from ..engines.vllm_server import VLLMServer, engine_version, server_info, tail
+from ..engines.vllm_server import VLLMServer, engine_version, server_info, supports_per_request_metrics, tail
 from ..errors import EndpointError, EngineError
 from ..ledger import Ledger, dumps, utcnow
 from ..paths import cache_dir
@@ -35,9 +36,10 @@ class LiveVariant:
     """Brings one variant up (launching vLLM or checking the endpoint) and records it."""
 
     def __init__(self, ledger: Ledger, run_id: str, matrix: Matrix, variant: Variant, reporter: Say,
-                 log_dir: Path, replica: int | None = None) -> None:
+                 log_dir: Path, replica: int | None = None, kv_plan: KvPlan | None = None) -> None:
         self.ledger, self.run_id, self.matrix, self.variant = ledger, run_id, matrix, variant
         self.reporter, self.log_dir = reporter, log_dir
+        self.kv_plan = kv_plan  # this variant's share of the run's memory budget, planned before any start
         self.replica = replica  # None: the variant has one server
         self.vid = f"{run_id}:{variant.name}"
         self.rid = f"{run_id}:{variant.name}#{replica}"
@@ -64,13 +66,54 @@ class LiveVariant:
             if keep:
                 self.ledger.upsert_replica({"id": self.rid, **keep})
 
+    def record_engine_cache(self, cfg: dict) -> None:
+        """What the engine says its KV cache is (vllm:cache_config_info): the exact block count and
+        size, next to what the budget planned."""
+        fields: dict = {"cache_config_json": dumps(cfg)}
+        try:
+            blocks, bs = int(cfg["num_gpu_blocks"]), int(cfg["block_size"])
+            fields.update({"kv_blocks": blocks, "kv_block_size": bs, "kv_tokens": blocks * bs})
+        except (KeyError, TypeError, ValueError):
+            pass
+        self._record(fields)
+        if self.kv_plan and fields.get("kv_blocks") is not None and fields["kv_blocks"] != self.kv_plan.kv_blocks:
+            self.reporter.message(f"'{self.label}': the engine made {fields['kv_blocks']} KV blocks of the "
+                                  f"{self.kv_plan.kv_blocks} planned from its budget")
+
+    def record_capacity(self, rows: list[dict], max_tokens: int) -> None:
+        """How many of this run's requests (mean prompt + max_tokens) the engine's KV cache holds at
+        once, from the block count the engine reported (vLLM keeps one block back)."""
+        if self.replica:
+            return
+        v = self.ledger.variant(self.vid)
+        prompts = [r["prompt_tokens"] for r in rows if r["prompt_tokens"]]
+        if not v or not v.get("kv_blocks") or not v.get("kv_block_size") or not prompts:
+            return
+        per = sum(prompts) / len(prompts) + max_tokens
+        blocks_per = -(-int(per) // v["kv_block_size"])
+        self.ledger.update_variant(self.vid, {"tokens_per_request": round(per, 1),
+                                              "max_concurrency_predicted": (v["kv_blocks"] - 1) // max(1, blocks_per)})
+
     def record_scrapes(self, errors: int, last_error: str | None) -> None:
         """How many /metrics scrapes of this server failed (on the variant's row, and the replica's)."""
         self._record({"scrape_errors": errors, "scrape_last_error": last_error})
 
+    def launch_args(self) -> list[str]:
+        """The variant's vLLM arguments plus what evalkit adds to a launched server: the KV cache
+        its memory budget leaves, and per-request timing in each response (when vLLM has it)."""
+        args = self.variant.effective_vllm_args()
+        if not self.variant.launched:
+            return args
+        if self.kv_plan is not None:
+            args += ["--kv-cache-memory-bytes", str(self.kv_plan.kv_bytes)]
+        if self.matrix.telemetry.per_request_metrics and supports_per_request_metrics() \
+                and "--enable-per-request-metrics" not in args:
+            args.append("--enable-per-request-metrics")
+        return args
+
     def open(self) -> None:
         v = self.variant
-        args = v.effective_vllm_args()
+        args = self.launch_args()
         if self.replica is not None:
             self.ledger.upsert_replica({"id": self.rid, "run_id": self.run_id, "variant": v.name,
                                         "replica": self.replica, "endpoint_url": redact(v.endpoint_of(self.replica)),
@@ -86,13 +129,13 @@ class LiveVariant:
             "dtype": arg_value(args, "--dtype"), "dtype_reason": v.dtype_reason(),
             "cost_json": dumps(v.cost.model_dump()) if v.cost else None,
             "endpoint_url": redact(v.endpoint_of(self.replica)), "status": "starting", "started_at": utcnow(),
-            "node": os.uname().nodename,
+            "node": os.uname().nodename, **(self.kv_plan.as_row() if self.kv_plan else {}),
         })
         self._open()
 
     def _open(self) -> None:
         v = self.variant
-        args = v.effective_vllm_args()
+        args = self.launch_args()
         try:
             self.headers = auth_headers(v)
             if v.launched:
@@ -112,6 +155,7 @@ class LiveVariant:
                     self.ledger.upsert_replica({"id": self.rid, "endpoint_url": self.base_url})
                 self._record({
                     "model_path": model_path, "served_model_name": self.served, "ready_s": self.server.ready_s,
+                    "weight_bytes_reported": reported_weight_bytes(tail(self.server.log_path, 400)),
                     "server_args_json": dumps(self.server.recorded_args()),
                     "quantization": arg_value(args, "--quantization") or checkpoint_quantization(model_path),
                     "dtype": served_dtype(args, model_path),

@@ -86,12 +86,14 @@ class LoadSpec:
     sweep: list[int] = field(default_factory=list)  # concurrency levels, stop at saturation
     stop_kv: float = 0.9  # saturation: peak KV-cache use at or above this fraction
     stop_on_preemption: bool = True
+    stop_on_waiting: bool = True  # a request the server could not admit (no room in the KV cache)
     slo_ttft_ms: float | None = None  # saturation / goodput SLOs
     slo_tpot_ms: float | None = None
     slo_e2e_ms: float | None = None
     # relative SLOs: metric -> factor over the same case's latency at concurrency 1 (same variant)
     slo_relative: dict[str, float] = field(default_factory=dict)
     interleave: bool = False  # bring all variants up at once and alternate A B A B ...
+    sequential_pass: bool = False  # concurrency N also sends every case at concurrency 1 first (quality under load)
     arrival_seed: int = 0  # the Poisson schedule
     order_seed: int = 0  # interleaving order
 
@@ -155,7 +157,43 @@ class LoadSpec:
         """(phase name, closed-loop concurrency) in order: one per sweep level, else one."""
         if self.sweep:
             return [(f"c={c}", c) for c in self.sweep]
+        if self.sequential_pass and self.mode == "concurrency" and self.concurrency > 1:
+            return [("c=1", 1), (f"c={self.concurrency}", self.concurrency)]
         return [("main", self.concurrency if self.mode == "concurrency" else 1)]
+
+    def for_matrix(self, quality_under_load: bool) -> LoadSpec:
+        """Quality under load compares each case at concurrency 1 with the highest level: a sweep
+        must start at 1; a fixed concurrency gets a sequential pass first."""
+        if not quality_under_load:
+            return self
+        if self.sweep:
+            if self.sweep[0] != 1:
+                raise UsageError("quality_under_load compares each case with its output at concurrency 1: start the "
+                                 "sweep at 1 (e.g. --sweep 1,2,4,8)")
+            return self
+        if self.mode != "concurrency" or self.concurrency <= 1:
+            raise UsageError("quality_under_load compares outputs at concurrency 1 and under load: give --concurrency N "
+                             "or --sweep 1,2,4,...")
+        self.sequential_pass = True
+        return self
+
+
+def load_from_options(matrix_load: Any, *, mode: str | None, concurrency: int | None, rate: float | None,
+                      arrival: str | None, max_concurrency: int | None, sweep: str | None, stop_kv: float | None,
+                      slo: str | None, interleave: bool, arrival_seed: int, order_seed: int) -> LoadSpec:
+    """The run's load: the command line's options, falling back to the matrix's `load:` section
+    for what the command line leaves out (its shape — sweep, concurrency, rate — only when the
+    command line gives no shape of its own)."""
+    shape_given = any(x is not None for x in (mode, concurrency, rate, sweep)) or interleave
+    m = matrix_load
+    if not shape_given and m is not None:
+        concurrency, rate = m.concurrency, m.rate
+        sweep = ",".join(str(c) for c in m.sweep) if m.sweep else None
+    return LoadSpec.from_options(
+        mode=mode, concurrency=concurrency, rate=rate, arrival=arrival, max_concurrency=max_concurrency,
+        sweep=parse_levels(sweep), stop_kv=stop_kv if stop_kv is not None else (m.stop_kv if m and m.stop_kv else 0.9),
+        slo=parse_slo(slo if slo is not None else (m.slo if m else None)), interleave=interleave,
+        arrival_seed=arrival_seed, order_seed=order_seed)
 
 
 def arrival_offsets(n: int, rate: float, arrival: Arrival, arrival_seed: int) -> list[float]:
@@ -292,6 +330,9 @@ def saturation_reason(rows: list[dict[str, Any]], load: LoadSpec, preemptions: f
     preempted = preemptions if preemptions is not None else sum(r["srv_preemptions"] or 0 for r in rows)
     if load.stop_on_preemption and preempted > 0:
         why.append(f"{preempted:.0f} preemptions observed ({seen} requests lived through one)")
+    waiting = [r["srv_waiting_peak"] for r in rows if r.get("srv_waiting_peak") is not None]
+    if load.stop_on_waiting and waiting and max(waiting) >= 1:
+        why.append(f"up to {max(waiting):.0f} request(s) waited for room on the server")
     for key, slo in (("ttft_ms", load.slo_ttft_ms), ("tpot_ms", load.slo_tpot_ms), ("e2e_ms", load.slo_e2e_ms)):
         p99 = percentile([r[key] for r in rows if r[key] is not None], 99)
         if slo is not None and p99 is not None and p99 > slo:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 from .. import __version__
+from ..engines.budget import KvPlan, plan_matrix
 from ..engines.vllm_server import engine_version
 from ..errors import EngineError, EvalkitDeprecationWarning, UsageError
 from ..host import this_host
@@ -105,14 +106,15 @@ def create_run(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: 
 
 
 def open_variants(ledger: Ledger, run_id: str, matrix: Matrix, group: list[str], reporter: Reporter,
-                  log_dir: Path, summary: RunSummary, replicas: list[int] | None = None) -> dict[str, LiveVariant]:
+                  log_dir: Path, summary: RunSummary, replicas: list[int] | None = None,
+                  plans: dict[str, KvPlan] | None = None) -> dict[str, LiveVariant]:
     """A live session per server of each variant in the group, keyed like `WorkItem.target`.
     ``replicas`` limits which servers of a replicated variant this process opens (Ray workers)."""
     servers: dict[str, LiveVariant] = {}
     for name in group:
         v = matrix.variant(name)
         for rep in ([None] if v.n_replicas == 1 else (replicas if replicas is not None else range(v.n_replicas))):
-            s = LiveVariant(ledger, run_id, matrix, v, reporter, log_dir, replica=rep)
+            s = LiveVariant(ledger, run_id, matrix, v, reporter, log_dir, replica=rep, kv_plan=(plans or {}).get(name))
             try:
                 s.open()
                 servers[s.label] = s
@@ -138,10 +140,11 @@ def record_scrape_errors(servers: dict[str, LiveVariant], scrapers: dict[str, Me
 
 def run_group(ledger: Ledger, run_id: str, matrix: Matrix, group: list[str], cases: list[Case], *, repeats: int,
               load: LoadSpec, skip: set[tuple[str, str, int, str]], reporter: Reporter, log_dir: Path,
-              summary: RunSummary, seq0: int, variants_after: int = 0, replicas: list[int] | None = None) -> int:
+              summary: RunSummary, seq0: int, variants_after: int = 0, replicas: list[int] | None = None,
+              plans: dict[str, KvPlan] | None = None) -> int:
     """Bring a group of variants up (all at once when interleaved, else one), send its load phase
     by phase, close it. Returns the last sequence number used. A Ray worker runs the same."""
-    servers = open_variants(ledger, run_id, matrix, group, reporter, log_dir, summary, replicas)
+    servers = open_variants(ledger, run_id, matrix, group, reporter, log_dir, summary, replicas, plans)
     if not servers:
         return seq0
     try:
@@ -186,9 +189,11 @@ def run_group(ledger: Ledger, run_id: str, matrix: Matrix, group: list[str], cas
                     rows = ledger.measured_requests(run_id, phase=phase, variant=name)
                     if conc == 1:
                         refs[name] = reference_latencies(rows)
-                    why = saturation_reason(rows, load, level_preemptions(ledger, run_id, name, rows), refs.get(name))
+                    why = saturation_reason(rows, load, ledger.level_counter_delta(run_id, name, rows, "num_preemptions_total"),
+                                             refs.get(name))
                     if why:
                         summary.saturation[name] = f"saturated at concurrency {conc}: {why}"
+                        ledger.update_variant(f"{run_id}:{name}", {"saturated_at": conc, "saturation_reason": why})
                         reporter.message(f"'{name}' {summary.saturation[name]}")
                         live.remove(name)
                 if not live:
@@ -196,6 +201,8 @@ def run_group(ledger: Ledger, run_id: str, matrix: Matrix, group: list[str], cas
         summary.n_requests += sender.n
         summary.n_errors += sender.n_err
         record_scrape_errors(servers, sender.scrapers, reporter)
+        for s in servers.values():
+            s.record_capacity(ledger.measured_requests(run_id, variant=s.variant.name), matrix.generation.max_tokens)
         for s in servers.values():
             s.close("complete")
         for name in dict.fromkeys(s.variant.name for s in servers.values()):
@@ -207,22 +214,6 @@ def run_group(ledger: Ledger, run_id: str, matrix: Matrix, group: list[str], cas
         for s in servers.values():
             s.close("interrupted")
         raise
-
-
-# The scraper takes its last sample just after the level's load ends; a window this much wider
-# than the last request's end includes it.
-LAST_SCRAPE_MARGIN_MS = 5000.0
-
-
-def level_preemptions(ledger: Ledger, run_id: str, variant: str, rows: list[dict]) -> float | None:
-    """The server's own preemption count over one load level (from its first send to just after
-    its last request ended)."""
-    spans = [(r["mono_start_ms"], r["mono_start_ms"] + (r["e2e_ms"] or 0.0)) for r in rows
-             if r["mono_start_ms"] is not None]
-    if not spans:
-        return None
-    return ledger.series_delta(run_id, variant, "num_preemptions_total", min(a for a, _ in spans) - 1,
-                               max(b for _, b in spans) + LAST_SCRAPE_MARGIN_MS)
 
 
 def start_run(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: Path, *, repeats: int, subset_seed: int,
@@ -253,11 +244,12 @@ def run_matrix(
     log_dir: Path | None = None, resume_run: str | None = None,
 ) -> RunSummary:
     reporter = reporter or SilentReporter()
-    load = load or LoadSpec()
+    load = (load or LoadSpec()).for_matrix(matrix.generation.quality_under_load)
     load.validate()
     if load.interleave and any(v.n_replicas > 1 for v in matrix.variants):
         raise UsageError("--interleave alternates single servers: it does not combine with replicated variants")
     log_dir = log_dir or cache_dir() / "logs"
+    plans = plan_matrix(matrix, reporter.message)  # a budget that cannot fit stops here, before anything is written
     summary, skip = start_run(ledger, matrix, cases, dataset_path, repeats=repeats, subset_seed=subset_seed, load=load,
                               reporter=reporter, resume_run=resume_run)
     seq = ledger.max_seq(summary.run_id)
@@ -268,7 +260,7 @@ def run_matrix(
         for gi, group in enumerate(groups):
             seq = run_group(ledger, summary.run_id, matrix, group, cases, repeats=repeats, load=load, skip=skip,
                             reporter=reporter, log_dir=log_dir, summary=summary, seq0=seq,
-                            variants_after=0 if load.interleave else len(groups) - gi - 1)
+                            variants_after=0 if load.interleave else len(groups) - gi - 1, plans=plans)
         ok = True
     finally:
         finish_run(ledger, matrix, summary, ok)

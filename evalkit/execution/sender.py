@@ -12,7 +12,7 @@ import aiohttp
 
 from ..ledger import Ledger, dumps
 from ..measure.client import RequestResult, build_payload, stream_chat
-from ..measure.telemetry import MetricsScraper, attribute, engine_config
+from ..measure.telemetry import RESPONSE_FIELDS, SERVER_FIELDS, MetricsScraper, attribute, engine_config, response_timing
 from ..measure.tokens import fill_token_counts
 from ..redact import redact
 from ..spec.dataset import Case
@@ -102,7 +102,9 @@ class Sender:
                 if after is not None:
                     row.update(attribute(before.values, after.values, "histogram_delta",
                                          scraper.peak("kv_cache_usage_perc", before.mono_ms, after.mono_ms),
-                                         scraper.scrapes_in(before.mono_ms, after.mono_ms)))
+                                         scraper.scrapes_in(before.mono_ms, after.mono_ms),
+                                         scraper.peaks(before.mono_ms, after.mono_ms)))
+            row.update(response_timing({k: row.get(k) for k in SERVER_FIELDS if k in row}, r.server_timing))
             ids.append(self.ledger.insert_request(row))
             if not will_retry:
                 if not item.warmup:
@@ -120,10 +122,9 @@ class Sender:
                                     self.matrix.telemetry.interval_s, lv.headers, replica=lv.replica)
                 first = await sc.scrape(http)
                 if not lv.replica:
-                    self.ledger.update_variant(lv.vid, {
-                        "metrics_available": "yes" if first else "no",
-                        "cache_config_json": dumps(engine_config(sc.last_samples)) if first else None,
-                    })
+                    self.ledger.update_variant(lv.vid, {"metrics_available": "yes" if first else "no"})
+                    if first:
+                        lv.record_engine_cache(engine_config(sc.last_samples))
                 if first:
                     self.scrapers[name] = sc
         tasks = []
@@ -219,5 +220,7 @@ class Sender:
                 continue
             start, end = row["mono_start_ms"], row["mono_start_ms"] + (row["e2e_ms"] or 0.0)
             fields = attribute(sc.at(start), sc.first_after(end), "window",
-                               sc.peak("kv_cache_usage_perc", start, end), sc.scrapes_in(start, end))
+                               sc.peak("kv_cache_usage_perc", start, end), sc.scrapes_in(start, end), sc.peaks(start, end))
+            if row["srv_method"] == "response":  # the request's own timing wins; the window's stays beside it
+                fields = response_timing(fields, {k: row[c] for c, k in RESPONSE_FIELDS.items()})
             self.ledger.update_request(rid, fields)

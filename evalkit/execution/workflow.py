@@ -21,7 +21,7 @@ def run_and_grade(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_pat
     """Returns the run's summary, the number of grades added (0 with grade=False) and the
     seconds grading took. With ``ray_address`` ("local" for a local Ray instance) each variant
     runs as a Ray task and embeddings for grading are computed on Ray workers."""
-    ctx = GraderContext(judge=matrix.judge)
+    ctx = GraderContext(judge=matrix.judge, quality_under_load=matrix.generation.quality_under_load)
     if ray_address is not None:
         from .cluster import ray_embed, run_matrix_ray
 

@@ -31,6 +31,9 @@ class GradedRequest:
     text: str
     finish_reason: str | None
     case: Case
+    phase: str = "main"  # the load level it was sent at (a sweep's c=N), so pairs compare like with like
+    concurrency: int = 1
+    repeat: int = 0
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,7 @@ class GraderContext:
 
     judge: Any = None
     embed: Callable[[list[str]], Any] | None = None
+    quality_under_load: bool = False  # the run's matrix asked to compare outputs across load levels
 
 
 class Grader:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..stats import bootstrap_ci, mean, min_detectable, verdict
+from ..stats import bootstrap_ci, mean, min_detectable, sign_flip_p, verdict
 from .base import CannedQuery, GradedRequest, Grader, GraderContext, Margin, Score, SummaryColumn, Threshold
 from .text import json_fields, prose
 
@@ -111,6 +111,7 @@ class DriftGrader(Grader):
         if v == "within the noise floor" and mdd is not None:
             v += f" (could detect ≥ {mdd:.3f} here)"  # a "no difference" says what difference it could see
         return {
+            "drift_p": sign_flip_p(diffs) if drift else None,  # two-sided, for the report's Holm family
             "drift_mean": mean(list(drift.values())), "floor_mean": mean(list(floor.values())),
             "drift_minus_floor": mean(diffs), "drift_minus_floor_ci95": list(ci) if ci else None,
             "drift_pairs": len(paired), "drift_min_detectable": mdd if drift else None,
@@ -120,12 +121,13 @@ class DriftGrader(Grader):
     def grade_outputs(self, items: list[GradedRequest], repeats: dict[int, int], baseline: str | None) -> dict[int, Score]:
         if baseline is None:
             return {}
-        base = {(i.case.id, repeats[i.request_id]): i for i in items if i.variant == baseline}
-        refs = {case: base.get((case, 1)) or base[(case, 0)] for case, rep in base if rep in (0, 1)}
+        # like with like: a candidate is compared with the baseline at the same load level (phase)
+        base = {(i.phase, i.case.id, repeats[i.request_id]): i for i in items if i.variant == baseline}
+        refs = {(ph, case): base.get((ph, case, 1)) or base[(ph, case, 0)] for ph, case, rep in base if rep in (0, 1)}
         pairs: list[tuple[GradedRequest, GradedRequest, str]] = []
         out: dict[int, Score] = {}
         for i in items:
-            ref = refs.get(i.case.id)
+            ref = refs.get((i.phase, i.case.id))
             if ref is None:
                 continue
             if i is ref:

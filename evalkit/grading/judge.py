@@ -80,3 +80,10 @@ def judge_of_run(matrix_json: str | None) -> Any:
 
     judge = json.loads(matrix_json or "{}").get("judge")
     return Judge.model_validate(judge) if judge else None
+
+
+def context_of_run(matrix_json: str | None) -> GraderContext:
+    """What a run's stored matrix tells its graders: its judge, and whether it compares outputs
+    across load levels."""
+    gen = json.loads(matrix_json or "{}").get("generation") or {}
+    return GraderContext(judge=judge_of_run(matrix_json), quality_under_load=bool(gen.get("quality_under_load")))

@@ -32,7 +32,7 @@ def _load(name: str, target: str) -> type[Grader]:
 
 @lru_cache(maxsize=1)
 def available() -> dict[str, type[Grader]]:
-    """name -> grader class: evalkit's own (in pyproject.toml's order), then plugins by name. The
+    """name -> grader class: evalkit's own, then plugins, each by name. The
     built-ins come through exactly the plugin path: their entry points."""
     eps = list(entry_points(group=ENTRY_POINT_GROUP))
     own = [e for e in eps if e.dist is not None and e.dist.name == OWN_DIST]

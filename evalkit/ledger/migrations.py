@@ -209,3 +209,20 @@ def m009_server_samples(db: Database) -> None:
     # old name stays as a read-only view for one release (CHANGELOG.md).
     db.execute("alter table server_metrics rename to server_samples")
     db.execute("create view server_metrics as select * from server_samples")
+
+
+@migration("m010_capacity_and_response_timing")
+def m010_capacity_and_response_timing(db: Database) -> None:
+    # One memory budget for every variant: what it bought, planned and as the engine made it.
+    for col, typ in (("memory_budget_bytes", int), ("weight_bytes", int), ("weight_bytes_reported", int),
+                     ("kv_bytes", int), ("kv_block_size", int), ("kv_blocks", int), ("kv_tokens", int),
+                     ("max_concurrency_predicted", int), ("tokens_per_request", float),
+                     ("saturated_at", int), ("saturation_reason", str)):
+        db["variants"].add_column(col, typ)
+    # vLLM's own timing of each request (--enable-per-request-metrics, the final chunk's `metrics`),
+    # next to what the /metrics join gave for the same request, and the load around it.
+    for col, typ in (("srv_resp_ttft_ms", float), ("srv_resp_queue_ms", float), ("srv_resp_generation_ms", float),
+                     ("srv_resp_mean_itl_ms", float), ("srv_resp_tokens_per_s", float),
+                     ("srv_hist_ttft_ms", float), ("srv_hist_queue_ms", float),
+                     ("srv_waiting_peak", float), ("srv_running_peak", float)):
+        db["requests"].add_column(col, typ)

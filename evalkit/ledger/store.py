@@ -121,6 +121,9 @@ class Ledger:
     def replicas(self, run_id: str) -> list[dict[str, Any]]:
         return list(self._db.query("select * from replicas where run_id = ? order by variant, replica", [run_id]))
 
+    def variant(self, vid: str) -> dict[str, Any] | None:
+        return dict(self._db["variants"].get(vid)) if self.has_variant(vid) else None
+
     def variants(self, run_id: str) -> list[dict[str, Any]]:
         return list(self._db.query("select * from variants where run_id = ? order by rowid", [run_id]))
 
@@ -201,6 +204,17 @@ class Ledger:
             return before[-1] if before else pts[0]["value"]
 
         return at(end_ms, pts[-1]["value"]) - at(start_ms, pts[0]["value"])
+
+    def level_counter_delta(self, run_id: str, variant: str, rows: list[dict[str, Any]], series: str,
+                            margin_ms: float = 5000.0) -> float | None:
+        """A server counter's growth over one load level: from its first send to ``margin_ms`` after
+        its last request ended (the scraper's last sample of the level comes just after it)."""
+        spans = [(r["mono_start_ms"], r["mono_start_ms"] + (r["e2e_ms"] or 0.0)) for r in rows
+                 if r["mono_start_ms"] is not None]
+        if not spans:
+            return None
+        return self.series_delta(run_id, variant, series, min(a for a, _ in spans) - 1,
+                                 max(b for _, b in spans) + margin_ms)
 
     # --- grades ---------------------------------------------------------------------------------
 

@@ -36,6 +36,8 @@ class RequestResult:
     n_malformed: int = 0
     error_class: str | None = None
     error: str | None = None
+    # the server's own timing of this request (vLLM --enable-per-request-metrics: the final chunk's `metrics`)
+    server_timing: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -113,6 +115,8 @@ def _handle_line(line: bytes, now: float, t0: float, res: RequestResult, parts: 
         res.error_class = "server_error"
         res.error = json.dumps(obj["error"])[:2000]
         return False
+    if isinstance(obj.get("metrics"), dict):
+        res.server_timing = obj["metrics"]
     usage = obj.get("usage")
     if usage:
         res.prompt_tokens = usage.get("prompt_tokens")

@@ -183,7 +183,39 @@ GAUGES_AT_START = {
     "srv_waiting_start": "num_requests_waiting",
 }
 SERVER_FIELDS = ["srv_method", *HIST_FIELDS, *GAUGES_AT_START, "srv_kv_cache_usage_peak", "srv_preemptions",
-                 "srv_prompt_tokens", "srv_prefix_cache_hits", "srv_scrapes"]
+                 "srv_prompt_tokens", "srv_prefix_cache_hits", "srv_scrapes", "srv_waiting_peak", "srv_running_peak"]
+
+
+# vLLM's per-request timing (--enable-per-request-metrics) -> the row's raw columns
+RESPONSE_FIELDS = {
+    "srv_resp_ttft_ms": "time_to_first_token_ms",  # from scheduling to the first token
+    "srv_resp_queue_ms": "queue_time_ms",  # queued -> scheduled
+    "srv_resp_generation_ms": "generation_time_ms",  # first -> last token
+    "srv_resp_mean_itl_ms": "mean_itl_ms",
+    "srv_resp_tokens_per_s": "tokens_per_second",
+}
+
+
+def response_timing(fields: dict[str, Any], timing: dict[str, Any] | None) -> dict[str, Any]:
+    """Fold a request's own server timing into its server fields. The canonical fields keep one
+    meaning whatever the source (srv_ttft_ms: arrival at the engine -> first token = queue +
+    prefill; srv_prefill_ms: scheduled -> first token; srv_decode_ms: first -> last token); what
+    the /metrics join said for the same request stays beside them (srv_hist_ttft_ms,
+    srv_hist_queue_ms), so the two can be compared."""
+    out = dict(fields)
+    out["srv_hist_ttft_ms"], out["srv_hist_queue_ms"] = fields.get("srv_ttft_ms"), fields.get("srv_queue_ms")
+    if not timing:
+        return out
+    raw = {col: timing.get(key) for col, key in RESPONSE_FIELDS.items()}
+    out.update(raw)
+    ttft, queue, gen = raw["srv_resp_ttft_ms"], raw["srv_resp_queue_ms"], raw["srv_resp_generation_ms"]
+    if ttft is None:
+        return out
+    out.update({"srv_method": "response", "srv_prefill_ms": ttft,
+                "srv_ttft_ms": ttft + (queue or 0.0), "srv_queue_ms": queue, "srv_decode_ms": gen,
+                "srv_inference_ms": ttft + (gen or 0.0),
+                "srv_e2e_ms": (queue or 0.0) + ttft + (gen or 0.0)})
+    return out
 
 
 def _delta(after: dict[str, float], before: dict[str, float], key: str) -> float | None:
@@ -193,7 +225,8 @@ def _delta(after: dict[str, float], before: dict[str, float], key: str) -> float
 
 
 def attribute(before: dict[str, float], after: dict[str, float], method: str,
-              peak_kv: float | None = None, scrapes: int | None = None) -> dict[str, Any]:
+              peak_kv: float | None = None, scrapes: int | None = None,
+              peaks: dict[str, float | None] | None = None) -> dict[str, Any]:
     """Server fields for one request (histogram_delta) or a time window (window: means over the
     requests that finished inside it). ``scrapes`` is how many /metrics samples fell inside the
     request: the KV peak is a sampled gauge, and this says how well it was sampled."""
@@ -208,6 +241,8 @@ def attribute(before: dict[str, float], after: dict[str, float], method: str,
     out["srv_prompt_tokens"] = _delta(after, before, "prompt_tokens_total")
     out["srv_prefix_cache_hits"] = _delta(after, before, "prefix_cache_hits_total")
     out["srv_scrapes"] = scrapes
+    out["srv_waiting_peak"] = (peaks or {}).get("num_requests_waiting")
+    out["srv_running_peak"] = (peaks or {}).get("num_requests_running")
     return out
 
 
@@ -315,6 +350,10 @@ class MetricsScraper:
 
     def scrapes_in(self, start_ms: float, end_ms: float) -> int:
         return sum(1 for s in self.history if start_ms <= s.mono_ms <= end_ms)
+
+    def peaks(self, start_ms: float, end_ms: float) -> dict[str, float | None]:
+        """The most requests waiting and running the server reported during a window."""
+        return {s: self.peak(s, start_ms, end_ms) for s in ("num_requests_waiting", "num_requests_running")}
 
     def peak(self, series: str, start_ms: float, end_ms: float) -> float | None:
         vals = [s.values[series] for s in self.history if start_ms <= s.mono_ms <= end_ms and series in s.values]

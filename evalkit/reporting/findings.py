@@ -12,8 +12,13 @@ from typing import Any
 from ..errors import UsageError
 from ..grading.registry import available
 from ..ledger import Ledger
-from ..stats import bootstrap_ci, mean, percentile, verdict
-from .report import quality
+from ..stats import mean, percentile
+from .capacity import capacity, capacity_statement, cost, load_levels
+from .plots import quality_vs_cost
+from .report import build_report, first_level, paired, quality
+from .under_load import lines as ul_lines
+from .under_load import quality_under_load
+from .verdicts import parse_margins, sentences, verdicts
 
 LATENCY_FIELDS = ("ttft_ms", "tpot_ms", "itl_mean_ms", "e2e_ms", "out_tps")
 SLICE_FIELDS = ("complexity", "persona", "formality", "task", "candidate", "replica", "phase", "concurrency")
@@ -56,36 +61,6 @@ def slices(rows: list[dict[str, Any]], by: list[str]) -> list[dict[str, Any]]:
             entry[m] = describe([r[m] for r in ok])
         entry.update(quality(ok))
         out.append(entry)
-    return out
-
-
-def paired(rows: list[dict[str, Any]], baseline: str, metric: str, by: str = "complexity") -> list[dict[str, Any]]:
-    """Candidate minus baseline on the same case and repeat, per slice, with a bootstrap CI of the
-    mean difference and a verdict only where the interval excludes 0."""
-    index = {(r["variant"], r["case_id"], r["repeat"]): r for r in rows if r["error_class"] is None}
-    out = []
-    variants = sorted({r["variant"] for r in rows} - {baseline})
-    for v in variants:
-        groups: dict[str, list[tuple[float, float]]] = defaultdict(list)
-        for (var, case, rep), r in index.items():
-            b = index.get((baseline, case, rep))
-            if var != v or b is None or r[metric] is None or b[metric] is None:
-                continue
-            groups[str(r[by])].append((r[metric], b[metric]))
-            groups["all"].append((r[metric], b[metric]))
-        for s, pairs in sorted(groups.items(), key=lambda kv: (kv[0] == "all", kv[0])):
-            diffs = [a - b for a, b in pairs]
-            base_mean = mean([b for _, b in pairs])
-            ci = bootstrap_ci(diffs)
-            out.append({
-                "variant": v, by: s, "metric": metric, "pairs": len(pairs), "baseline_mean": base_mean,
-                "variant_mean": mean([a for a, _ in pairs]), "delta": mean(diffs),
-                "delta_pct": 100 * mean(diffs) / base_mean if base_mean else None,
-                "ci95": list(ci) if ci else None,
-                "ci95_pct": [100 * c / base_mean for c in ci] if ci and base_mean else None,
-                "verdict": verdict(ci, f"{v} slower" if metric != "out_tps" else f"{v} faster",
-                                   f"{v} faster" if metric != "out_tps" else f"{v} slower", "no clear difference"),
-            })
     return out
 
 
@@ -157,35 +132,6 @@ def spikes(rows: list[dict[str, Any]], metric: str = "ttft_ms", k: float = 3.5) 
 # --- capacity, SLOs, summary ---------------------------------------------------------------------
 
 
-def capacity(variants: list[dict[str, Any]], rows: list[dict[str, Any]], max_tokens: int,
-             stop_kv: float = 0.9) -> list[dict[str, Any]]:
-    """Max concurrent sequences the engine's KV cache holds at the dataset's lengths, next to the
-    measured saturation point of a sweep (if any)."""
-    out = []
-    for v in variants:
-        cfg = json.loads(v["cache_config_json"] or "{}")
-        try:
-            blocks, bs = int(cfg["num_gpu_blocks"]), int(cfg["block_size"])
-        except (KeyError, ValueError, TypeError):
-            out.append({"variant": v["name"], "kv_tokens": None, "note": "engine did not report cache_config_info"})
-            continue
-        per = {}
-        for cx in ("short", "medium", "long"):
-            p = mean([r["prompt_tokens"] for r in rows if r["variant"] == v["name"] and r["complexity"] == cx
-                      and r["prompt_tokens"]])
-            if p:
-                per[cx] = blocks // max(1, math.ceil((p + max_tokens) / bs))
-        vrows = [r for r in rows if r["variant"] == v["name"]]
-        sat = [r["concurrency"] for r in vrows if (r["srv_kv_cache_usage_peak"] or 0) >= stop_kv
-               or (r["srv_preemptions"] or 0) > 0]
-        out.append({"variant": v["name"], "kv_tokens": blocks * bs, "block_size": bs, "blocks": blocks,
-                    "engine_max_concurrency": cfg.get("kv_cache_max_concurrency"),
-                    "max_concurrent_by_complexity": per,
-                    "measured_saturation_concurrency": min(sat) if sat else None,
-                    "max_concurrency_tested": max((r["concurrency"] or 1) for r in vrows) if vrows else None})
-    return out
-
-
 WORKLOADS = {
     "interactive long-input": lambda r: r["complexity"] == "long",
     "interactive short/medium": lambda r: r["complexity"] in ("short", "medium"),
@@ -247,8 +193,9 @@ def study_summary(ledger: Ledger, run_id: str, rows: list[dict[str, Any]], basel
     """The study's table: TTFT tax by complexity, E2E delta on medium generations, KV-cache
     peak and mean, preemptions, and the quality ledger, for each variant against the baseline."""
     out = []
-    ttft = {(p["variant"], p["complexity"]): p for p in paired(rows, baseline, "ttft_ms")}
-    e2e = {(p["variant"], p["complexity"]): p for p in paired(rows, baseline, "e2e_ms")}
+    first = first_level(rows)
+    ttft = {(p["variant"], p["complexity"]): p for p in paired(first, baseline, "ttft_ms")}
+    e2e = {(p["variant"], p["complexity"]): p for p in paired(first, baseline, "e2e_ms")}
     for v in sorted({r["variant"] for r in rows}):
         kv = [x["value"] for x in ledger.server_series(run_id, "kv_cache_usage_perc", v)]
         vr = [r for r in rows if r["variant"] == v]
@@ -273,88 +220,41 @@ def study_summary(ledger: Ledger, run_id: str, rows: list[dict[str, Any]], basel
     return out
 
 
-def load_levels(rows: list[dict[str, Any]], load: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per variant and load level (a sweep's phases, or the one phase): throughput over the level's
-    wall time, and whether the level met the run's SLOs (p99 of each at or under its limit, the
-    sweep's own rule)."""
-    slo = {k: load.get(f"slo_{k}_ms") for k in ("ttft", "tpot", "e2e") if load.get(f"slo_{k}_ms") is not None}
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for r in rows:
-        groups[(r["variant"], r["phase"] or "main")].append(r)
-    out = []
-    for (v, phase), rs in groups.items():
-        ok = [r for r in rs if r["error_class"] is None]
-        spans = [(r["mono_start_ms"], r["mono_start_ms"] + (r["e2e_ms"] or 0.0)) for r in rs
-                 if r["mono_start_ms"] is not None]
-        wall_s = (max(b for _, b in spans) - min(a for a, _ in spans)) / 1000.0 if spans else None
-        out_tok = sum(r["completion_tokens"] or 0 for r in ok)
-        in_tok = sum(r["prompt_tokens"] or 0 for r in ok)
-        p99 = {k: percentile([r[f"{k}_ms"] for r in ok if r[f"{k}_ms"] is not None], 99) for k in slo}
-        out.append({
-            "variant": v, "phase": phase, "concurrency": max((r["concurrency"] or 1) for r in rs), "n": len(rs),
-            "errors": len(rs) - len(ok), "wall_s": wall_s, "prompt_tokens": in_tok, "output_tokens": out_tok,
-            "output_tps": out_tok / wall_s if wall_s else None, "requests_per_s": len(ok) / wall_s if wall_s else None,
-            "meets_slo": (not (len(rs) - len(ok)) and all(p99[k] is not None and p99[k] <= slo[k] for k in slo))
-            if slo else None,
-            "goodput_pct": 100.0 * sum(r["error_class"] is None and all(
-                r[f"{k}_ms"] is not None and r[f"{k}_ms"] <= slo[k] for k in slo) for r in rs) / len(rs) if slo else None,
-        })
-    return sorted(out, key=lambda x: (x["variant"], x["concurrency"], x["phase"]))
-
-
-def cost(variants: list[dict[str, Any]], levels: list[dict[str, Any]], reference: dict[str, Any] | None
-         ) -> list[dict[str, Any]]:
-    """$ per million output tokens and per 1,000 requests at each measured load level, from the
-    variant's price per hour and the throughput it reached there (the machine is assumed busy at
-    that level), next to a hosted API's list price for the same tokens (break-even)."""
-    price = {v["name"]: json.loads(v["cost_json"])["usd_per_hour"] for v in variants if v.get("cost_json")}
-    out = []
-    for lv in levels:
-        usd_h = price.get(lv["variant"])
-        if usd_h is None or not lv["output_tps"] or not lv["requests_per_s"]:
-            continue
-        usd_s = usd_h / 3600.0
-        entry = {**{k: lv[k] for k in ("variant", "phase", "concurrency", "meets_slo", "output_tps", "requests_per_s")},
-                 "usd_per_hour": usd_h,
-                 "usd_per_m_output_tokens": usd_s / lv["output_tps"] * 1e6,
-                 "usd_per_1k_requests": usd_s / lv["requests_per_s"] * 1000.0}
-        if reference:
-            n_ok = lv["n"] - lv["errors"]
-            per_req = (lv["prompt_tokens"] * reference["usd_per_m_input"]
-                       + lv["output_tokens"] * reference["usd_per_m_output"]) / 1e6 / max(1, n_ok)
-            entry.update({"reference": reference["name"], "reference_usd_per_1k_requests": per_req * 1000.0,
-                          "reference_usd_per_m_output_tokens": reference["usd_per_m_output"],
-                          "break_even_requests_per_hour": usd_h / per_req if per_req else None,
-                          "cheaper_than_reference": entry["usd_per_1k_requests"] < per_req * 1000.0})
-        out.append(entry)
-    # the highest level that still meets the SLOs (or the highest measured, without SLOs), per variant
-    for v in {e["variant"] for e in out}:
-        ok = [e for e in out if e["variant"] == v and e["meets_slo"] is not False]
-        if ok:
-            max(ok, key=lambda e: e["concurrency"])["best_level"] = True
-    return out
-
-
-def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = None, k: float = 3.5) -> dict[str, Any]:
+def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = None, k: float = 3.5,
+             margins: str | dict[str, Any] | None = None, report: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Everything the report says beyond its tables. ``margins``: non-inferiority margins (the
+    matrix's `margins:` when not given); each variant's verdicts open the findings."""
     run = ledger.require_run(run_id)
     run_id = run["id"]
+    report = report or build_report(ledger, run_id)
+    specs = parse_margins(margins if margins is not None else json.loads(run["matrix_json"]).get("margins"),
+                          "--margins" if margins is not None else "matrix margins")
     baseline = ledger.baseline(run_id)
     rows = request_rows(ledger, run_id)
     max_tokens = json.loads(run["matrix_json"])["generation"]["max_tokens"]
     load = json.loads(run["load_json"] or "{}")
     stop_kv = load.get("stop_kv", 0.9)
     variants = ledger.variants(run_id)
-    levels = load_levels(rows, load)
+    levels = load_levels(rows, load, ledger, run_id)
+    capacity_lines = capacity_statement(variants, levels, baseline, load)
+    qul = quality_under_load(rows)
+    costs = cost(variants, levels, json.loads(run["matrix_json"]).get("reference_price"))
     return {
         "run_id": run_id, "baseline": baseline,
         "slices": slices(rows, by or ["complexity"]),
-        "paired": [p for m in ("ttft_ms", "e2e_ms", "tpot_ms") for p in paired(rows, baseline, m)] if baseline else [],
+        "paired": report["paired"],
+        "multiplicity": report["multiplicity"],
+        "verdicts": (vs := verdicts(first_level(rows), baseline, specs)),
+        "verdict_lines": sentences(vs, baseline) if baseline else [],
         "spikes": spikes(rows, "ttft_ms", k) + spikes(rows, "e2e_ms", k),
-        "capacity": capacity(variants, rows, max_tokens, stop_kv),
+        "capacity": capacity(variants, rows, levels, max_tokens, stop_kv),
+        "capacity_statement": capacity_lines,
         "load_levels": levels,
-        "cost": cost(variants, levels, json.loads(run["matrix_json"]).get("reference_price")),
+        "cost": costs,
         "study_summary": study_summary(ledger, run_id, rows, baseline) if baseline else [],
-        "notes": [line for cls in available().values() for line in cls.notes(rows)],
+        "quality_under_load": qul,
+        "quality_vs_cost": quality_vs_cost(rows, levels, costs),
+        "notes": [line for cls in available().values() for line in cls.notes(rows)] + capacity_lines + ul_lines(qul),
     }
 
 

@@ -10,7 +10,8 @@ from ..grading.registry import available, summary_columns
 from ..host import hosts_differ
 from ..ledger import Ledger
 from ..spec.dataset import COMPLEXITIES
-from ..stats import mean, pct_delta, percentile
+from ..stats import bootstrap_ci, mean, pct_delta, percentile, sign_flip_p, verdict
+from .verdicts import apply_holm, multiplicity_notes
 
 SLICES = (*COMPLEXITIES, "all")
 
@@ -77,6 +78,47 @@ def _slice_stats(rows: list[dict[str, Any]], slo: dict[str, float]) -> dict[str,
     }
 
 
+def paired(rows: list[dict[str, Any]], baseline: str, metric: str, by: str = "complexity") -> list[dict[str, Any]]:
+    """Candidate minus baseline on the same case and repeat, per slice, with a bootstrap CI of the
+    mean difference and a verdict only where the interval excludes 0."""
+    index = {(r["variant"], r["case_id"], r["repeat"]): r for r in rows if r["error_class"] is None}
+    out = []
+    variants = sorted({r["variant"] for r in rows} - {baseline})
+    for v in variants:
+        groups: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        for (var, case, rep), r in index.items():
+            b = index.get((baseline, case, rep))
+            if var != v or b is None or r[metric] is None or b[metric] is None:
+                continue
+            groups[str(r[by])].append((r[metric], b[metric]))
+            groups["all"].append((r[metric], b[metric]))
+        for s, pairs in sorted(groups.items(), key=lambda kv: (kv[0] == "all", kv[0])):
+            diffs = [a - b for a, b in pairs]
+            base_mean = mean([b for _, b in pairs])
+            ci = bootstrap_ci(diffs)
+            p = sign_flip_p(diffs)
+            out.append({
+                "variant": v, by: s, "metric": metric, "pairs": len(pairs), "baseline_mean": base_mean,
+                "variant_mean": mean([a for a, _ in pairs]), "delta": mean(diffs),
+                "delta_pct": 100 * mean(diffs) / base_mean if base_mean else None,
+                "ci95": list(ci) if ci else None, "p": p,
+                "ci95_pct": [100 * c / base_mean for c in ci] if ci and base_mean else None,
+                "verdict": verdict(ci, f"{v} slower" if metric != "out_tps" else f"{v} faster",
+                                   f"{v} faster" if metric != "out_tps" else f"{v} slower", "no clear difference"),
+            })
+    return out
+
+
+
+def first_level(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each variant's rows at its lowest concurrency (a sweep's first level; the one phase otherwise)."""
+    low = {}
+    for r in rows:
+        low[r["variant"]] = min(low.get(r["variant"], 10**9), r["concurrency"] or 1)
+    return [r for r in rows if (r["concurrency"] or 1) == low[r["variant"]]]
+
+
+
 def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float] | None = None) -> dict[str, Any]:
     run = ledger.require_run(run_id)
     run_id = run["id"]
@@ -112,6 +154,9 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
         r["ttft_p50_delta_pct"] = pct_delta(r["ttft_p50_ms"], b and b["ttft_p50_ms"])
         r["e2e_mean_delta_pct"] = pct_delta(r["e2e_mean_ms"], b and b["e2e_mean_ms"])
     arr = arrivals(rows, json.loads(run["load_json"] or "{}"))
+    pairs = [p for m in ("ttft_ms", "e2e_ms", "tpot_ms") for p in paired(first_level(rows), baseline, m)] \
+        if baseline else []
+    multiplicity = apply_holm(table, pairs, baseline)
     return {
         "run": {k: run[k] for k in ("id", "created_at", "finished_at", "status", "matrix_name",
                                     "dataset_hash", "n_cases", "evalkit_version")},
@@ -123,7 +168,9 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
                      for v in variants],
         "rows": table,
         "arrivals": arr,
-        "notes": arrival_notes(arr),
+        "notes": arrival_notes(arr) + multiplicity_notes(multiplicity),
+        "paired": pairs,
+        "multiplicity": multiplicity,
         "graders": sorted({g for r in rows for g in r["grades"]}),
         "host": ledger.host(run.get("host_id")),
         "host_warning": hosts_differ(ledger.run_hosts(run["matrix_name"])),

@@ -11,13 +11,19 @@ L, R, T, B = 64, 16, 34, 46
 
 
 def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+    """Round tick values inside [lo, hi] (never left of the axis, where a label would be cut)."""
     if hi <= lo:
         hi = lo + 1
     raw = (hi - lo) / n
     mag = 10 ** math.floor(math.log10(raw))
     step = min((m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw), default=raw)
-    start = math.floor(lo / step) * step
+    start = math.ceil(lo / step - 1e-9) * step
     return [start + i * step for i in range(int((hi - start) / step) + 2) if start + i * step <= hi + 1e-9]
+
+
+def color_map(names: list[str]) -> dict[str, str]:
+    """One colour per name (a variant), the same in every chart of a report."""
+    return {n: PALETTE[i % len(PALETTE)] for i, n in enumerate(dict.fromkeys(names))}
 
 
 def _fmt(v: float) -> str:
@@ -25,9 +31,13 @@ def _fmt(v: float) -> str:
 
 
 class Chart:
+    """A chart whose legend sits in its own band between the title and the plot area, so it never
+    covers data."""
+
     def __init__(self, title: str, xlabel: str, ylabel: str, xs: list[float], ys: list[float],
-                 ylim: tuple[float, float] | None = None) -> None:
+                 ylim: tuple[float, float] | None = None, legend_items: int = 0) -> None:
         self.title, self.xlabel, self.ylabel = title, xlabel, ylabel
+        self.top = T + 14 * math.ceil(legend_items / 4)
         xs = [x for x in xs if x is not None and math.isfinite(x)] or [0, 1]
         ys = [y for y in ys if y is not None and math.isfinite(y)] or [0, 1]
         self.x0, self.x1 = min(xs), max(xs)
@@ -42,7 +52,7 @@ class Chart:
         return L + (x - self.x0) / (self.x1 - self.x0) * (W - L - R)
 
     def py(self, y: float) -> float:
-        return H - B - (y - self.y0) / (self.y1 - self.y0) * (H - T - B)
+        return H - B - (y - self.y0) / (self.y1 - self.y0) * (H - self.top - B)
 
     def axes(self, xticks: bool = True) -> None:
         p = self.parts
@@ -55,17 +65,19 @@ class Chart:
             p.append(f'<line x1="{x:.1f}" y1="{H - B}" x2="{x:.1f}" y2="{H - B + 4}" stroke="#333"/>'
                      f'<text x="{x:.1f}" y="{H - B + 16}" text-anchor="middle">{_fmt(t)}</text>')
         p.append(f'<line x1="{L}" y1="{H - B}" x2="{W - R}" y2="{H - B}" stroke="#333"/>'
-                 f'<line x1="{L}" y1="{T}" x2="{L}" y2="{H - B}" stroke="#333"/>'
+                 f'<line x1="{L}" y1="{self.top}" x2="{L}" y2="{H - B}" stroke="#333"/>'
                  f'<text x="{(L + W - R) / 2}" y="{H - 8}" text-anchor="middle">{escape(self.xlabel)}</text>'
-                 f'<text transform="translate(14,{(T + H - B) / 2}) rotate(-90)" text-anchor="middle">'
+                 f'<text transform="translate(14,{(self.top + H - B) / 2}) rotate(-90)" text-anchor="middle">'
                  f'{escape(self.ylabel)}</text>'
                  f'<text x="{W / 2}" y="20" text-anchor="middle" font-weight="bold">{escape(self.title)}</text>')
 
-    def legend(self, names: list[str]) -> None:
+    def legend(self, names: list[str], colors: dict[str, str] | None = None) -> None:
+        """In the band above the plot area (reserved by ``legend_items``)."""
         for i, n in enumerate(names):
             x = L + 8 + (i % 4) * 125
-            y = T + 4 + (i // 4) * 14
-            self.parts.append(f'<rect x="{x}" y="{y}" width="10" height="10" fill="{PALETTE[i % len(PALETTE)]}"/>'
+            y = T - 6 + (i // 4) * 14
+            col = (colors or {}).get(n, PALETTE[i % len(PALETTE)])
+            self.parts.append(f'<rect x="{x}" y="{y}" width="10" height="10" fill="{col}"/>'
                               f'<text x="{x + 14}" y="{y + 9}">{escape(n)}</text>')
 
     def svg(self) -> str:
@@ -76,18 +88,29 @@ class Chart:
 
 def lines(title: str, xlabel: str, ylabel: str, series: dict[str, list[tuple[float, float]]],
           step: bool = False, ylim: tuple[float, float] | None = None,
-          hlines: list[tuple[float, str]] | None = None) -> str:
-    """Line per series; ``hlines``: dashed horizontal reference lines (value, label), e.g. an SLO."""
+          hlines: list[tuple[float, str]] | None = None, colors: dict[str, str] | None = None,
+          vlines: list[tuple[float, str, str | None]] | None = None) -> str:
+    """Line per series. ``hlines``: dashed horizontal references (value, label), e.g. an SLO;
+    ``vlines``: dotted vertical ones (x, label, series whose colour it takes), e.g. a predicted
+    capacity."""
     pts = [p for s in series.values() for p in s]
     ys = [p[1] for p in pts] + [v for v, _ in hlines or []]
-    c = Chart(title, xlabel, ylabel, [p[0] for p in pts], ys, ylim)
+    xs = [p[0] for p in pts] + [x for x, _, _ in vlines or []]
+    c = Chart(title, xlabel, ylabel, xs, ys, ylim, legend_items=len(series))
+    cols = colors or color_map(list(series))
     c.axes()
     for v, label in hlines or []:
-        c.parts.append(f'<line x1="{c.px(min(p[0] for p in pts)):.1f}" x2="{c.px(max(p[0] for p in pts)):.1f}" '
+        c.parts.append(f'<line x1="{c.px(c.x0):.1f}" x2="{c.px(c.x1):.1f}" '
                        f'y1="{c.py(v):.1f}" y2="{c.py(v):.1f}" stroke="#c00" stroke-dasharray="5,4"/>'
-                       f'<text x="{c.px(min(p[0] for p in pts)) + 4:.1f}" y="{c.py(v) - 4:.1f}" font-size="10" '
+                       f'<text x="{c.px(c.x0) + 4:.1f}" y="{c.py(v) - 4:.1f}" font-size="10" '
                        f'fill="#c00">{escape(label)}</text>')
-    for i, (_, s) in enumerate(series.items()):
+    for k, (x, label, owner) in enumerate(vlines or []):
+        col = cols.get(owner or "", "#555")
+        c.parts.append(f'<line x1="{c.px(x):.1f}" x2="{c.px(x):.1f}" y1="{c.top}" y2="{H - B}" stroke="{col}" '
+                       f'stroke-dasharray="2,3" stroke-width="1.5"/>'
+                       f'<text x="{c.px(x) + 3:.1f}" y="{c.top + 10 + 12 * k:.1f}" font-size="10" '
+                       f'fill="{col}">{escape(label)}</text>')
+    for name, s in series.items():
         if not s:
             continue
         coords = []
@@ -97,48 +120,62 @@ def lines(title: str, xlabel: str, ylabel: str, series: dict[str, list[tuple[flo
                 coords.append(f"{c.px(x):.1f},{c.py(prev):.1f}")
             coords.append(f"{c.px(x):.1f},{c.py(y):.1f}")
             prev = y
-        c.parts.append(f'<polyline fill="none" stroke="{PALETTE[i % len(PALETTE)]}" stroke-width="2" '
+        c.parts.append(f'<polyline fill="none" stroke="{cols.get(name, PALETTE[0])}" stroke-width="2" '
                        f'points="{" ".join(coords)}"/>')
-    c.legend(list(series))
+        if len(s) <= 12:  # few points (load levels): mark each
+            c.parts += [f'<circle cx="{c.px(x):.1f}" cy="{c.py(y):.1f}" r="3" fill="{cols.get(name, PALETTE[0])}"/>'
+                        for x, y in s]
+    c.legend(list(series), cols)
     return c.svg()
 
 
-def cdf(title: str, xlabel: str, samples: dict[str, list[float]]) -> str:
+def cdf(title: str, xlabel: str, samples: dict[str, list[float]], colors: dict[str, str] | None = None) -> str:
     series = {}
     for name, xs in samples.items():
         xs = sorted(x for x in xs if x is not None)
         series[name] = [(x, (i + 1) / len(xs)) for i, x in enumerate(xs)]
-    return lines(title, xlabel, "fraction of requests", series, step=True, ylim=(0, 1))
+    return lines(title, xlabel, "fraction of requests", series, step=True, ylim=(0, 1), colors=colors)
 
 
 def scatter(title: str, xlabel: str, ylabel: str, series: dict[str, list[tuple[float, float]]],
-            marked: list[tuple[float, float]] | None = None) -> str:
+            marked: list[tuple[float, float]] | None = None, colors: dict[str, str] | None = None,
+            labels: list[tuple[float, float, str]] | None = None) -> str:
+    """Points per series; ``marked`` circled (spikes); ``labels``: text next to a point."""
     pts = [p for s in series.values() for p in s] + (marked or [])
-    c = Chart(title, xlabel, ylabel, [p[0] for p in pts], [p[1] for p in pts])
+    names = list(series) + (["○ spike"] if marked else [])
+    c = Chart(title, xlabel, ylabel, [p[0] for p in pts], [p[1] for p in pts], legend_items=len(names))
+    cols = colors or color_map(list(series))
     c.axes()
-    for i, (_, s) in enumerate(series.items()):
-        col = PALETTE[i % len(PALETTE)]
+    for name, s in series.items():
+        col = cols.get(name, PALETTE[0])
         c.parts += [f'<circle cx="{c.px(x):.1f}" cy="{c.py(y):.1f}" r="3.5" fill="{col}" fill-opacity="0.7"/>'
                     for x, y in s]
     for x, y in marked or []:
         c.parts.append(f'<circle cx="{c.px(x):.1f}" cy="{c.py(y):.1f}" r="8" fill="none" stroke="black" '
                        f'stroke-width="2"><title>spike</title></circle>')
-    c.legend(list(series) + (["○ spike"] if marked else []))
+    for x, y, text in labels or []:
+        c.parts.append(f'<text x="{c.px(x) + 6:.1f}" y="{c.py(y) - 6:.1f}" font-size="10">{escape(text)}</text>')
+    c.legend(names, cols)
     return c.svg()
 
 
-def boxes(title: str, ylabel: str, groups: dict[str, list[float]]) -> str:
-    """Box plot (p10-p90 whiskers, p25-p75 box, median line) plus the points themselves."""
+def boxes(title: str, ylabel: str, groups: dict[str, list[float]], colors: dict[str, str] | None = None,
+          owner: dict[str, str] | None = None) -> str:
+    """Box plot (p10-p90 whiskers, p25-p75 box, median line) plus the points themselves. A box takes
+    the colour of its ``owner`` (its variant), so one variant is one colour in every chart."""
     from ..stats import percentile
 
     vals = [v for g in groups.values() for v in g if v is not None]
-    c = Chart(title, "", ylabel, [0, max(1, len(groups))], vals or [0, 1])
+    owners = owner or {g: g for g in groups}
+    cols = colors or color_map(list(dict.fromkeys(owners.values())))
+    legend = list(dict.fromkeys(owners.values()))
+    c = Chart(title, "", ylabel, [0, max(1, len(groups))], vals or [0, 1], legend_items=len(legend))
     c.x0, c.x1 = 0, max(1, len(groups))
     c.axes(xticks=False)
     for i, (name, g) in enumerate(groups.items()):
         g = [v for v in g if v is not None]
         x = c.px(i + 0.5)
-        col = PALETTE[i % len(PALETTE)]
+        col = cols.get(owners.get(name, name), PALETTE[0])
         c.parts.append(f'<text x="{x:.1f}" y="{H - B + 30}" text-anchor="middle">{escape(name)}</text>')
         if not g:
             continue
@@ -152,19 +189,21 @@ def boxes(title: str, ylabel: str, groups: dict[str, list[float]]) -> str:
             f'stroke-width="2"/>')
         c.parts += [f'<circle cx="{x + 26 + (j % 5) * 3:.1f}" cy="{c.py(v):.1f}" r="2" fill="{col}"/>'
                     for j, v in enumerate(g)]
+    c.legend(legend, cols)
     return c.svg()
 
 
 def bars(title: str, ylabel: str, groups: dict[str, float | None], errors: dict[str, tuple[float, float]] | None = None,
-         refs: dict[str, float | None] | None = None) -> str:
+         refs: dict[str, float | None] | None = None, colors: dict[str, str] | None = None) -> str:
     vals = [v for v in groups.values() if v is not None] + [v for v in (refs or {}).values() if v is not None]
     vals += [e for pair in (errors or {}).values() for e in pair]
     c = Chart(title, "", ylabel, [0, max(1, len(groups))], vals or [0, 1])
     c.x0, c.x1 = 0, max(1, len(groups))
+    cols = colors or color_map(list(groups))
     c.axes(xticks=False)
     for i, (name, v) in enumerate(groups.items()):
         x = c.px(i + 0.5)
-        col = PALETTE[i % len(PALETTE)]
+        col = cols.get(name, PALETTE[i % len(PALETTE)])
         c.parts.append(f'<text x="{x:.1f}" y="{H - B + 30}" text-anchor="middle">{escape(name)}</text>')
         if v is not None:
             y0, y1 = c.py(max(0, c.y0)), c.py(v)

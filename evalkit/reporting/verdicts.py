@@ -170,3 +170,41 @@ def sentences(vs: list[dict[str, Any]], baseline: str) -> list[str]:
         out.append(f"{v} vs {baseline}: " + "; ".join(parts) + " (each verdict Holm-adjusted within the variant, "
                    "5 % family-wise)")
     return out
+
+
+def apply_holm(table: list[dict[str, Any]], pairs: list[dict[str, Any]], baseline: str | None,
+               alpha: float = ALPHA) -> dict[str, dict[str, Any]]:
+    """Chance controlled: every test in the report that can flag a difference between a variant
+    and the baseline (latency per metric x slice, drift per slice) is one family per variant,
+    adjusted by Holm. A flag whose adjusted p-value is not below ``alpha`` is shown as not
+    surviving, never as a finding. Returns per variant: tests, flags that survive, flags that
+    would have been raised unadjusted, and how many chance alone would give at that size."""
+    out: dict[str, dict[str, Any]] = {}
+    for v in dict.fromkeys([p["variant"] for p in pairs] + [r["variant"] for r in table if r["variant"] != baseline]):
+        fam: list[tuple[dict[str, Any], str, str]] = [(p, "p", "verdict") for p in pairs if p["variant"] == v]
+        fam += [(r, "drift_p", "drift_verdict") for r in table if r["variant"] == v and r.get("drift_p") is not None]
+        adj = holm([e[k] for e, k, _ in fam])
+        raw_flags = held = 0
+        for (e, k, vk), a in zip(fam, adj, strict=True):
+            e[f"{k}_holm"] = a
+            claims = bool(e.get(vk)) and (e[vk].startswith(("drift above", "drift below")) or
+                                         (vk == "verdict" and e[vk] not in ("no clear difference",)
+                                          and not e[vk].startswith("n/a")))
+            if not claims:
+                continue
+            raw_flags += 1
+            if a is not None and a < alpha:
+                held += 1
+            else:
+                e[vk] = (f"not a finding: {e[vk]} by its interval, but Holm-adjusted p "
+                         f"{'-' if a is None else f'{a:.2f}'} ≥ {alpha:g} (raw p {e[k]:.3f}) in a family of {len(fam)}")
+        out[v] = {"tests": len(fam), "flags": held, "flags_unadjusted": raw_flags,
+                  "expected_by_chance": alpha * len(fam), "method": "Holm, two-sided sign-flip tests"}
+    return out
+
+
+def multiplicity_notes(m: dict[str, dict[str, Any]]) -> list[str]:
+    return [f"{v}: {x['tests']} difference tests against the baseline in this report (latency metrics x slices, "
+            f"drift x slices); with no true difference chance alone would flag {x['expected_by_chance']:.1f} of them "
+            f"unadjusted; {x['method']} keeps the chance of any false flag at {ALPHA:.0%}: {x['flags']} flag(s) "
+            f"survive of {x['flags_unadjusted']} raised by their intervals" for v, x in m.items() if x["tests"]]

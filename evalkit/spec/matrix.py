@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ..errors import MatrixError, deprecated
 from ..paths import default_matrix_path
 from .config import load_yaml_model
+from .sizes import check_budget
 
 
 def arg_value(args: list[str], flag: str) -> str | None:
@@ -53,6 +54,16 @@ class Generation(BaseModel):
         2, ge=1, description="times the baseline is sent per case: repeats beyond the first are drift's noise floor")
     timeout_s: float = Field(600.0, gt=0)
     extra_body: dict[str, Any] = Field(default_factory=dict, description="merged into each request body")
+    quality_under_load: bool = Field(
+        False, description="also compare each case's output at the highest concurrency reached with its output at "
+                           "concurrency 1 (greedy decoding): does batching or preemption change answers?")
+
+    @model_validator(mode="after")
+    def _greedy_for_load_quality(self) -> Generation:
+        if self.quality_under_load and self.temperature != 0:
+            raise ValueError("quality_under_load compares outputs across load levels: it needs greedy decoding "
+                             "(temperature: 0)")
+        return self
 
 
 def check_url(v: str | None) -> str | None:
@@ -86,6 +97,27 @@ class Telemetry(BaseModel):
     model_config = ConfigDict(extra="forbid")
     scrape: bool = True
     interval_s: float = Field(0.5, gt=0, le=60)
+    per_request_metrics: bool = Field(True, description="launched servers return each request's own server timing "
+                                                        "(--enable-per-request-metrics), read from the final chunk")
+
+
+class Load(BaseModel):
+    """A matrix's default load (the command line overrides each field it gives): a bundled study
+    such as `capacity` runs its sweep with `evalkit run --matrix capacity` alone."""
+
+    model_config = ConfigDict(extra="forbid")
+    sweep: list[int] | None = Field(None, description="concurrency levels, e.g. [1, 2, 4, 8]")
+    concurrency: int | None = Field(None, ge=1)
+    rate: float | None = Field(None, gt=0)
+    stop_kv: float | None = Field(None, gt=0, le=1)
+    slo: str | None = Field(None, description="per-request limits: ttft=2000,e2e=10000 (ms) or ttft=3x (relative)")
+
+    @field_validator("sweep")
+    @classmethod
+    def _levels(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and (not v or any(c < 1 for c in v)):
+            raise ValueError("levels must be positive integers")
+        return v
 
 
 class Cost(BaseModel):
@@ -127,6 +159,10 @@ class Variant(BaseModel):
     dtype: str | None = Field(None, description="'native' (bf16 where the CPU has AVX-512 BF16/AMX, float32 otherwise; "
                                                 "auto on a GPU) or a vLLM --dtype value; recorded per variant")
     cost: Cost | None = None
+    memory_budget: str | None = Field(None, description="weights + KV cache for this launched variant: a size "
+                                                        "(600MiB) or a multiple of the baseline's weights (1.25x)")
+
+    _budget = field_validator("memory_budget", mode="before")(lambda v: check_budget(v))
 
     @field_validator("name")
     @classmethod
@@ -155,6 +191,10 @@ class Variant(BaseModel):
             raise ValueError("vllm_args and dtype apply only to launched servers, not to an endpoint")
         if self.dtype and any(a == "--dtype" or a.startswith("--dtype=") for a in self.vllm_args):
             raise ValueError("give the dtype once: either `dtype:` or `--dtype` in vllm_args")
+        if self.memory_budget and not self.launched:
+            raise ValueError("memory_budget sizes the KV cache of a server evalkit launches, not of an endpoint")
+        if self.memory_budget and arg_value(self.vllm_args, "--kv-cache-memory-bytes"):
+            raise ValueError("give memory_budget or --kv-cache-memory-bytes, not both")
         return self
 
     def resolved_dtype(self) -> str | None:
@@ -230,7 +270,16 @@ class Matrix(BaseModel):
     judge: Judge | None = None
     cost: Cost | None = Field(None, description="default price for variants that give none")
     reference_price: ReferencePrice | None = None
+    memory_budget: str | None = Field(None, description="one budget (weights + KV cache) for every launched variant "
+                                                        "that gives none: a size (600MiB) or 1.25x the baseline's "
+                                                        "weights")
+    load: Load = Field(default_factory=Load)
+    margins: dict[str, str | float] = Field(
+        default_factory=dict, description="non-inferiority margins per metric, e.g. {drift: 0.05, schema_pass: -2pp, "
+                                          "e2e_mean: +0%}: each variant gets a verdict per metric")
     variants: list[Variant] = Field(min_length=1)
+
+    _budget = field_validator("memory_budget", mode="before")(lambda v: check_budget(v))
 
     @model_validator(mode="after")
     def _names(self) -> Matrix:
@@ -244,6 +293,10 @@ class Matrix(BaseModel):
         if self.cost:
             for v in self.variants:
                 v.cost = v.cost or self.cost
+        if self.memory_budget:
+            for v in self.variants:
+                if v.launched and not arg_value(v.vllm_args, "--kv-cache-memory-bytes"):
+                    v.memory_budget = v.memory_budget or self.memory_budget
         return self
 
     def variant(self, name: str) -> Variant:

@@ -20,6 +20,8 @@ from typing import Any
 
 from aiohttp import web
 
+from .kvsim import KvSim
+
 FAULTS = ("http_500", "http_503", "http_429", "cut", "malformed", "stall", "empty", "not_json", "echo_auth")
 
 
@@ -53,22 +55,39 @@ class StubConfig:
     block_size: int = 16
     # /metrics answers 500 on every Nth scrape after the first (a server busy or restarting)
     metrics_fail_every: int | None = None
+    # token-exact KV pressure (evalkit.testing.kvsim): capacity in tokens, and when set, `ignore_eos`
+    # requests generate exactly max_tokens tokens; each extra running request slows decode by this share
+    kv_tokens: int | None = None
+    max_num_seqs: int = 256
+    batch_slowdown: float = 0.0
+    per_request_metrics: bool = False  # the final chunk carries vLLM's per-request `metrics`
+    kv: Any = None
 
 
 HISTS = ("time_to_first_token_seconds", "e2e_request_latency_seconds", "request_queue_time_seconds",
          "request_prefill_time_seconds", "request_decode_time_seconds", "request_inference_time_seconds")
 
 
+def kv_sim(cfg: StubConfig) -> KvSim | None:
+    if cfg.kv_tokens is not None and cfg.kv is None:
+        cfg.kv = KvSim(cfg.kv_tokens, cfg.block_size, cfg.max_num_seqs)
+    return cfg.kv
+
+
 def metrics_text(cfg: StubConfig) -> str:
     """A vLLM-shaped exposition: the same names, so the scraper and attribution can be tested."""
     lab = f'engine="0",model_name="{cfg.model}"'
+    kv = kv_sim(cfg)
+    usage = kv.usage if kv else min(1.0, cfg.running * cfg.kv_per_request)
+    waiting = kv.waiting if kv else 0
+    blocks = kv.total_blocks if kv else cfg.num_blocks
     lines = [
-        f"vllm:num_requests_running{{{lab}}} {float(cfg.running)}",
-        f"vllm:num_requests_waiting{{{lab}}} 0.0",
-        f"vllm:kv_cache_usage_perc{{{lab}}} {min(1.0, cfg.running * cfg.kv_per_request):.6f}",
-        f"vllm:num_preemptions_total{{{lab}}} {float(cfg.preemptions)}",
+        f"vllm:num_requests_running{{{lab}}} {float(kv.running if kv else cfg.running)}",
+        f"vllm:num_requests_waiting{{{lab}}} {float(waiting)}",
+        f"vllm:kv_cache_usage_perc{{{lab}}} {usage:.6f}",
+        f"vllm:num_preemptions_total{{{lab}}} {float(cfg.preemptions + (kv.preemptions if kv else 0))}",
         f"vllm:cache_config_info{{block_size=\"{cfg.block_size}\",cache_dtype=\"auto\",{lab},"
-        f"num_gpu_blocks=\"{cfg.num_blocks}\"}} 1.0",
+        f"num_gpu_blocks=\"{blocks}\"}} 1.0",
     ]
     for h in HISTS:
         xs = cfg.hist.get(h, [])
@@ -111,6 +130,22 @@ def answer_text(body: dict[str, Any]) -> str:
         return json.dumps(_fill(schema, "the request"))
     last = next((_text(m.get("content")) for m in reversed(body.get("messages", [])) if m.get("role") == "user"), "")
     return f"This is a stub reply to a prompt of {len(last.split())} words. It is deterministic and plain."
+
+
+def _prompt_tokens(body: dict[str, Any]) -> int:
+    """The stub's token count of a prompt: its words (what its usage chunk reports)."""
+    return sum(len(_text(m.get("content")).split()) for m in body.get("messages", []))
+
+
+def _request_metrics(times: dict[str, float], n_tokens: int) -> dict[str, Any]:
+    """vLLM's per-request `metrics` object (--enable-per-request-metrics), from the stub's own clock."""
+    now = time.perf_counter()
+    first = times.get("first", now)
+    gen = now - first
+    return {"time_to_first_token_ms": (first - times["scheduled"]) * 1000,
+            "queue_time_ms": (times["scheduled"] - times["arrived"]) * 1000, "generation_time_ms": gen * 1000,
+            "mean_itl_ms": gen * 1000 / (n_tokens - 1) if n_tokens > 1 else None,
+            "tokens_per_second": n_tokens / (now - times["scheduled"]) if now > times["scheduled"] else None}
 
 
 def _chunk(rid: str, model: str, delta: dict[str, Any], finish: str | None = None) -> bytes:
@@ -170,28 +205,41 @@ def make_app(cfg: StubConfig) -> web.Application:
                                                    "message": {"role": "assistant", "content": text}}]})
         if cfg.fixed_chunks is not None:
             text = "tok " * cfg.fixed_chunks
+        elif kv_sim(cfg) is not None and body.get("ignore_eos"):
+            text = "tok " * int(body.get("max_tokens") or 16)  # exactly max_tokens 1-token chunks
         if fault == "not_json":
             text = "Sure! Here is your email: Dear hiring manager, ..."
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         t0 = time.perf_counter()
+        times = {"arrived": t0}
+        kv = kv_sim(cfg)
+        prompt = _prompt_tokens(body)
+        if kv is not None:
+            await kv.admit(n, prompt)
+        times["scheduled"] = time.perf_counter()
         cfg.running += 1
         if cfg.preempt_over is not None and cfg.running > cfg.preempt_over:
             cfg.preemptions += 1
         try:
-            return await _stream(request, resp, body, text, fault, n)
+            return await _stream(request, resp, body, text, fault, n, times)
         finally:
             cfg.running -= 1
-            e2e = time.perf_counter() - t0
-            t_first = cfg.ttft_ms / 1000
-            record({"time_to_first_token_seconds": t_first, "e2e_request_latency_seconds": e2e,
-                    "request_queue_time_seconds": 0.0, "request_prefill_time_seconds": t_first,
-                    "request_decode_time_seconds": max(0.0, e2e - t_first), "request_inference_time_seconds": e2e})
+            if kv is not None:
+                kv.release(n)
+            now = time.perf_counter()
+            e2e, queue = now - t0, times["scheduled"] - t0
+            first = times.get("first", times["scheduled"] + cfg.ttft_ms / 1000)
+            record({"time_to_first_token_seconds": first - t0, "e2e_request_latency_seconds": e2e,
+                    "request_queue_time_seconds": queue, "request_prefill_time_seconds": first - times["scheduled"],
+                    "request_decode_time_seconds": max(0.0, now - first),
+                    "request_inference_time_seconds": now - times["scheduled"]})
 
     async def _stream(request: web.Request, resp: web.StreamResponse, body: dict[str, Any], text: str,
-                      fault: str | None, n: int) -> web.StreamResponse:
+                      fault: str | None, n: int, times: dict[str, float]) -> web.StreamResponse:
         rid = f"chatcmpl-stub-{n}"
         model = body.get("model", cfg.model)
+        kv = cfg.kv
         if cfg.role_chunk:
             await resp.write(_chunk(rid, model, {"role": "assistant", "content": ""}))
         await asyncio.sleep(cfg.ttft_ms / 1000)
@@ -203,8 +251,14 @@ def make_app(cfg: StubConfig) -> web.Application:
             pieces = pieces[: cfg.max_chunks]
         for i, piece in enumerate(pieces):
             if i:
-                await asyncio.sleep(cfg.itl_ms / 1000)
+                running = kv.running if kv is not None else cfg.running
+                await asyncio.sleep(cfg.itl_ms / 1000 * (1 + cfg.batch_slowdown * max(0, running - 1)))
+            if kv is not None and not kv.grow(n):  # preempted: wait to be recomputed, then go on
+                await kv.admit(n, _prompt_tokens(body) + i)
+                await asyncio.sleep(cfg.ttft_ms / 1000)
+                kv.grow(n)
             await resp.write(_chunk(rid, model, {"content": piece}))
+            times.setdefault("first", time.perf_counter())
             if cfg.stamp and i == 0:
                 cfg.stamps[n] = time.perf_counter()
             if fault == "malformed" and i == 0:
@@ -217,11 +271,13 @@ def make_app(cfg: StubConfig) -> web.Application:
             if fault == "stall" and i == 0:
                 await asyncio.sleep(3600)
         await resp.write(_chunk(rid, model, {}, "length" if cfg.max_chunks else "stop"))
-        usage = {"prompt_tokens": sum(len(_text(m.get("content")).split()) for m in body.get("messages", [])),
-                 "completion_tokens": len(pieces), "total_tokens": 0}
+        usage = {"prompt_tokens": _prompt_tokens(body), "completion_tokens": len(pieces), "total_tokens": 0}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         if cfg.usage:
-            await resp.write(b"data: " + json.dumps({"id": rid, "choices": [], "usage": usage}).encode() + b"\n\n")
+            final: dict[str, Any] = {"id": rid, "choices": [], "usage": usage}
+            if cfg.per_request_metrics:
+                final["metrics"] = _request_metrics(times, len(pieces))
+            await resp.write(b"data: " + json.dumps(final).encode() + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
@@ -284,9 +340,15 @@ def main() -> None:
     ap.add_argument("--no-role-chunk", action="store_true", help="first chunk carries content (benchmarks)")
     ap.add_argument("--fixed-chunks", type=int, default=None, help="exactly N content chunks per reply")
     ap.add_argument("--stamp", action="store_true", help="record first-content send times, served on /stats")
+    ap.add_argument("--kv-tokens", type=int, default=None, help="token-exact KV pressure with this capacity")
+    ap.add_argument("--block-size", type=int, default=16)
+    ap.add_argument("--batch-slowdown", type=float, default=0.0, help="decode slowdown per extra running request")
+    ap.add_argument("--enable-per-request-metrics", action="store_true", help="vLLM's per-request `metrics`")
     a = ap.parse_args()
     cfg = StubConfig(ttft_ms=a.ttft_ms, itl_ms=a.itl_ms, fault=a.fault, fault_every=a.fault_every,
-                     role_chunk=not a.no_role_chunk, fixed_chunks=a.fixed_chunks, stamp=a.stamp)
+                     role_chunk=not a.no_role_chunk, fixed_chunks=a.fixed_chunks, stamp=a.stamp, kv_tokens=a.kv_tokens,
+                     block_size=a.block_size, batch_slowdown=a.batch_slowdown,
+                     per_request_metrics=a.enable_per_request_metrics)
     web.run_app(make_app(cfg), host="127.0.0.1", port=a.port, access_log=None)
 
 

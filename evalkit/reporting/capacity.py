@@ -1,0 +1,191 @@
+"""Capacity: what each variant's KV cache holds and where it stops keeping its SLOs, per load
+level; the study's claim in its own shape ("in the same 320 MiB, W8A8 has 2.6x the KV blocks and
+keeps the SLO up to concurrency 8 vs 4"); and cost per token at each level."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from typing import Any
+
+from ..execution.load import SLO_METRICS, reference_latencies, slowdowns
+from ..ledger import Ledger
+from ..spec.sizes import human
+from ..stats import mean, percentile, wilson
+
+
+def _slo_of(load: dict[str, Any]) -> tuple[dict[str, float], dict[str, float]]:
+    absolute = {k: load[f"slo_{k}_ms"] for k in SLO_METRICS if load.get(f"slo_{k}_ms") is not None}
+    return absolute, dict(load.get("slo_relative") or {})
+
+
+def meets(r: dict[str, Any], absolute: dict[str, float], relative: dict[str, float],
+          reference: dict[tuple[str, int], dict[str, float]]) -> bool:
+    """One request met every per-request limit (absolute ms, or a factor over the same case's
+    latency at concurrency 1)."""
+    if r["error_class"] is not None:
+        return False
+    if any(r[f"{k}_ms"] is None or r[f"{k}_ms"] > v for k, v in absolute.items()):
+        return False
+    for k, f in relative.items():
+        s = slowdowns([r], reference, k)
+        if not s or s[0] > f:
+            return False
+    return True
+
+
+def load_levels(rows: list[dict[str, Any]], load: dict[str, Any], ledger: Ledger | None = None,
+                run_id: str | None = None) -> list[dict[str, Any]]:
+    """Per variant and load level (a sweep's phases, or the one phase): throughput over the level's
+    wall time; KV peak, most running and waiting, preemptions (the server's counter); goodput (the
+    share meeting every per-request limit, with a Wilson 95 % interval); and whether the level met
+    the run's SLOs (p99 of each at or under its limit, the sweep's own rule)."""
+    absolute, relative = _slo_of(load)
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        groups[(r["variant"], r["phase"] or "main")].append(r)
+    refs = {v: reference_latencies(rs) for (v, _), rs in groups.items() if max((r["concurrency"] or 1) for r in rs) == 1}
+    out = []
+    for (v, phase), rs in groups.items():
+        ok = [r for r in rs if r["error_class"] is None]
+        spans = [(r["mono_start_ms"], r["mono_start_ms"] + (r["e2e_ms"] or 0.0)) for r in rs
+                 if r["mono_start_ms"] is not None]
+        wall_s = (max(b for _, b in spans) - min(a for a, _ in spans)) / 1000.0 if spans else None
+        out_tok = sum(r["completion_tokens"] or 0 for r in ok)
+        in_tok = sum(r["prompt_tokens"] or 0 for r in ok)
+        ref = refs.get(v, {})
+        p99 = {k: percentile([r[f"{k}_ms"] for r in ok if r[f"{k}_ms"] is not None], 99) for k in absolute}
+        p99_rel = {k: percentile(slowdowns(ok, ref, k), 99) for k in relative}
+        slo = bool(absolute or relative)
+        good = sum(meets(r, absolute, relative, ref) for r in rs)
+
+        out.append({
+            "variant": v, "phase": phase, "concurrency": max((r["concurrency"] or 1) for r in rs), "n": len(rs),
+            "errors": len(rs) - len(ok), "wall_s": wall_s, "prompt_tokens": in_tok, "output_tokens": out_tok,
+            "output_tps": out_tok / wall_s if wall_s else None, "requests_per_s": len(ok) / wall_s if wall_s else None,
+            "kv_peak": _peak(rs, "srv_kv_cache_usage_peak"), "running_peak": _peak(rs, "srv_running_peak"),
+            "waiting_peak": _peak(rs, "srv_waiting_peak"),
+            "preemptions": ledger.level_counter_delta(run_id, v, rs, "num_preemptions_total") if ledger and run_id
+            else None,
+            "slowdown_p99": p99_rel or None,
+            "meets_slo": (not (len(rs) - len(ok)) and all(p99[k] is not None and p99[k] <= absolute[k] for k in absolute)
+                          and all(p99_rel[k] is not None and p99_rel[k] <= relative[k] for k in relative))
+            if slo else None,
+            "goodput_pct": 100.0 * good / len(rs) if slo and rs else None,
+            "goodput_ci95_pct": [100 * x for x in ci] if slo and (ci := wilson(good, len(rs))) else None,
+        })
+    return sorted(out, key=lambda x: (x["variant"], x["concurrency"], x["phase"]))
+
+
+def _peak(rows: list[dict[str, Any]], col: str) -> float | None:
+    xs = [r[col] for r in rows if r.get(col) is not None]
+    return max(xs) if xs else None
+
+
+def slo_held_up_to(levels: list[dict[str, Any]], variant: str) -> int | None:
+    """The highest concurrency at which this variant met its SLOs, every lower level too."""
+    best = None
+    for lv in sorted((x for x in levels if x["variant"] == variant), key=lambda x: x["concurrency"]):
+        if lv["meets_slo"] is not True:
+            break
+        best = lv["concurrency"]
+    return best
+
+
+def capacity(variants: list[dict[str, Any]], rows: list[dict[str, Any]], levels: list[dict[str, Any]],
+             max_tokens: int, stop_kv: float = 0.9) -> list[dict[str, Any]]:
+    """Per variant: the KV cache its budget bought (blocks as the engine made them), the requests
+    that fit at once at the run's lengths (predicted), where its sweep saturated and why, and the
+    highest concurrency at which it kept the SLOs (measured)."""
+    out = []
+    for v in variants:
+        cfg = json.loads(v.get("cache_config_json") or "{}")
+        blocks = v.get("kv_blocks") or (int(cfg["num_gpu_blocks"]) if cfg.get("num_gpu_blocks") else None)
+        bs = v.get("kv_block_size") or (int(cfg["block_size"]) if cfg.get("block_size") else None)
+        if not blocks or not bs:
+            out.append({"variant": v["name"], "kv_tokens": None, "note": "the engine did not report cache_config_info"})
+            continue
+        per = {}
+        for cx in ("short", "medium", "long"):
+            p = mean([r["prompt_tokens"] for r in rows if r["variant"] == v["name"] and r["complexity"] == cx
+                      and r["prompt_tokens"]])
+            if p:
+                per[cx] = (blocks - 1) // max(1, math.ceil((p + max_tokens) / bs))
+        vrows = [r for r in rows if r["variant"] == v["name"]]
+        sat = [r["concurrency"] for r in vrows if (r["srv_kv_cache_usage_peak"] or 0) >= stop_kv
+               or (r["srv_preemptions"] or 0) > 0]
+        out.append({"variant": v["name"], "kv_tokens": blocks * bs, "block_size": bs, "blocks": blocks,
+                    "memory_budget_bytes": v.get("memory_budget_bytes"), "weight_bytes": v.get("weight_bytes"),
+                    "weight_bytes_reported": v.get("weight_bytes_reported"), "kv_bytes": v.get("kv_bytes"),
+                    "engine_max_concurrency": cfg.get("kv_cache_max_concurrency"),
+                    "max_concurrency_predicted": v.get("max_concurrency_predicted"),
+                    "max_concurrent_by_complexity": per,
+                    "saturated_at": v.get("saturated_at"), "saturation_reason": v.get("saturation_reason"),
+                    "measured_saturation_concurrency": v.get("saturated_at") or (min(sat) if sat else None),
+                    "slo_held_up_to": slo_held_up_to(levels, v["name"]),
+                    "max_concurrency_tested": max((r["concurrency"] or 1) for r in vrows) if vrows else None})
+    return out
+
+
+def capacity_statement(variants: list[dict[str, Any]], levels: list[dict[str, Any]], baseline: str | None,
+                       load: dict[str, Any]) -> list[str]:
+    """The study's claim in its own shape, one line per candidate that shares the baseline's budget."""
+    by = {v["name"]: v for v in variants}
+    base = by.get(baseline or "")
+    if not base or not base.get("kv_blocks"):
+        return []
+    absolute, relative = _slo_of(load)
+    slo = ", ".join([f"{k} ≤ {v:g} ms" for k, v in absolute.items()] + [f"{k} ≤ {f:g}x its concurrency-1 value"
+                                                                       for k, f in relative.items()])
+    out = []
+    for name, v in by.items():
+        if name == baseline or not v.get("kv_blocks"):
+            continue
+        same = v.get("memory_budget_bytes") and v.get("memory_budget_bytes") == base.get("memory_budget_bytes")
+        where = f"in the same {human(v['memory_budget_bytes'])}" if same else "with its own memory (no shared budget)"
+        ratio = v["kv_blocks"] / base["kv_blocks"]
+        line = f"{where}, {name} has {ratio:.2f}x the KV blocks of {baseline} ({v['kv_blocks']} vs {base['kv_blocks']})"
+        if slo:
+            c2, c1 = slo_held_up_to(levels, name), slo_held_up_to(levels, baseline)
+            line += (f" and keeps the SLO ({slo}) up to concurrency {c2 if c2 is not None else 'none'} vs "
+                     f"{c1 if c1 is not None else 'none'} for {baseline}")
+        s2, s1 = v.get("saturated_at"), base.get("saturated_at")
+        if s2 or s1:
+            line += (f"; saturated at concurrency {s2 or 'not reached'} ({v.get('saturation_reason') or '-'}) vs "
+                     f"{s1 or 'not reached'} ({base.get('saturation_reason') or '-'})")
+        out.append(line)
+    return out
+
+
+def cost(variants: list[dict[str, Any]], levels: list[dict[str, Any]], reference: dict[str, Any] | None
+         ) -> list[dict[str, Any]]:
+    """$ per million output tokens and per 1,000 requests at each measured load level, from the
+    variant's price per hour and the throughput it reached there (the machine is assumed busy at
+    that level), next to a hosted API's list price for the same tokens (break-even)."""
+    price = {v["name"]: json.loads(v["cost_json"])["usd_per_hour"] for v in variants if v.get("cost_json")}
+    out = []
+    for lv in levels:
+        usd_h = price.get(lv["variant"])
+        if usd_h is None or not lv["output_tps"] or not lv["requests_per_s"]:
+            continue
+        usd_s = usd_h / 3600.0
+        entry = {**{k: lv[k] for k in ("variant", "phase", "concurrency", "meets_slo", "output_tps", "requests_per_s")},
+                 "usd_per_hour": usd_h,
+                 "usd_per_m_output_tokens": usd_s / lv["output_tps"] * 1e6,
+                 "usd_per_1k_requests": usd_s / lv["requests_per_s"] * 1000.0}
+        if reference:
+            n_ok = lv["n"] - lv["errors"]
+            per_req = (lv["prompt_tokens"] * reference["usd_per_m_input"]
+                       + lv["output_tokens"] * reference["usd_per_m_output"]) / 1e6 / max(1, n_ok)
+            entry.update({"reference": reference["name"], "reference_usd_per_1k_requests": per_req * 1000.0,
+                          "reference_usd_per_m_output_tokens": reference["usd_per_m_output"],
+                          "break_even_requests_per_hour": usd_h / per_req if per_req else None,
+                          "cheaper_than_reference": entry["usd_per_1k_requests"] < per_req * 1000.0})
+        out.append(entry)
+    # the highest level that still meets the SLOs (or the highest measured, without SLOs), per variant
+    for v in {e["variant"] for e in out}:
+        ok = [e for e in out if e["variant"] == v and e["meets_slo"] is not False]
+        if ok:
+            max(ok, key=lambda e: e["concurrency"])["best_level"] = True
+    return out

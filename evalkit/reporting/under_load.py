@@ -1,0 +1,53 @@
+"""Quality under load, per variant: the highest load level against concurrency 1, case by case
+(same variant, same case and repeat): how many answers stayed byte-identical and how far the
+others drifted (the `load_drift` grader), and what that did to every grader that offers a margin
+(schema, persona, formality, plugins): the paired difference with a 95 % interval."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..grading.registry import available
+from ..stats import bootstrap_ci, mean
+
+
+def quality_under_load(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for v in dict.fromkeys(r["variant"] for r in rows):
+        mine = [r for r in rows if r["variant"] == v and r["error_class"] is None]
+        top = max((r["concurrency"] or 1 for r in mine), default=1)
+        seq = [r for r in mine if (r["concurrency"] or 1) == 1]
+        load = [r for r in mine if (r["concurrency"] or 1) == top]
+        if top <= 1 or not seq or not load:
+            continue
+        lg = [r["grades"]["load_drift"] for r in load if "load_drift" in r["grades"]]
+        entry: dict[str, Any] = {"variant": v, "level": top, "pairs": len(lg),
+                                 "identical_pct": 100.0 * sum(bool(g["passed"]) for g in lg) / len(lg) if lg else None,
+                                 "drift_mean": mean([g["detail"]["drift"] for g in lg]), "deltas": {}}
+        for name, cls in available().items():
+            if not cls.margins:
+                continue
+
+            def grades(rs: list[dict[str, Any]], grader: str = name) -> list[dict[str, Any]]:
+                # key by case and repeat: the pairing is within one variant across load levels
+                return [{**r["grades"][grader], "case_id": f"{r['case_id']}#{r['repeat']}"} for r in rs
+                        if grader in r["grades"]]
+
+            for m, diffs in cls.margin_pairs(grades(load), grades(seq)).items():
+                if diffs:
+                    ci = bootstrap_ci(diffs)
+                    entry["deltas"][m] = {"delta": mean(diffs), "ci95": list(ci) if ci else None, "pairs": len(diffs)}
+        out.append(entry)
+    return out
+
+
+def lines(entries: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for e in entries:
+        d = "; ".join(f"{m} {x['delta']:+.3g}" + (f" [{x['ci95'][0]:+.3g}, {x['ci95'][1]:+.3g}]" if x["ci95"] else "")
+                      for m, x in e["deltas"].items())
+        ident = "-" if e["identical_pct"] is None else f"{e['identical_pct']:.0f} %"
+        out.append(f"quality under load {e['variant']}: concurrency {e['level']} vs 1 over {e['pairs']} pairs: "
+                   f"{ident} byte-identical, drift {e['drift_mean'] if e['drift_mean'] is None else round(e['drift_mean'], 3)}"
+                   + (f"; {d}" if d else ""))
+    return out
