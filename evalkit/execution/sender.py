@@ -12,8 +12,10 @@ import aiohttp
 
 from ..ledger import Ledger, dumps
 from ..measure.client import RequestResult, build_payload, stream_chat
+from ..measure.looplag import LagProbe
 from ..measure.telemetry import RESPONSE_FIELDS, SERVER_FIELDS, MetricsScraper, attribute, engine_config, response_timing
 from ..measure.tokens import fill_token_counts
+from ..measure.wire import WireClient, kernel_stamps_supported, stream_chat_wire
 from ..redact import redact
 from ..spec.dataset import Case
 from ..spec.matrix import Matrix
@@ -44,7 +46,8 @@ def request_row(run_id: str, item: WorkItem, seq: int, attempt: int, final: bool
         "n_chunks": r.n_chunks, "n_malformed": r.n_malformed,
         "chunk_offsets_ms_json": dumps([round(x, 3) for x in r.chunk_offsets_ms]),
         "http_status": r.http_status, "error_class": r.error_class, "error": redact(r.error),
-        "request_json": redact(dumps(body)),
+        "request_json": redact(dumps(body)), "timestamp_source": r.timestamp_source, "ttft_user_ms": r.ttft_user_ms,
+        "n_reads": r.n_reads, "first_read_chunks": r.first_read_chunks, "max_read_chunks": r.max_read_chunks,
     }
 
 
@@ -60,6 +63,8 @@ class Sender:
         self.scrapers: dict[str, MetricsScraper] = {}
         self.n = self.n_err = 0
         self.in_flight = self.max_in_flight = 0
+        self.wire: WireClient | None = None
+        self.probe: LagProbe | None = None
 
     def _now_ms(self) -> float:
         return (time.perf_counter() - self.epoch) * 1000.0
@@ -87,8 +92,13 @@ class Sender:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
             try:
-                r = await stream_chat(http, f"{lv.base_url}/v1/chat/completions", payload, headers=lv.headers,
-                                      timeout_s=self.matrix.generation.timeout_s, epoch=self.epoch)
+                url = f"{lv.base_url}/v1/chat/completions"
+                if self.wire is not None and url.startswith("http://"):  # kernel receive times
+                    r = await stream_chat_wire(self.wire, url, payload, headers=lv.headers,
+                                               timeout_s=self.matrix.generation.timeout_s, epoch=self.epoch)
+                else:  # TLS, or no kernel stamps here: user-space stamps, recorded as such
+                    r = await stream_chat(http, url, payload, headers=lv.headers,
+                                          timeout_s=self.matrix.generation.timeout_s, epoch=self.epoch)
             finally:
                 self.in_flight -= 1
             fill_token_counts(r, payload["messages"], lv.model_path)
@@ -138,6 +148,10 @@ class Sender:
         histogram deltas. Otherwise time-window attribution is applied afterwards."""
         ids: list[int] = []
         per_request = concurrency == 1 and rate is None
+        tel = self.matrix.telemetry
+        self.wire = WireClient() if tel.kernel_timestamps and kernel_stamps_supported() else None
+        self.probe = LagProbe(self.epoch)
+        probe_task = asyncio.create_task(self.probe.run())
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
             tasks = await self._start_scrapers(http)
             try:
@@ -155,8 +169,13 @@ class Sender:
                 await asyncio.gather(*tasks, return_exceptions=True)
                 for sc in self.scrapers.values():
                     await sc.scrape(http)  # one last point after the load
-        if not per_request:
-            self._attribute_windows(ids)
+                self.probe.stop()
+                await asyncio.gather(probe_task, return_exceptions=True)
+                if self.wire is not None:
+                    self.wire.close()
+        phase = items[0].phase if items else "main"
+        self.ledger.insert_client_lag(self.probe.rows(self.run_id, phase))
+        self._finish_rows(ids, attribute_windows=not per_request)
         return ids
 
     async def _pipeline(self, http: aiohttp.ClientSession, items: list[WorkItem], concurrency: int,
@@ -212,15 +231,34 @@ class Sender:
         await asyncio.gather(*(arrive(it, start_ms + off * 1000.0) for it, off in zip(items, offsets, strict=True)))
         return ids
 
-    def _attribute_windows(self, ids: list[int]) -> None:
-        for rid in ids:
-            row = self.ledger.request(rid)
-            sc = self.scrapers.get(row["variant"] if row["replica"] is None else f"{row['variant']}#{row['replica']}")
-            if sc is None or row["mono_start_ms"] is None:
-                continue
-            start, end = row["mono_start_ms"], row["mono_start_ms"] + (row["e2e_ms"] or 0.0)
-            fields = attribute(sc.at(start), sc.first_after(end), "window",
-                               sc.peak("kv_cache_usage_perc", start, end), sc.scrapes_in(start, end), sc.peaks(start, end))
-            if row["srv_method"] == "response":  # the request's own timing wins; the window's stays beside it
-                fields = response_timing(fields, {k: row[c] for c, k in RESPONSE_FIELDS.items()})
-            self.ledger.update_request(rid, fields)
+    def _finish_rows(self, ids: list[int], attribute_windows: bool) -> None:
+        """After a load phase: server fields by time window (concurrent sends), and the client's own
+        lag over each request, which marks a row whose timing the client may have bent."""
+        thr = self.matrix.telemetry.client_lag_threshold_ms
+        with self.ledger.transaction():
+            for rid in ids:
+                row = self.ledger.request(rid)
+                if row["mono_start_ms"] is None:
+                    continue
+                start, end = row["mono_start_ms"], row["mono_start_ms"] + (row["e2e_ms"] or 0.0)
+                lag = self.probe.max_between(start, end) if self.probe else None
+                fields: dict[str, Any] = {"client_lag_max_ms": lag,
+                                          "timing_suspect": int(timing_suspect(row, lag, thr))}
+                sc = self.scrapers.get(row["variant"] if row["replica"] is None else f"{row['variant']}#{row['replica']}")
+                if attribute_windows and sc is not None:
+                    fields.update(attribute(sc.at(start), sc.first_after(end), "window",
+                                            sc.peak("kv_cache_usage_perc", start, end), sc.scrapes_in(start, end),
+                                            sc.peaks(start, end)))
+                    if row["srv_method"] == "response":  # the request's own timing wins; the window's stays beside it
+                        fields = {**fields, **response_timing(fields, {k: row[c] for c, k in RESPONSE_FIELDS.items()})}
+                self.ledger.update_request(rid, fields)
+
+
+def timing_suspect(row: dict[str, Any], lag_ms: float | None, threshold_ms: float) -> bool:
+    """A row whose client-side timing the client's own load may have bent: user-space stamps while
+    the loop lagged past the threshold, or a first token that shared its read with later ones."""
+    if row["error_class"] is not None and row["ttft_ms"] is None:
+        return False
+    if row["timestamp_source"] == "kernel":
+        return (row["first_read_chunks"] or 1) > 1
+    return lag_ms is not None and lag_ms > threshold_ms

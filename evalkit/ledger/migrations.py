@@ -226,3 +226,18 @@ def m010_capacity_and_response_timing(db: Database) -> None:
                      ("srv_hist_ttft_ms", float), ("srv_hist_queue_ms", float),
                      ("srv_waiting_peak", float), ("srv_running_peak", float)):
         db["requests"].add_column(col, typ)
+
+
+@migration("m011_client_clock")
+def m011_client_clock(db: Database) -> None:
+    # Timing the client's own load cannot bend: which clock stamped each request's reads (the
+    # kernel's receive time, or user space), the user-space first-token time beside it, how many
+    # SSE events the first token's read held, and whether the client's loop lagged over the request.
+    for col, typ in (("timestamp_source", str), ("ttft_user_ms", float), ("n_reads", int),
+                     ("first_read_chunks", int), ("max_read_chunks", int), ("client_lag_max_ms", float),
+                     ("timing_suspect", int), ("client_proc", int)):
+        db["requests"].add_column(col, typ)
+    # the client's event-loop lag, sampled through the run (one row per window: its worst lateness)
+    db["client_lag"].create({"id": int, "run_id": str, "proc": int, "phase": str, "mono_ms": float,
+                             "lag_ms": float}, pk="id")
+    db["client_lag"].create_index(["run_id", "mono_ms"])

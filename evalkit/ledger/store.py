@@ -216,6 +216,14 @@ class Ledger:
         return self.series_delta(run_id, variant, series, min(a for a, _ in spans) - 1,
                                  max(b for _, b in spans) + margin_ms)
 
+    def insert_client_lag(self, rows: list[dict[str, Any]]) -> None:
+        if rows:
+            self._db["client_lag"].insert_all(rows)
+
+    def client_lag(self, run_id: str) -> list[dict[str, Any]]:
+        return list(self._db.query("select proc, phase, mono_ms, lag_ms from client_lag where run_id = ? "
+                                   "order by mono_ms", [run_id]))
+
     # --- grades ---------------------------------------------------------------------------------
 
     def insert_grades(self, rows: list[dict[str, Any]]) -> None:

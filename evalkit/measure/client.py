@@ -38,6 +38,13 @@ class RequestResult:
     error: str | None = None
     # the server's own timing of this request (vLLM --enable-per-request-metrics: the final chunk's `metrics`)
     server_timing: dict[str, Any] | None = None
+    # where each read's time came from: "kernel" (SO_TIMESTAMPNS, the packet's receive time) or "user"
+    # (the clock when the event loop ran the read); the user-space first-token time is kept beside it
+    timestamp_source: str = "user"
+    ttft_user_ms: float | None = None
+    n_reads: int = 0
+    first_read_chunks: int | None = None  # content chunks in the read that held the first token (1: exact)
+    max_read_chunks: int = 0
 
     @property
     def ok(self) -> bool:
@@ -90,47 +97,103 @@ def build_payload(
     return body
 
 
-def _handle_line(line: bytes, now: float, t0: float, res: RequestResult, parts: list[str]) -> bool:
-    """Apply one SSE line to the result; True at `data: [DONE]`."""
-    if not line or line[:1] == b":":
+class StreamParser:
+    """Turns a streamed body into a RequestResult, whatever carried it (aiohttp, or the kernel-
+    stamped client in `wire`). Each read comes with its arrival time; every SSE event completed
+    by that read gets that time. ``user_s``: the user-space clock of the same read, kept for the
+    first token so the client's own lag shows."""
+
+    def __init__(self, res: RequestResult, t0: float) -> None:
+        self.res, self.t0 = res, t0
+        self.parts: list[str] = []
+        self.buf = b""
+        self.done = False
+
+    def feed(self, data: bytes, now: float, user_s: float | None = None) -> bool:
+        """Apply one read; True at `data: [DONE]`."""
+        res = self.res
+        res.n_reads += 1
+        self.buf += data
+        if b"\n" not in data:
+            return False
+        *lines, self.buf = self.buf.split(b"\n")
+        before = len(res.chunk_offsets_ms)
+        for raw in lines:
+            if self._line(raw.strip(), now):
+                self.done = True
+                break
+        events = len(res.chunk_offsets_ms) - before  # content-bearing events this read completed
+        res.max_read_chunks = max(res.max_read_chunks, events)
+        if before == 0 and events:
+            res.first_read_chunks = events
+            res.ttft_user_ms = ((user_s if user_s is not None else now) - self.t0) * 1000
+        return self.done
+
+    def finish(self, now: float) -> None:
+        if not self.done and self.buf.strip():
+            self.done = self._line(self.buf.strip(), now)
+        self.res.text = "".join(self.parts)
+
+    def _line(self, line: bytes, now: float) -> bool:
+        res = self.res
+        if not line or line[:1] == b":":
+            return False
+        if not line.startswith(b"data:"):
+            res.n_malformed += 1
+            return False
+        data = line[5:].strip()
+        if res.first_chunk_ms is None:
+            res.first_chunk_ms = (now - self.t0) * 1000
+        if data == b"[DONE]":
+            return True
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            res.n_malformed += 1
+            return False
+        res.n_chunks += 1
+        if not isinstance(obj, dict):
+            res.n_malformed += 1
+            return False
+        if obj.get("error"):
+            res.error_class = "server_error"
+            res.error = json.dumps(obj["error"])[:2000]
+            return False
+        if isinstance(obj.get("metrics"), dict):
+            res.server_timing = obj["metrics"]
+        usage = obj.get("usage")
+        if usage:
+            res.prompt_tokens = usage.get("prompt_tokens")
+            res.completion_tokens = usage.get("completion_tokens")
+            res.usage_source = "stream_usage"
+        for choice in obj.get("choices") or ():
+            delta = choice.get("delta")
+            content = delta.get("content") if delta else None
+            if content:
+                res.chunk_offsets_ms.append((now - self.t0) * 1000)
+                self.parts.append(content)
+            if choice.get("finish_reason"):
+                res.finish_reason = choice["finish_reason"]
         return False
-    if not line.startswith(b"data:"):
-        res.n_malformed += 1
-        return False
-    data = line[5:].strip()
-    if res.first_chunk_ms is None:
-        res.first_chunk_ms = (now - t0) * 1000
-    if data == b"[DONE]":
-        return True
-    try:
-        obj = json.loads(data)
-    except ValueError:
-        res.n_malformed += 1
-        return False
-    res.n_chunks += 1
-    if not isinstance(obj, dict):
-        res.n_malformed += 1
-        return False
-    if obj.get("error"):
-        res.error_class = "server_error"
-        res.error = json.dumps(obj["error"])[:2000]
-        return False
-    if isinstance(obj.get("metrics"), dict):
-        res.server_timing = obj["metrics"]
-    usage = obj.get("usage")
-    if usage:
-        res.prompt_tokens = usage.get("prompt_tokens")
-        res.completion_tokens = usage.get("completion_tokens")
-        res.usage_source = "stream_usage"
-    for choice in obj.get("choices") or ():
-        delta = choice.get("delta")
-        content = delta.get("content") if delta else None
-        if content:
-            res.chunk_offsets_ms.append((now - t0) * 1000)
-            parts.append(content)
-        if choice.get("finish_reason"):
-            res.finish_reason = choice["finish_reason"]
-    return False
+
+
+def classify_end(res: RequestResult, done: bool) -> None:
+    """A stream that ended without an error still fails if it was cut, malformed or empty."""
+    if res.error_class is not None:
+        return
+    if not done and res.finish_reason is None:
+        res.error_class = "stream_cut"
+        res.error = "stream ended without [DONE] or a finish_reason"
+    elif res.n_malformed and not res.text:
+        res.error_class = "malformed_stream"
+        res.error = f"{res.n_malformed} malformed SSE lines and no content"
+    elif not res.text:
+        res.error_class = "empty_completion"
+        res.error = f"finish_reason={res.finish_reason}"
+
+
+def retry_after(value: str | None) -> float | None:
+    return float(value) if value and value.replace(".", "", 1).isdigit() else None
 
 
 async def stream_chat(
@@ -143,41 +206,26 @@ async def stream_chat(
     epoch: float | None = None,
 ) -> RequestResult:
     res = RequestResult(started_at=utcnow())
-    parts: list[str] = []
-    done = False
     t0 = time.perf_counter()
     if epoch is not None:
         res.mono_start_ms = (t0 - epoch) * 1000
+    parser = StreamParser(res, t0)
     try:
         timeout = aiohttp.ClientTimeout(total=timeout_s)
         async with http.post(url, json=payload, headers=headers or {}, timeout=timeout) as resp:
             res.http_status = resp.status
             if resp.status != 200:
-                ra = resp.headers.get("Retry-After")
-                res.retry_after_s = float(ra) if ra and ra.replace(".", "", 1).isdigit() else None
+                res.retry_after_s = retry_after(resp.headers.get("Retry-After"))
                 body = await resp.text(errors="replace")
                 res.error_class = f"http_{resp.status}"
                 res.error = body[:2000]
                 res.e2e_ms = (time.perf_counter() - t0) * 1000
                 return res
-            # Read whatever bytes have arrived and split them into lines ourselves: one await per
-            # network read instead of one per SSE line. Events that arrived in the same read get the
-            # same arrival time, which is when they really arrived.
-            buf = b""
+            # Read whatever bytes have arrived: one await per network read instead of one per SSE
+            # line. Events that arrived in the same read get the same arrival time.
             async for data in resp.content.iter_any():
-                now = time.perf_counter()
-                buf += data
-                if b"\n" not in data:
-                    continue
-                *lines, buf = buf.split(b"\n")
-                for raw in lines:
-                    if _handle_line(raw.strip(), now, t0, res, parts):
-                        done = True
-                        break
-                if done:
+                if parser.feed(data, time.perf_counter()):
                     break
-            if not done and buf.strip():
-                done = _handle_line(buf.strip(), time.perf_counter(), t0, res, parts)
     except asyncio.TimeoutError:
         res.error_class = "timeout"
         res.error = f"no complete answer within {timeout_s:g} s"
@@ -193,15 +241,6 @@ async def stream_chat(
         res.error_class = "stream_cut" if res.http_status is not None else "connect_error"
         res.error = f"{type(e).__name__}: {e}"[:500]
     res.e2e_ms = (time.perf_counter() - t0) * 1000
-    res.text = "".join(parts)
-    if res.error_class is None:
-        if not done and res.finish_reason is None:
-            res.error_class = "stream_cut"
-            res.error = "stream ended without [DONE] or a finish_reason"
-        elif res.n_malformed and not parts:
-            res.error_class = "malformed_stream"
-            res.error = f"{res.n_malformed} malformed SSE lines and no content"
-        elif not res.text:
-            res.error_class = "empty_completion"
-            res.error = f"finish_reason={res.finish_reason}"
+    parser.finish(time.perf_counter())
+    classify_end(res, parser.done)
     return res

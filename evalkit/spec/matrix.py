@@ -99,6 +99,10 @@ class Telemetry(BaseModel):
     interval_s: float = Field(0.5, gt=0, le=60)
     per_request_metrics: bool = Field(True, description="launched servers return each request's own server timing "
                                                         "(--enable-per-request-metrics), read from the final chunk")
+    kernel_timestamps: bool = Field(True, description="time each read by the kernel's receive time (plain http on "
+                                                     "Linux); else the event loop's clock")
+    client_lag_threshold_ms: float = Field(5.0, gt=0, description="event-loop lag above which a user-space timing "
+                                                                  "is marked as one the client may have bent")
 
 
 class Load(BaseModel):
@@ -110,6 +114,7 @@ class Load(BaseModel):
     concurrency: int | None = Field(None, ge=1)
     rate: float | None = Field(None, gt=0)
     stop_kv: float | None = Field(None, gt=0, le=1)
+    stop_on_waiting: bool = Field(True, description="a sweep also stops at a level where a request waited for room")
     slo: str | None = Field(None, description="per-request limits: ttft=2000,e2e=10000 (ms) or ttft=3x (relative)")
 
     @field_validator("sweep")
@@ -274,6 +279,8 @@ class Matrix(BaseModel):
                                                         "that gives none: a size (600MiB) or 1.25x the baseline's "
                                                         "weights")
     load: Load = Field(default_factory=Load)
+    limit: int | None = Field(None, ge=1, description="run a stratified subset of this many cases unless --limit is "
+                                                    "given (a bundled study sizes itself)")
     margins: dict[str, str | float] = Field(
         default_factory=dict, description="non-inferiority margins per metric, e.g. {drift: 0.05, schema_pass: -2pp, "
                                           "e2e_mean: +0%}: each variant gets a verdict per metric")
