@@ -1,12 +1,15 @@
-"""How much the client itself adds: evalkit's streaming client vs vLLM's `bench serve` client.
+"""How much the client itself adds: evalkit with kernel receive stamps, evalkit with user-space
+stamps (its aiohttp path) and vLLM's `bench serve` client, side by side in one run.
 
-Both clients talk to the same stub SSE server, in its own process pinned to the other core. The
-stub stamps the moment it writes each reply's first content chunk (perf_counter is
-CLOCK_MONOTONIC, shared by processes on Linux); a client's *added TTFT error* is when it says the
-first token arrived minus when the server wrote it: socket, event loop and parsing delay.
-*Parse throughput* is content chunks handled per CPU-second of the client process (one core).
+All talk to the same stub SSE server, in its own process pinned to the other core. The stub
+stamps the moment it writes each reply's first content chunk (perf_counter is CLOCK_MONOTONIC,
+shared by processes on Linux); a client's *added TTFT error* is when it says the first token
+arrived minus when the server wrote it: socket, event loop and parsing delay. Staggered: N
+streams in flight over many requests (a semaphore); synchronized: N requests started at once,
+500 ms TTFT, 4 chunks 250 ms apart. *Parse throughput* is content chunks handled per CPU-second
+of the client process (one core).
 
-    .venv/bin/python benchmarks/client_overhead.py [--quick]
+    .venv/bin/python benchmarks/client_overhead.py [--quick] [--max-streams 4096]
 """
 
 from __future__ import annotations
@@ -23,13 +26,16 @@ import time
 import urllib.request
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from evalkit.host import host_line, this_host  # noqa: E402
 from evalkit.measure.client import build_payload, stream_chat  # noqa: E402
+from evalkit.measure.wire import WireClient, stream_chat_wire  # noqa: E402
 
 # (request index in the reply text, perf_counter seconds when the first token arrived, chunks seen)
 Measured = tuple[int, float, int]
@@ -60,10 +66,25 @@ def _index(text: str) -> int:
 
 
 async def evalkit_one(session: aiohttp.ClientSession, url: str) -> Measured:
+    """evalkit's aiohttp path: the time is the event loop's when it runs the read."""
     payload = build_payload("stub-model", [{"role": "user", "content": "hi"}], max_tokens=16, temperature=0,
                             seed=None)
     r = await stream_chat(session, url, payload, epoch=0.0)  # epoch 0: mono_start_ms is absolute
     assert r.ok and r.ttft_ms is not None and r.mono_start_ms is not None, r.error
+    return _index(r.text), (r.mono_start_ms + r.ttft_ms) / 1000.0, len(r.chunk_offsets_ms)
+
+
+_WIRE: dict[int, WireClient] = {}
+
+
+async def evalkit_kernel_one(session: aiohttp.ClientSession, url: str) -> Measured:
+    """evalkit's default path for plain http on Linux: each read's time from the kernel."""
+    wire = _WIRE.setdefault(id(asyncio.get_running_loop()), WireClient())
+    payload = build_payload("stub-model", [{"role": "user", "content": "hi"}], max_tokens=16, temperature=0,
+                            seed=None)
+    r = await stream_chat_wire(wire, url, payload, epoch=0.0)
+    assert r.ok and r.ttft_ms is not None and r.mono_start_ms is not None, r.error
+    assert r.timestamp_source == "kernel"
     return _index(r.text), (r.mono_start_ms + r.ttft_ms) / 1000.0, len(r.chunk_offsets_ms)
 
 
@@ -81,6 +102,7 @@ def make_vllm_one() -> Callable[[aiohttp.ClientSession, str], Awaitable[Measured
 
 async def drive(one: Callable[[aiohttp.ClientSession, str], Awaitable[Measured]], url: str, n: int,
                 concurrency: int) -> tuple[list[Measured], float]:
+    """n requests, at most `concurrency` in flight (n == concurrency: all started together)."""
     sem = asyncio.Semaphore(concurrency)
     out: list[Measured] = []
 
@@ -93,6 +115,9 @@ async def drive(one: Callable[[aiohttp.ClientSession, str], Awaitable[Measured]]
         cpu0 = time.process_time()
         await asyncio.gather(*(task() for _ in range(n)))
         cpu = time.process_time() - cpu0
+    for w in _WIRE.values():
+        w.close()
+    _WIRE.clear()
     return out, cpu
 
 
@@ -101,7 +126,7 @@ def stamps(port: int) -> dict[int, float]:
         return {int(k): v for k, v in json.loads(r.read())["stamps"].items()}
 
 
-def measure(name: str, one: Callable, stub_args: list[str], n: int, concurrency: int) -> dict[str, float]:
+def measure(name: str, one: Callable, stub_args: list[str], n: int, concurrency: int, mode: str) -> dict[str, Any]:
     port = free_port()
     stub = start_stub(port, *stub_args)
     try:
@@ -114,7 +139,7 @@ def measure(name: str, one: Callable, stub_args: list[str], n: int, concurrency:
         stub.wait()
     errs = sorted((arrival - sent[i]) * 1000 for i, arrival, _ in got)
     chunks = sum(c for _, _, c in got)
-    return {"client": name, "n": len(got), "concurrency": concurrency,
+    return {"client": name, "mode": mode, "n": len(got), "concurrency": concurrency,
             "ttft_err_p50_ms": statistics.median(errs), "ttft_err_p99_ms": errs[int(0.99 * (len(errs) - 1))],
             "chunks": chunks, "cpu_s": cpu, "chunks_per_cpu_s": chunks / cpu if cpu else float("nan")}
 
@@ -122,40 +147,51 @@ def measure(name: str, one: Callable, stub_args: list[str], n: int, concurrency:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer requests (a smoke run)")
+    ap.add_argument("--max-streams", type=int, default=4096)
     a = ap.parse_args()
     if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
         os.sched_setaffinity(0, {0})  # the client on core 0, the stub on core 1
-    clients = {"evalkit": evalkit_one, "vllm bench serve": make_vllm_one()}
+    clients = {"evalkit (kernel stamps)": evalkit_kernel_one, "evalkit (user-space stamps)": evalkit_one,
+               "vllm bench serve": make_vllm_one()}
     scale = 4 if a.quick else 1
     rows = []
-    # Added TTFT error: short replies, a 20 ms server-side TTFT, at 1, 64 and 256 streams.
-    for conc, n in ((1, 200), (64, 1024), (256, 2048)):
+    levels = [c for c in (1, 64, 256, 1024, 4096) if c <= a.max_streams]
+    # Staggered: short replies, a 20 ms server-side TTFT, N streams in flight over many requests.
+    for conc in levels:
+        n = max(conc, {1: 200, 64: 1024, 256: 2048}.get(conc, 2 * conc) // scale)
         for name, one in clients.items():
-            rows.append(measure(name, one, ["--ttft-ms", "20", "--itl-ms", "5", "--fixed-chunks", "8"],
-                                max(conc, n // scale), conc))
+            rows.append(measure(name, one, ["--ttft-ms", "20", "--itl-ms", "5", "--fixed-chunks", "8"], n, conc,
+                                "staggered"))
+            print(json.dumps(rows[-1]), flush=True)
+    # Synchronized: N requests at once, 500 ms TTFT, 4 chunks 250 ms apart.
+    for conc in [c for c in levels if c >= 64]:
+        for name, one in clients.items():
+            rows.append(measure(name, one, ["--ttft-ms", "500", "--itl-ms", "250", "--fixed-chunks", "4"], conc, conc,
+                                "synchronized"))
             print(json.dumps(rows[-1]), flush=True)
     # Parse throughput: long replies sent as fast as the stub can (no sleeps), 16 streams.
     thr = []
     for name, one in clients.items():
         thr.append(measure(name, one, ["--ttft-ms", "0", "--itl-ms", "0", "--fixed-chunks", "2000"],
-                           max(16, 128 // scale), 16))
+                           max(16, 128 // scale), 16, "throughput"))
         print(json.dumps(thr[-1]), flush=True)
 
-    print("\n| streams | client | added TTFT error p50 (ms) | p99 (ms) |")
-    print("|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['concurrency']} | {r['client']} | {r['ttft_err_p50_ms']:.3f} | {r['ttft_err_p99_ms']:.3f} |")
+    print("\n" + host_line(this_host()))
+    print("\n| start | streams | " + " | ".join(f"{c} p50 / p99 (ms)" for c in clients) + " |")
+    print("|---|---|" + "---|" * len(clients))
+    for mode in ("staggered", "synchronized"):
+        for conc in levels:
+            cells = [next((r for r in rows if r["client"] == c and r["concurrency"] == conc and r["mode"] == mode), None)
+                     for c in clients]
+            if all(cells):
+                print(f"| {mode} | {conc} | " + " | ".join(f"{r['ttft_err_p50_ms']:.3f} / {r['ttft_err_p99_ms']:.3f}"
+                                                          for r in cells) + " |")
     print("\n| client | content chunks parsed per CPU-second (one core) |")
     print("|---|---|")
     for r in thr:
         print(f"| {r['client']} | {r['chunks_per_cpu_s']:,.0f} |")
-    ev, vl = thr[0]["chunks_per_cpu_s"], thr[1]["chunks_per_cpu_s"]
-    print(f"\nparse throughput ratio evalkit / vllm bench serve: {ev / vl:.2f}x")
-    for conc in (1, 64, 256):
-        e = next(r for r in rows if r["client"] == "evalkit" and r["concurrency"] == conc)
-        v = next(r for r in rows if r["client"] != "evalkit" and r["concurrency"] == conc)
-        print(f"added TTFT error p50 at {conc} streams: evalkit {e['ttft_err_p50_ms']:.3f} ms, "
-              f"vllm {v['ttft_err_p50_ms']:.3f} ms")
+    ev, vl = thr[0]["chunks_per_cpu_s"], thr[2]["chunks_per_cpu_s"]
+    print(f"\nparse throughput ratio evalkit (kernel) / vllm bench serve: {ev / vl:.2f}x")
     return 0
 
 

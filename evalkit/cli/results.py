@@ -105,13 +105,15 @@ def recommend(ledger: Path | None, run_id: str | None, target: str | None, old_s
 @OLD_SLO_OPT
 @click.option("--margins", default=None,
               help="non-inferiority margins, e.g. drift=0.05,schema_pass=-2pp,e2e_mean=+0%: an inferior verdict fails")
+@click.option("--max-client-lag", type=click.FloatRange(min=0), default=None,
+              help="fail a variant whose client event-loop lag p99 over its requests is above this many ms")
 @click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="also write the checks as JUnit XML")
 @click.option("--max-drift-above-floor", "old_drift", type=float, default=None, hidden=True)
 @click.option("--min-schema", "old_schema", type=float, default=None, hidden=True)
 @click.option("--max-formality-mae", "old_formality", type=float, default=None, hidden=True)
 def check(ledger: Path | None, run_id: str | None, thresholds: tuple[str, ...], max_error_rate: float | None,
-          target: str | None, old_slo: str | None, margins: str | None,
+          target: str | None, old_slo: str | None, margins: str | None, max_client_lag: float | None,
           junit_path: Path | None, old_drift: float | None, old_schema: float | None,
           old_formality: float | None) -> None:
     """Gate a run: exit 1 when any variant fails a threshold, a percentile goal or a margin, one
@@ -124,7 +126,7 @@ def check(ledger: Path | None, run_id: str | None, thresholds: tuple[str, ...], 
         if v is not None:
             deprecated_option(old, f"--threshold {new}=VALUE")
             given.append(f"{new}={v}")
-    spec = GateSpec.from_options(given, max_error_rate, _target(target, old_slo, False), margins)
+    spec = GateSpec.from_options(given, max_error_rate, _target(target, old_slo, False), margins, max_client_lag)
     db = open_ledger(ledger_path(ledger), create=False)
     rid, checks = run_checks(db, run_id, spec)
     if junit_path:

@@ -47,6 +47,9 @@ from .console import RichReporter, print_report
 @click.option("--slo", default=None,
               help="per-request limits for goodput and the sweep: ttft=2000,tpot=100,e2e=10000 (ms) or relative to "
                    "the same case at concurrency 1: ttft=3x,e2e=3x")
+@click.option("--client-procs", type=int, default=None,
+              help="processes sending the load, each with its own event loop [what the host can spare: 1 beside a "
+                   "launched server, else half the cores up to 8]")
 @click.option("--interleave", is_flag=True,
               help="bring all variants up at once and alternate them per case (order randomised by --subset-seed)")
 @click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
@@ -60,7 +63,8 @@ from .console import RichReporter, print_report
 def run(matrix_path: Path | None, dataset_path: Path | None, limit: int | None, subset_seed: int | None,
         arrival_seed: int | None, old_seed: int | None, repeats: int, mode: str | None, concurrency: int | None,
         rate: float | None, arrival: str | None, max_concurrency: int | None, sweep: str | None, stop_kv: float | None,
-        slo: str | None, interleave: bool, ray_address: str | None, resume_id: str | None, ledger: Path | None,
+        slo: str | None, client_procs: int | None, interleave: bool, ray_address: str | None, resume_id: str | None,
+        ledger: Path | None,
         no_grade: bool, quiet: bool) -> None:
     """Serve each variant of the matrix, send every case, record every request in the ledger.
 
@@ -83,7 +87,8 @@ def run(matrix_path: Path | None, dataset_path: Path | None, limit: int | None, 
         matrix = load_matrix(matrix_path)
         load = load_from_options(matrix.load, mode=mode, concurrency=concurrency, rate=rate, arrival=arrival,
                                  max_concurrency=max_concurrency, sweep=sweep, stop_kv=stop_kv, slo=slo,
-                                 interleave=interleave, arrival_seed=arrival_seed, order_seed=subset_seed)
+                                 interleave=interleave, arrival_seed=arrival_seed, order_seed=subset_seed,
+                                 client_procs=client_procs, launched_locally=any(v.launched for v in matrix.variants))
         dpath = dataset_path or default_dataset_path()
         cases = stratified_subset(load_cases(dpath), limit or matrix.limit, subset_seed)
         db = open_ledger(ledger_path(ledger))

@@ -93,6 +93,7 @@ class LoadSpec:
     # relative SLOs: metric -> factor over the same case's latency at concurrency 1 (same variant)
     slo_relative: dict[str, float] = field(default_factory=dict)
     interleave: bool = False  # bring all variants up at once and alternate A B A B ...
+    client_procs: int = 1  # processes sending the load (each its own event loop); the ledger has one writer
     sequential_pass: bool = False  # concurrency N also sends every case at concurrency 1 first (quality under load)
     arrival_seed: int = 0  # the Poisson schedule
     order_seed: int = 0  # interleaving order
@@ -180,7 +181,8 @@ class LoadSpec:
 
 def load_from_options(matrix_load: Any, *, mode: str | None, concurrency: int | None, rate: float | None,
                       arrival: str | None, max_concurrency: int | None, sweep: str | None, stop_kv: float | None,
-                      slo: str | None, interleave: bool, arrival_seed: int, order_seed: int) -> LoadSpec:
+                      slo: str | None, interleave: bool, arrival_seed: int, order_seed: int,
+                      client_procs: int | None = None, launched_locally: bool = True) -> LoadSpec:
     """The run's load: the command line's options, falling back to the matrix's `load:` section
     for what the command line leaves out (its shape — sweep, concurrency, rate — only when the
     command line gives no shape of its own)."""
@@ -196,6 +198,11 @@ def load_from_options(matrix_load: Any, *, mode: str | None, concurrency: int | 
         arrival_seed=arrival_seed, order_seed=order_seed)
     if m is not None:
         spec.stop_on_waiting = m.stop_on_waiting
+    if client_procs is not None and client_procs < 1:
+        raise UsageError("--client-procs must be at least 1")
+    from .procs import default_procs
+
+    spec.client_procs = client_procs or default_procs(launched_locally)
     return spec
 
 

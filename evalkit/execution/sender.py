@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
+from ..errors import EngineError
 from ..ledger import Ledger, dumps
 from ..measure.client import RequestResult, build_payload, stream_chat
 from ..measure.looplag import LagProbe
@@ -22,6 +23,7 @@ from ..spec.matrix import Matrix
 from ..spec.output_schemas import load_schema
 from .live import LiveVariant
 from .load import LoadSpec, WorkItem, arrival_offsets
+from .procs import ChildPlan, Job, Posted, run_children, split
 
 
 class Progress(Protocol):
@@ -64,7 +66,7 @@ class Sender:
         self.n = self.n_err = 0
         self.in_flight = self.max_in_flight = 0
         self.wire: WireClient | None = None
-        self.probe: LagProbe | None = None
+        self.probes: dict[int, LagProbe] = {}  # sending process (0: this one) -> its loop-lag windows
 
     def _now_ms(self) -> float:
         return (time.perf_counter() - self.epoch) * 1000.0
@@ -150,8 +152,8 @@ class Sender:
         per_request = concurrency == 1 and rate is None
         tel = self.matrix.telemetry
         self.wire = WireClient() if tel.kernel_timestamps and kernel_stamps_supported() else None
-        self.probe = LagProbe(self.epoch)
-        probe_task = asyncio.create_task(self.probe.run())
+        self.probes = {0: LagProbe(self.epoch)}
+        probe_task = asyncio.create_task(self.probes[0].run())
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
             tasks = await self._start_scrapers(http)
             try:
@@ -169,12 +171,13 @@ class Sender:
                 await asyncio.gather(*tasks, return_exceptions=True)
                 for sc in self.scrapers.values():
                     await sc.scrape(http)  # one last point after the load
-                self.probe.stop()
+                self.probes[0].stop()
                 await asyncio.gather(probe_task, return_exceptions=True)
                 if self.wire is not None:
                     self.wire.close()
         phase = items[0].phase if items else "main"
-        self.ledger.insert_client_lag(self.probe.rows(self.run_id, phase))
+        for proc, probe in self.probes.items():
+            self.ledger.insert_client_lag(probe.rows(self.run_id, phase, proc))
         self._finish_rows(ids, attribute_windows=not per_request)
         return ids
 
@@ -189,10 +192,54 @@ class Sender:
         if per_request:
             for item in main:
                 ids += await self._one(http, item, attribute_now=True)
+        elif self.load.client_procs > 1 and main:
+            ids += await self._in_procs(main, concurrency, rate)
         elif rate is not None:
             ids += await self._open_loop(http, main, rate)
         else:
             ids += await self._closed_loop(http, main, concurrency)
+        return ids
+
+    async def _in_procs(self, items: list[WorkItem], concurrency: int, rate: float | None) -> list[int]:
+        """The same load, sent by `--client-procs` processes; rows written here as results arrive."""
+        n = min(self.load.client_procs, len(items))
+        offsets = arrival_offsets(len(items), rate, self.load.arrival, self.load.arrival_seed) if rate else None
+        payloads = [self._payload(it) for it in items]
+        jobs = [Job(i, f"{self.servers[it.target].base_url}/v1/chat/completions", payloads[i],
+                    self.servers[it.target].headers, offsets[i] * 1000.0 if offsets else None)
+                for i, it in enumerate(items)]
+        retry = self.matrix.retry
+        tel = self.matrix.telemetry
+        streams = split(concurrency, n) if rate is None else [0] * n
+        caps = split(self.load.max_concurrency, n) if rate is not None and self.load.max_concurrency else [None] * n
+        plans = [ChildPlan(k + 1, jobs[k::n], streams[k], self.epoch, self.matrix.generation.timeout_s,
+                           tel.kernel_timestamps and kernel_stamps_supported(), retry.max_retries,
+                           list(retry.on_errors), retry.backoff_s, caps[k]) for k in range(n)]
+        ids: list[int] = []
+        start: list[float] = [0.0]
+
+        async def on_result(p: Posted) -> None:
+            item, r = items[p.index], p.result
+            fill_token_counts(r, payloads[p.index]["messages"], self.servers[item.target].model_path)
+            self.seq += 1
+            sched = start[0] + jobs[p.index].offset_ms if offsets and p.attempt == 0 else None
+            row = request_row(self.run_id, item, self.seq, p.attempt, not p.retry, payloads[p.index], r, sched)
+            row["client_proc"] = p.proc
+            row.update(response_timing({}, r.server_timing))
+            ids.append(self.ledger.insert_request(row))
+            if not p.retry:
+                self.n += 1
+                self.n_err += 0 if r.ok else 1
+                self.progress.request_done(item.variant, item.case, r)
+
+        def set_start(ms: float) -> None:
+            start[0] = ms
+
+        start_ms, lags, errors = await run_children(plans, on_result, self.epoch, set_start)
+        for proc, windows in lags.items():
+            self.probes[proc] = LagProbe.from_windows(self.epoch, windows)
+        if errors:
+            raise EngineError("; ".join(errors))
         return ids
 
     async def _closed_loop(self, http: aiohttp.ClientSession, items: list[WorkItem], concurrency: int) -> list[int]:
@@ -241,7 +288,8 @@ class Sender:
                 if row["mono_start_ms"] is None:
                     continue
                 start, end = row["mono_start_ms"], row["mono_start_ms"] + (row["e2e_ms"] or 0.0)
-                lag = self.probe.max_between(start, end) if self.probe else None
+                probe = self.probes.get(row["client_proc"] or 0)
+                lag = probe.max_between(start, end) if probe else None
                 fields: dict[str, Any] = {"client_lag_max_ms": lag,
                                           "timing_suspect": int(timing_suspect(row, lag, thr))}
                 sc = self.scrapers.get(row["variant"] if row["replica"] is None else f"{row['variant']}#{row['replica']}")
@@ -255,10 +303,11 @@ class Sender:
 
 
 def timing_suspect(row: dict[str, Any], lag_ms: float | None, threshold_ms: float) -> bool:
-    """A row whose client-side timing the client's own load may have bent: user-space stamps while
-    the loop lagged past the threshold, or a first token that shared its read with later ones."""
+    """A row whose client-side timing the client's own load may have bent: the loop lagged past the
+    threshold during it, and either its stamps were user space, or (kernel stamps) its first token
+    shares its receive time with later chunks, which TCP merges when the client does not read."""
     if row["error_class"] is not None and row["ttft_ms"] is None:
         return False
-    if row["timestamp_source"] == "kernel":
-        return (row["first_read_chunks"] or 1) > 1
-    return lag_ms is not None and lag_ms > threshold_ms
+    if lag_ms is None or lag_ms <= threshold_ms:
+        return False
+    return row["timestamp_source"] != "kernel" or (row["first_read_chunks"] or 1) > 1

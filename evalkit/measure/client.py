@@ -43,8 +43,8 @@ class RequestResult:
     timestamp_source: str = "user"
     ttft_user_ms: float | None = None
     n_reads: int = 0
-    first_read_chunks: int | None = None  # content chunks in the read that held the first token (1: exact)
-    max_read_chunks: int = 0
+    first_read_chunks: int | None = None  # content chunks sharing the first token's receive time (1: exact)
+    max_read_chunks: int = 0  # the most content chunks that shared one receive time
 
     @property
     def ok(self) -> bool:
@@ -107,32 +107,48 @@ class StreamParser:
         self.res, self.t0 = res, t0
         self.parts: list[str] = []
         self.buf = b""
+        self.buf_at: tuple[float, float | None] = (t0, None)  # when the partial line in buf began arriving
         self.done = False
 
     def feed(self, data: bytes, now: float, user_s: float | None = None) -> bool:
-        """Apply one read; True at `data: [DONE]`."""
+        """Apply one read; True at `data: [DONE]`. An event is timed by the read that brought its
+        first byte (with small reads that read touched only the event's own TCP segment, so a
+        late loop does not hand it a later segment's time)."""
         res = self.res
         res.n_reads += 1
+        if not self.buf:
+            self.buf_at = (now, user_s)
         self.buf += data
         if b"\n" not in data:
             return False
         *lines, self.buf = self.buf.split(b"\n")
         before = len(res.chunk_offsets_ms)
+        at = self.buf_at
         for raw in lines:
-            if self._line(raw.strip(), now):
+            if raw and raw != b"\r" and self._line(raw.strip(), at[0]):  # blank lines separate events
                 self.done = True
                 break
-        events = len(res.chunk_offsets_ms) - before  # content-bearing events this read completed
-        res.max_read_chunks = max(res.max_read_chunks, events)
-        if before == 0 and events:
-            res.first_read_chunks = events
-            res.ttft_user_ms = ((user_s if user_s is not None else now) - self.t0) * 1000
+            if len(res.chunk_offsets_ms) == 1 and before == 0 and res.ttft_user_ms is None:
+                res.ttft_user_ms = ((at[1] if at[1] is not None else at[0]) - self.t0) * 1000
+            at = (now, user_s)  # every later line began in this read
+        self.buf_at = (now, user_s)
         return self.done
 
     def finish(self, now: float) -> None:
         if not self.done and self.buf.strip():
-            self.done = self._line(self.buf.strip(), now)
-        self.res.text = "".join(self.parts)
+            self.done = self._line(self.buf.strip(), self.buf_at[0])
+        res = self.res
+        res.text = "".join(self.parts)
+        # Content events that share one receive time arrived (or were merged by TCP while the
+        # client did not read) together: a first token sharing its time with later ones may be late.
+        offs = res.chunk_offsets_ms
+        if offs:
+            res.first_read_chunks = sum(1 for x in offs if x == offs[0])
+            run = best = 1
+            for a, b in zip(offs, offs[1:], strict=False):
+                run = run + 1 if b == a else 1
+                best = max(best, run)
+            res.max_read_chunks = best
 
     def _line(self, line: bytes, now: float) -> bool:
         res = self.res

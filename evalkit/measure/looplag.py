@@ -30,6 +30,14 @@ class LagProbe:
                 self.lags.append(worst)
                 win_start, worst = now, 0.0
 
+    @classmethod
+    def from_windows(cls, epoch: float, windows: list[tuple[float, float]]) -> LagProbe:
+        """A probe rebuilt from another process's windows (a sending process of --client-procs)."""
+        p = cls(epoch)
+        p.times = [t for t, _ in windows]
+        p.lags = [lag for _, lag in windows]
+        return p
+
     def stop(self) -> None:
         self._stop.set()
 

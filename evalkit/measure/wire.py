@@ -32,7 +32,12 @@ from .client import RequestResult, StreamParser, classify_end, retry_after
 
 SO_TIMESTAMPNS = 35  # Linux (asm-generic/socket.h); the control message type is the same number
 ANC_SIZE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0  # struct timespec
-READ_SIZE = 2048  # bytes per recvmsg: smaller reads keep bursts that arrived apart apart
+# Bytes per recvmsg. Until a stream's first token has arrived, reads stay smaller than one SSE
+# event, so the read that brings an event's first byte touches only that event's TCP segment and
+# carries its receive time even when the loop was late and later segments wait behind it; after
+# the first token, large reads keep the cost of thousands of streams low.
+READ_PRECISE = 64
+READ_BULK = 65536
 MAX_READS_PER_CALLBACK = 64
 
 
@@ -72,12 +77,13 @@ class Connection:
         self.kernel = True
         self.offset_ns = realtime_offset_ns()
         self.used = 0  # requests served
+        self.read_size = READ_PRECISE
         loop.add_reader(sock.fileno(), self._readable)
 
     def _readable(self) -> None:
         for _ in range(MAX_READS_PER_CALLBACK):
             try:
-                data, anc, _flags, _addr = self.sock.recvmsg(READ_SIZE, ANC_SIZE)
+                data, anc, _flags, _addr = self.sock.recvmsg(self.read_size, ANC_SIZE)
             except (BlockingIOError, InterruptedError):
                 break
             except OSError as e:
@@ -196,37 +202,39 @@ class Response:
                 buf, at = r[0], r[1:]
         state, need = "size", 0  # size line -> data (need bytes) -> CRLF -> size line ... -> 0 -> done
         while True:
-            out = b""
-            while True:
+            out: list[bytes] = []
+            i, n = 0, len(buf)  # walk the buffer by index: no copy of the rest per chunk
+            while i < n:
                 if state == "size":
-                    if b"\r\n" not in buf:
+                    j = buf.find(b"\r\n", i)
+                    if j < 0:
                         break
-                    line, _, buf = buf.partition(b"\r\n")
                     try:
-                        need = int(line.split(b";")[0].strip() or b"0", 16)
+                        need = int(buf[i:j].split(b";")[0].strip() or b"0", 16)
                     except ValueError:
-                        raise WireError("malformed_stream", f"bad chunk size line {line[:40]!r}") from None
+                        raise WireError("malformed_stream", f"bad chunk size line {buf[i:j][:40]!r}") from None
+                    i = j + 2
                     state = "data" if need else "done"
-                elif state == "data":
-                    if not buf:
+                    if not need:
                         break
-                    take = buf[:need]
-                    out += take
-                    buf = buf[len(take):]
-                    need -= len(take)
+                elif state == "data":
+                    take = min(need, n - i)
+                    out.append(buf[i:i + take])
+                    i += take
+                    need -= take
                     if need == 0:
                         state = "crlf"
                 elif state == "crlf":
-                    if len(buf) < 2:
+                    if n - i < 2:
                         break
-                    buf, state = buf[2:], "size"
-                else:  # done: the last chunk; its trailer (usually an empty line) may follow
-                    self.complete = True
-                    if out:
-                        yield out, at[0], at[1]
-                    return
+                    i += 2
+                    state = "size"
+            buf = buf[i:]
             if out:
-                yield out, at[0], at[1]
+                yield b"".join(out), at[0], at[1]
+            if state == "done":  # the last chunk; its trailer (usually an empty line) may follow
+                self.complete = True
+                return
             r = await self._more()
             if r is None:
                 raise WireError("stream_cut", "the connection closed in the middle of a chunked body")
@@ -290,6 +298,7 @@ class WireClient:
         for attempt in (0, 1):
             conn, reused = await self._conn(key)
             loop = asyncio.get_running_loop()
+            conn.read_size = READ_PRECISE  # until this response's first token
             try:
                 await loop.sock_sendall(conn.sock, req)
                 sent = time.perf_counter()
@@ -333,6 +342,8 @@ async def stream_chat_wire(wire: WireClient, url: str, payload: dict[str, Any], 
         async for data, when, user in resp.body():
             if parser.feed(data, when, user):
                 break
+            if res.chunk_offsets_ms:
+                resp.conn.read_size = READ_BULK
 
     try:
         await asyncio.wait_for(go(), timeout_s)

@@ -37,10 +37,11 @@ class GateSpec:
     max_error_rate: float | None = None
     targets: dict[tuple[str, float], float] = field(default_factory=dict)  # (metric, percentile) -> ms
     margins: list[MarginSpec] = field(default_factory=list)
+    max_client_lag_ms: float | None = None
 
     @classmethod
     def from_options(cls, thresholds: list[str], max_error_rate: float | None, target: str | None,
-                     margins: str | None) -> GateSpec:
+                     margins: str | None, max_client_lag_ms: float | None = None) -> GateSpec:
         known = registry_thresholds()
         out: dict[str, float] = {}
         for item in thresholds:
@@ -56,14 +57,16 @@ class GateSpec:
             th = known[name][1]
             if th.scale == 100.0 and not 0 <= out[name] <= 1:
                 raise UsageError(f"--threshold: '{item}': {name} is a share, 0-1")
-        spec = cls(out, max_error_rate, parse_targets(target) if target else {}, parse_margins(margins))
+        spec = cls(out, max_error_rate, parse_targets(target) if target else {}, parse_margins(margins),
+                   max_client_lag_ms)
         if spec.empty():
             raise UsageError("check: give at least one threshold (e.g. --threshold schema_pass=0.9, --margins "
                              "drift=0.05, --target ttft_p99=2000, --max-error-rate 0)")
         return spec
 
     def empty(self) -> bool:
-        return not self.thresholds and self.max_error_rate is None and not self.targets and not self.margins
+        return (not self.thresholds and self.max_error_rate is None and not self.targets and not self.margins
+                and self.max_client_lag_ms is None)
 
 
 def _check(variant: str, name: str, value: float | None, limit: float, ok: bool | None, text: str) -> Check:
@@ -92,7 +95,7 @@ def run_checks(ledger: Ledger, run_id: str | None, spec: GateSpec) -> tuple[str,
     rid = rep["run"]["id"]
     base = rep["baseline"]
     rows = {r["variant"]: r for r in rep["rows"] if r["complexity"] == "all"}
-    reqs = request_rows(ledger, rid) if spec.targets or spec.margins else []
+    reqs = request_rows(ledger, rid) if spec.targets or spec.margins or spec.max_client_lag_ms is not None else []
     known = registry_thresholds()
     out: list[Check] = []
     for v, r in rows.items():
@@ -112,6 +115,15 @@ def run_checks(ledger: Ledger, run_id: str | None, spec: GateSpec) -> tuple[str,
             label = f"{metric.removesuffix('_ms')} p{q:g}"
             out.append(_check(v, label, est, limit, None if est is None else est <= limit,
                               f"{label} {est or 0:,.0f} ms (max {limit:,.0f} ms)"))
+    if spec.max_client_lag_ms is not None:
+        for v in rows:
+            lags = [x["client_lag_max_ms"] for x in reqs if x["variant"] == v and x.get("client_lag_max_ms") is not None]
+            p99 = percentile(lags, 99)
+            kernel = all(x.get("timestamp_source") == "kernel" for x in reqs if x["variant"] == v)
+            out.append(_check(v, "client lag", p99, spec.max_client_lag_ms,
+                              None if p99 is None else p99 <= spec.max_client_lag_ms,
+                              f"client event-loop lag p99 {p99 or 0:,.1f} ms over its requests (max "
+                              f"{spec.max_client_lag_ms:g} ms; {'kernel' if kernel else 'user-space'} stamps)"))
     for e in verdicts(reqs, base, spec.margins):
         est = "-" if e["estimate"] is None else f"{e['estimate']:+.4g}"
         out.append(Check(e["variant"], f"margin {e['metric']}", e["estimate"], e["margin"], e["verdict"] != "inferior",

@@ -157,6 +157,8 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
     pairs = [p for m in ("ttft_ms", "e2e_ms", "tpot_ms") for p in paired(first_level(rows), baseline, m)] \
         if baseline else []
     multiplicity = apply_holm(table, pairs, baseline)
+    tel = json.loads(run["matrix_json"] or "{}").get("telemetry") or {}
+    client = client_check(ledger.client_lag(run_id), rows, float(tel.get("client_lag_threshold_ms", 5.0)))
     return {
         "run": {k: run[k] for k in ("id", "created_at", "finished_at", "status", "matrix_name",
                                     "dataset_hash", "n_cases", "evalkit_version")},
@@ -168,7 +170,8 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
                      for v in variants],
         "rows": table,
         "arrivals": arr,
-        "notes": arrival_notes(arr) + multiplicity_notes(multiplicity),
+        "notes": arrival_notes(arr) + client_notes(client) + multiplicity_notes(multiplicity),
+        "client": client,
         "paired": pairs,
         "multiplicity": multiplicity,
         "graders": sorted({g for r in rows for g in r["grades"]}),
@@ -285,4 +288,36 @@ def arrival_notes(arr: list[dict[str, Any]]) -> list[str]:
                    + (f" (cap {a['max_concurrency']})" if a["max_concurrency"] else " (uncapped)"))
         if a["warning"]:
             out.append(f"warning: {a['variant']}: {a['warning']}")
+    return out
+
+
+def client_check(lag: list[dict[str, Any]], rows: list[dict[str, Any]], threshold_ms: float) -> list[dict[str, Any]]:
+    """The client's self-check per load phase: its event loop's lag (p99 and worst, over every
+    window of the phase and every sending process), which clock stamped the rows, and how many
+    rows are marked as timings the client's own load may have bent."""
+    out = []
+    for phase in dict.fromkeys([x["phase"] for x in lag] + [r["phase"] or "main" for r in rows]):
+        lags = [x["lag_ms"] for x in lag if x["phase"] == phase]
+        rs = [r for r in rows if (r["phase"] or "main") == phase]
+        sources = sorted({r.get("timestamp_source") or "user" for r in rs})
+        out.append({"phase": phase, "lag_p99_ms": percentile(lags, 99), "lag_max_ms": max(lags) if lags else None,
+                    "rows": len(rs), "sources": sources, "suspect": sum(bool(r.get("timing_suspect")) for r in rs),
+                    "threshold_ms": threshold_ms,
+                    "client_bound": bool(lags) and (percentile(lags, 99) or 0.0) > threshold_ms})
+    return out
+
+
+def client_notes(checks: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for c in checks:
+        if not c["client_bound"] and not c["suspect"]:
+            continue
+        line = f"client lag p99 {c['lag_p99_ms'] or 0:,.1f} ms (max {c['lag_max_ms'] or 0:,.1f}) during {c['phase']}: "
+        if "user" in c["sources"]:
+            line += ("the client, not the server, was the bottleneck; TTFT from user-space stamps is not trustworthy "
+                     f"at this load ({c['suspect']} of {c['rows']} rows marked timing_suspect)")
+        else:
+            line += (f"kernel receive stamps keep TTFT exact, except {c['suspect']} of {c['rows']} rows whose first "
+                     "token shared a read with later ones (timing_suspect)")
+        out.append(line)
     return out

@@ -1,0 +1,188 @@
+"""Timing the client's own load cannot bend: kernel receive stamps, the user-space stamp beside
+them, a fallback that says so, the client's self-check, and several sending processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+from sqlite_utils import Database
+
+from evalkit.cli import cli
+from evalkit.execution.load import LoadSpec
+from evalkit.execution.runner import SilentReporter, run_matrix
+from evalkit.ledger import open_ledger
+from evalkit.measure import wire as wire_mod
+from evalkit.measure.client import build_payload, stream_chat
+from evalkit.measure.wire import WireClient, stream_chat_wire
+from evalkit.paths import default_dataset_path
+from evalkit.spec.dataset import load_cases
+from evalkit.spec.matrix import load_matrix
+from evalkit.testing.stub_server import StubConfig, StubServer
+
+PAYLOAD = build_payload("stub-model", [{"role": "user", "content": "hello"}], max_tokens=8, temperature=0, seed=None)
+
+
+def _blocked(url: str, use_wire: bool) -> tuple[float, float | None, object]:
+    """One request whose client loop is blocked for 50 ms right after sending; returns the client's
+    first-token time (perf_counter s) and its user-space first-token time."""
+    async def go():
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.002, time.sleep, 0.05)  # the loop does 50 ms of other work just after the send
+        if use_wire:
+            w = WireClient()
+            try:
+                r = await stream_chat_wire(w, url, PAYLOAD, epoch=0.0)
+            finally:
+                w.close()
+        else:
+            async with aiohttp.ClientSession() as s:
+                r = await stream_chat(s, url, PAYLOAD, epoch=0.0)
+        return r
+
+    r = asyncio.run(go())
+    assert r.ok, r.error
+    return (r.mono_start_ms + r.ttft_ms) / 1000, ((r.mono_start_ms + r.ttft_user_ms) / 1000 if r.ttft_user_ms else None), r
+
+
+@pytest.mark.skipif(not wire_mod.kernel_stamps_supported(), reason="kernel receive stamps need Linux")
+def test_a_blocked_loop_does_not_bend_the_kernel_stamp_and_the_user_column_shows_the_lag():
+    # the next chunk comes 60 ms after the first, after the 50 ms stall: nothing merges the first
+    with StubServer(StubConfig(ttft_ms=20, itl_ms=60, role_chunk=False, stamp=True, fixed_chunks=3)) as s:
+        first, first_user, r = _blocked(f"{s.base_url}/v1/chat/completions", use_wire=True)
+        sent = s.cfg.stamps[max(s.cfg.stamps)]  # when the stub wrote the first content chunk
+    assert r.timestamp_source == "kernel" and r.first_read_chunks == 1
+    assert abs(first - sent) * 1000 < 2.0, (first - sent) * 1000  # within 2 ms of the server's own stamp
+    assert (first_user - first) * 1000 > 25  # the user-space stamp carries the client's 50 ms stall
+    assert r.ttft_user_ms - r.ttft_ms > 25
+
+
+@pytest.mark.skipif(not wire_mod.kernel_stamps_supported(), reason="kernel receive stamps need Linux")
+def test_chunks_merged_while_the_loop_was_late_are_counted_so_the_row_is_marked():
+    # chunks 5 ms apart during a 50 ms stall: TCP merges what the client did not read, and the merged
+    # segment carries the newest time; the row says how many chunks share the first token's time
+    with StubServer(StubConfig(ttft_ms=20, itl_ms=5, role_chunk=False, stamp=True)) as s:
+        first, _, r = _blocked(f"{s.base_url}/v1/chat/completions", use_wire=True)
+        sent = s.cfg.stamps[max(s.cfg.stamps)]
+    late_ms = (first - sent) * 1000
+    assert r.first_read_chunks > 1 or late_ms < 2.0  # either exact, or visibly shared
+    from evalkit.execution.sender import timing_suspect
+
+    row = {"error_class": None, "ttft_ms": r.ttft_ms, "timestamp_source": "kernel",
+           "first_read_chunks": r.first_read_chunks}
+    assert timing_suspect(row, 50.0, 5.0) == (r.first_read_chunks > 1)
+
+
+def test_the_user_space_path_is_bent_by_the_same_stall_and_says_which_clock_it_used():
+    with StubServer(StubConfig(ttft_ms=20, itl_ms=5, role_chunk=False, stamp=True)) as s:
+        first, _, r = _blocked(f"{s.base_url}/v1/chat/completions", use_wire=False)
+        sent = s.cfg.stamps[max(s.cfg.stamps)]
+    assert r.timestamp_source == "user" and (first - sent) * 1000 > 25
+
+
+def test_keep_alive_chunked_bodies_and_every_fault_class_on_the_kernel_path():
+    async def many(url: str, n: int, w: WireClient):
+        return [await stream_chat_wire(w, url, PAYLOAD, timeout_s=1.0) for _ in range(n)]
+
+    with StubServer(StubConfig(ttft_ms=1, itl_ms=1)) as s:
+        w = WireClient()
+        rs = asyncio.run(many(f"{s.base_url}/v1/chat/completions", 5, w))
+        assert all(r.ok and r.text.startswith("This is a stub") for r in rs)
+        assert s.cfg.counters["requests"] == 5
+    for fault, cls in (("http_500", "http_500"), ("http_503", "http_503"), ("cut", "stream_cut"),
+                       ("empty", "empty_completion"), ("stall", "timeout")):
+        with StubServer(StubConfig(fault=fault, itl_ms=0, ttft_ms=0)) as s:
+            r = asyncio.run(many(f"{s.base_url}/v1/chat/completions", 1, WireClient()))[0]
+        assert r.error_class == cls, (fault, r.error_class, r.error)
+    with StubServer(StubConfig(fault="http_429")) as s:
+        r = asyncio.run(many(f"{s.base_url}/v1/chat/completions", 1, WireClient()))[0]
+    assert r.error_class == "http_429" and r.retry_after_s == 1.0 and "slow down" in r.error
+    from evalkit.engines.vllm_server import free_port
+
+    r = asyncio.run(many(f"http://127.0.0.1:{free_port()}/v1/chat/completions", 1, WireClient()))[0]
+    assert r.error_class == "connect_error" and r.http_status is None
+
+
+def test_fallbacks_record_their_source(runner, endpoint_matrix, tmp_path, monkeypatch):
+    from evalkit.engines.vllm_server import free_port
+
+    # TLS goes through aiohttp (user-space stamps), recorded per row, here a refused connection
+    m = endpoint_matrix(f"https://127.0.0.1:{free_port()}", warmup=0)
+    ledger = tmp_path / "tls.db"
+    r = runner.invoke(cli, ["run", "--matrix", str(m), "--ledger", str(ledger), "--limit", "1", "-q", "--no-grade"])
+    assert r.exit_code == 1  # the endpoint is unreachable: the variant fails, nothing is silently fine
+    # a platform without the socket option, or kernel_timestamps off, times in user space and says so
+    monkeypatch.setattr("evalkit.execution.sender.kernel_stamps_supported", lambda: False)
+    with StubServer(StubConfig()) as s:
+        ledger = tmp_path / "nostamp.db"
+        r = runner.invoke(cli, ["run", "--matrix", str(endpoint_matrix(s.base_url, warmup=0)), "--ledger", str(ledger),
+                                "--limit", "2", "-q", "--no-grade"])
+    assert r.exit_code == 0, r.output
+    assert {x["timestamp_source"] for x in Database(ledger)["requests"].rows} == {"user"}
+
+
+class Blocking(SilentReporter):
+    """A reporter that hogs the client's event loop for 60 ms per finished request."""
+
+    def request_done(self, variant, case, result) -> None:  # noqa: ANN001
+        time.sleep(0.06)
+
+
+def test_the_self_check_marks_a_run_whose_loop_was_blocked(runner, tmp_path, write):
+    with StubServer(StubConfig(ttft_ms=30, itl_ms=10)) as s:
+        m = write("m.yaml", "name: lag\nbaseline: base\ngeneration:\n  warmup: 0\n  baseline_repeats: 1\n"
+                  "  structured_output: false\n  max_tokens: 16\ntelemetry:\n  kernel_timestamps: false\n"
+                  f"variants:\n  - name: base\n    endpoint: {s.base_url}\n")
+        ledger_path = tmp_path / "lag.db"
+        ledger = open_ledger(ledger_path)
+        summary = run_matrix(ledger, load_matrix(m), load_cases(default_dataset_path())[:12], default_dataset_path(),
+                             load=LoadSpec.from_options(concurrency=4), reporter=Blocking())
+    rows = list(Database(ledger_path).query("select * from requests where is_warmup = 0"))
+    assert rows and {x["timestamp_source"] for x in rows} == {"user"}
+    assert max(x["client_lag_max_ms"] for x in rows) > 40
+    assert sum(x["timing_suspect"] for x in rows) >= len(rows) // 2
+    assert Database(ledger_path)["client_lag"].count > 0
+    rep = json.loads(runner.invoke(cli, ["report", "--ledger", str(ledger_path), "--json"]).output)
+    assert any("the client, not the server, was the bottleneck" in n for n in rep["notes"]), rep["notes"]
+    r = runner.invoke(cli, ["check", "--ledger", str(ledger_path), "--max-client-lag", "10"])
+    assert r.exit_code == 1 and "FAIL base: client event-loop lag p99" in r.output, r.output
+    assert summary.n_requests == 12
+
+
+def test_two_sending_processes_one_writer_one_schedule(runner, endpoint_matrix, tmp_path):
+    with StubServer(StubConfig(ttft_ms=5, itl_ms=1)) as s:
+        m = endpoint_matrix(s.base_url, warmup=0, structured=False)
+        for args in (["--concurrency", "6", "--client-procs", "2"], ["--rate", "40", "--client-procs", "2"]):
+            ledger = tmp_path / f"{args[0][2:]}.db"
+            r = runner.invoke(cli, ["run", "--matrix", str(m), "--ledger", str(ledger), "--limit", "30", "-q",
+                                    "--no-grade", *args])
+            assert r.exit_code == 0, r.output
+            rows = list(Database(ledger).query("select * from requests where is_warmup = 0 order by scheduled_ms"))
+            assert len(rows) == 30 and {x["client_proc"] for x in rows} == {1, 2}
+            assert all(x["error_class"] is None and x["ttft_ms"] > 0 for x in rows)
+            assert len({(x["case_id"], x["repeat"]) for x in rows}) == 30  # each request once
+            assert {x["proc"] for x in Database(ledger).query("select distinct proc from client_lag")} >= {1, 2}
+            if args[0] == "--rate":  # one schedule across both processes: the seeded Poisson offsets
+                from evalkit.execution.load import arrival_offsets
+
+                offs = [x * 1000 for x in arrival_offsets(30, 40.0, "poisson", 0)]
+                got = [x["scheduled_ms"] - rows[0]["scheduled_ms"] for x in rows]
+                assert got == pytest.approx(offs, abs=0.01)
+                assert max(x["client_wait_ms"] for x in rows) < 50  # each sent when it was due
+
+
+def test_client_procs_must_be_positive(runner, endpoint_matrix, stub):
+    r = runner.invoke(cli, ["run", "--matrix", str(endpoint_matrix(stub.base_url)), "--client-procs", "0", "-q",
+                            "--concurrency", "2"])
+    assert r.exit_code == 2 and "--client-procs must be at least 1" in r.output
+
+
+def test_docs_define_the_new_columns():
+    doc = (Path(__file__).parent.parent / "docs" / "measuring.md").read_text()
+    for word in ("timestamp_source", "ttft_user_ms", "first_read_chunks", "client_lag", "timing_suspect",
+                 "srv_resp_ttft_ms", "queue_time_ms"):
+        assert word in doc, word
