@@ -31,6 +31,12 @@ class LedgerError(UsageError):
     """The ledger file is not an evalkit ledger, or is from a newer schema."""
 
 
+class LedgerWriteError(EvalkitError):
+    """A write to the ledger failed (a full disk, a read-only file): the run stops, resumable."""
+
+    run_id: str | None = None
+
+
 class EngineError(EvalkitError):
     """A serving engine failed to prepare, start or answer. Runtime failure, exit code 1."""
 

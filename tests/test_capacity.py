@@ -177,7 +177,9 @@ def test_response_timing_and_the_metrics_join_agree_on_the_same_rows(runner, end
         assert x["srv_ttft_ms"] == pytest.approx(x["srv_resp_ttft_ms"] + x["srv_resp_queue_ms"])
         # the same request seen through /metrics histogram deltas: within a few ms
         assert x["srv_hist_ttft_ms"] == pytest.approx(x["srv_ttft_ms"], abs=3)
-        assert x["srv_resp_ttft_ms"] == pytest.approx(30, abs=6) and x["ttft_ms"] >= x["srv_ttft_ms"]
+        assert x["srv_resp_ttft_ms"] == pytest.approx(30, abs=6)
+        # the client's kernel receive time can precede the stub's own stamp, taken after its write returned
+        assert x["ttft_ms"] >= x["srv_ttft_ms"] - 1
 
 
 def test_relative_slo_needs_a_sweep_from_1_and_quality_under_load_needs_greedy(runner, write, endpoint_matrix, stub):

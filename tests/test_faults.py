@@ -214,7 +214,8 @@ def test_planted_secret_reaches_no_output(runner, write, tmp_path, monkeypatch):
                             f"  - name: a\n    endpoint: {ok.base_url}\n    api_key_env: EVALKIT_TEST_API_KEY\n"
                             f"  - name: b\n    endpoint: {leaky.base_url}\n    api_key_env: EVALKIT_TEST_API_KEY\n")
         r1 = runner.invoke(cli, ["run", "--matrix", str(m), "--limit", "3", "--ledger", str(ledger)])
-    assert r1.exit_code == 0, r1.output
+    # every request of the leaky variant failed: it is `failed`, the run exits 1, and no line carries the key
+    assert r1.exit_code == 1 and "variant(s) failed: b (3 of 3 requests failed" in r1.output, r1.output
     db = Database(ledger)
     assert db["requests"].count_where("error_class = 'http_401' and is_warmup = 0") == 3  # the leaky server answered
     outputs = [r1.output]
@@ -267,13 +268,15 @@ def test_server_dies_mid_run_every_request_still_a_row(tmp_path, endpoint_matrix
                 time.sleep(0.05)
         m = endpoint_matrix(f"http://127.0.0.1:{port}", warmup=0, extra="telemetry:\n  scrape: false\n")
         run = subprocess.Popen([*CLI, "run", "--matrix", str(m), "--limit", "12", "--ledger", str(ledger), "-q",
-                                "--no-grade"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                "--no-grade", "--max-error-rate", "0.1"], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
         _wait_rows(ledger, 4)
         stub.kill()  # the server dies mid-run
         out, _ = run.communicate(timeout=60)
     finally:
         stub.kill()
-    assert run.returncode == 0, out
+    # an endpoint that dies: every planned request is still a row, and the variant is `failed`
+    assert run.returncode == 1 and "variant(s) failed: base" in out and "> --max-error-rate 10%" in out, out
     db = Database(ledger)
     assert db["requests"].count == 12  # every planned request is a row
     errs = [r["error_class"] for r in db["requests"].rows_where("error_class is not null")]

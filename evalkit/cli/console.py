@@ -101,8 +101,15 @@ def print_report(report: dict[str, Any]) -> None:
     for line in report.get("notes", []):
         click.echo(line)
     for v in report["variants"]:
+        if v.get("sent_again"):
+            click.echo(f"variant {v['name']}: {v['final']} requests, {v['attempts']} attempts "
+                       f"({v['sent_again']} sent more than once)")
         if v["status"] != "complete":
             click.echo(f"variant {v['name']}: {v['status']}: {v['error'] or ''}")
+    if run.get("state") and run["state"] != run["status"]:
+        click.echo(f"run {run['id']}: {run['state']}")
+    elif run["status"] != "complete":
+        click.echo(f"run {run['id']}: {run['status']}" + (f" ({run['stop_reason']})" if run.get("stop_reason") else ""))
 
 
 def print_findings(f: dict[str, Any], by: list[str] | None) -> None:

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import click
 
+from ..errors import LedgerWriteError, UsageError
 from ..execution.load import load_from_options
-from ..execution.runner import refuse_resume_options, resume_context
+from ..execution.runner import DEFAULT_RETRY_CLASSES, parse_retry_classes, refuse_resume_options, resume_context
+from ..execution.signals import Interrupted, graceful_stop
 from ..execution.workflow import run_and_grade
 from ..ledger import open_ledger
 from ..paths import default_dataset_path
@@ -57,6 +59,12 @@ from .console import RichReporter, print_report
                    "or give auto / ray://HOST:10001")
 @click.option("--resume", "resume_id", default=None, metavar="RUN_ID",
               help="complete the requests missing from an interrupted run (same matrix, cases, load)")
+@click.option("--retry-failed", "retry_failed", is_flag=False, flag_value=",".join(DEFAULT_RETRY_CLASSES), default=None,
+              metavar="[CLASSES]", help="with --resume: also send again the requests whose final row failed with one "
+                                        f"of these error classes [{','.join(DEFAULT_RETRY_CLASSES)}]; the old rows stay")
+@click.option("--max-error-rate", type=click.FloatRange(0, 1), default=None,
+              help="a variant with a larger share of failed requests is `failed` and the run exits 1 [0.5]")
+@click.option("--stop-on-failure", is_flag=True, help="stop the run when a variant fails (default: go on with the next)")
 @LEDGER_OPT
 @click.option("--no-grade", is_flag=True, help="skip grading after the run (use `evalkit grade` later)")
 @click.option("--quiet", "-q", is_flag=True, help="no progress output")
@@ -64,7 +72,7 @@ def run(matrix_path: Path | None, dataset_path: Path | None, limit: int | None, 
         arrival_seed: int | None, old_seed: int | None, repeats: int, mode: str | None, concurrency: int | None,
         rate: float | None, arrival: str | None, max_concurrency: int | None, sweep: str | None, stop_kv: float | None,
         slo: str | None, client_procs: int | None, interleave: bool, ray_address: str | None, resume_id: str | None,
-        ledger: Path | None,
+        retry_failed: str | None, max_error_rate: float | None, stop_on_failure: bool, ledger: Path | None,
         no_grade: bool, quiet: bool) -> None:
     """Serve each variant of the matrix, send every case, record every request in the ledger.
 
@@ -83,6 +91,9 @@ def run(matrix_path: Path | None, dataset_path: Path | None, limit: int | None, 
         db = open_ledger(ledger_path(ledger), create=False)
         ctx = resume_context(db, resume_id)
         matrix, cases, dpath, load, repeats = ctx.matrix, ctx.cases, ctx.dataset_path, ctx.load, ctx.repeats
+        if retry_failed:
+            n = len(db.reopen_failed(resume_id, parse_retry_classes(retry_failed)))
+            click.echo(f"run {resume_id}: {n} failed requests will be sent again (their rows stay, not final)")
     else:
         matrix = load_matrix(matrix_path)
         load = load_from_options(matrix.load, mode=mode, concurrency=concurrency, rate=rate, arrival=arrival,
@@ -92,15 +103,27 @@ def run(matrix_path: Path | None, dataset_path: Path | None, limit: int | None, 
         dpath = dataset_path or default_dataset_path()
         cases = stratified_subset(load_cases(dpath), limit or matrix.limit, subset_seed)
         db = open_ledger(ledger_path(ledger))
+    if retry_failed and not resume_id:
+        raise UsageError("--retry-failed goes with --resume RUN_ID")
+    if max_error_rate is not None:
+        load.max_error_rate = max_error_rate
+    load.stop_on_failure = load.stop_on_failure or stop_on_failure
     reporter = RichReporter(quiet)
-    summary, n, grade_s = run_and_grade(db, matrix, cases, dpath, repeats=repeats, subset_seed=subset_seed, load=load,
-                                        reporter=reporter, resume_run=resume_id, grade=not no_grade,
-                                        ray_address=ray_address)
+    path = ledger_path(ledger)
+    try:
+        with graceful_stop():
+            summary, n, grade_s = run_and_grade(db, matrix, cases, dpath, repeats=repeats, subset_seed=subset_seed,
+                                                load=load, reporter=reporter, resume_run=resume_id, grade=not no_grade,
+                                                ray_address=ray_address)
+    except (Interrupted, LedgerWriteError) as e:
+        rid = getattr(e, "run_id", None) or resume_id
+        hint = f"; resume with `evalkit run --resume {rid} --ledger {path}`" if rid else ""
+        raise EvalkitClickError(f"{str(e).splitlines()[0]}: run {rid} is interrupted{hint}", e.exit_code) from None
     if not no_grade:
         reporter.message(f"graded {n} outputs in {grade_s:.1f} s")
     skipped = f", {summary.n_skipped} already in the ledger (skipped)" if resume_id else ""
     click.echo(f"run {summary.run_id}: {summary.n_requests} requests, {summary.n_errors} errors{skipped} "
-               f"-> {ledger_path(ledger)}")
+               f"-> {path}")
     for name, why in summary.saturation.items():
         click.echo(f"{name}: {why}")
     if not quiet:

@@ -92,6 +92,82 @@ def _die_with_parent() -> None:
     os.setsid()  # own process group, so stop() can signal the server and its workers together
 
 
+# A process that outlives nothing: it waits for its parent (evalkit) to die, by any signal, kill -9
+# included (PR_SET_PDEATHSIG), then kills the server's whole process group. vLLM's engine core
+# and workers are children of the API server: PDEATHSIG on the API server alone leaves them.
+REAPER = """
+import ctypes, os, signal, sys, time
+pgid, parent = int(sys.argv[1]), int(sys.argv[2])
+def die(*_):
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    os._exit(0)
+signal.signal(signal.SIGTERM, die)
+try:
+    ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+except OSError:
+    pass
+if os.getppid() != parent:
+    die()
+while True:
+    time.sleep(3600)
+"""
+
+
+def group_members(pgid: int) -> list[int] | None:
+    """Live (not zombie) processes of a process group, from /proc; None where /proc is missing."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return None
+    out = []
+    for d in proc.iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp ...
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != "Z":
+            out.append(int(d.name))
+    return out
+
+
+def group_alive(pgid: int) -> bool:
+    members = group_members(pgid)
+    if members is not None:
+        return bool(members)  # zombies do not count: a dead process waiting to be reaped is gone
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def stop_group(pgid: int, grace_s: float = 30.0, reap: Any = None) -> None:
+    """SIGTERM a whole process group, wait up to ``grace_s`` for every member, then SIGKILL.
+    ``reap``: called while waiting, so our own child does not linger as a zombie."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if reap is not None:
+            reap()
+        if not group_alive(pgid):
+            return
+        time.sleep(0.1)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def _last_line(path: Path) -> str:
     lines = [x for x in tail(path, 5).splitlines() if x.strip()]
     return lines[-1][-300:] if lines else "(empty log)"
@@ -130,7 +206,9 @@ class VLLMServer:
         # vLLM may live in another environment than evalkit: EVALKIT_VLLM_PYTHON names its interpreter
         self.python = python or os.environ.get("EVALKIT_VLLM_PYTHON") or sys.executable
         self.proc: subprocess.Popen[bytes] | None = None
+        self.reaper: subprocess.Popen[bytes] | None = None
         self.ready_s: float | None = None
+        self.should_stop: Any = lambda: False  # polled while waiting for health (a signal asked evalkit to stop)
 
     @property
     def base_url(self) -> str:
@@ -184,6 +262,29 @@ class VLLMServer:
             raise EngineError(f"cannot start vLLM ({self.python}): {e}") from None
         finally:
             log.close()
+        if sys.platform.startswith("linux"):
+            self.reaper = subprocess.Popen([sys.executable, "-c", REAPER, str(self.proc.pid), str(os.getpid())],
+                                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                           stderr=subprocess.DEVNULL)
+
+    @property
+    def exit_code(self) -> int | None:
+        """The API server's exit code once it has exited (negative: killed by that signal)."""
+        return self.proc.poll() if self.proc is not None else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def exited(self, grace_s: float = 0.0) -> bool:
+        """Whether the API server has exited, waiting up to ``grace_s`` for an exit under way (a
+        refused connection can come a moment before the process is gone)."""
+        if self.proc is None:
+            return False
+        try:
+            self.proc.wait(timeout=grace_s)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
 
     def wait_ready(self) -> float:
         assert self.proc is not None
@@ -202,6 +303,9 @@ class VLLMServer:
                         return self.ready_s
             except (urllib.error.URLError, OSError):
                 pass
+            if self.should_stop():
+                self.stop()
+                raise EngineError(f"vLLM server for '{self.served_model_name}': start abandoned, evalkit was asked to stop")
             if time.monotonic() - t0 > self.startup_timeout_s:
                 self.stop()
                 raise EngineError(
@@ -211,16 +315,19 @@ class VLLMServer:
             time.sleep(1.0)
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
+        """Stop the server and everything it started (engine core, workers): its whole process
+        group, also when the API server itself has already exited (its children have not)."""
+        if self.proc is None:
             return
+        stop_group(self.proc.pid, reap=self.proc.poll)  # setsid: the group id is the server's pid
         try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=10)
-        except ProcessLookupError:
+        except subprocess.TimeoutExpired:
             pass
+        if self.reaper is not None:
+            self.reaper.kill()
+            self.reaper.wait()
+            self.reaper = None
 
     def __enter__(self) -> VLLMServer:
         self.start()

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engines.budget import KvPlan, plan_matrix
-from ..errors import UsageError
+from ..errors import EvalkitError, UsageError
 from ..host import this_host
 from ..ledger import Ledger, utcnow
 from ..ledger.mirror import MirroredLedger
@@ -33,7 +33,8 @@ from ..redact import redact
 from ..spec.dataset import Case
 from ..spec.matrix import Matrix
 from .load import LoadSpec
-from .runner import Reporter, RunSummary, SilentReporter, finish_run, run_group, start_run
+from .runner import Reporter, RunSummary, SilentReporter, finish_run, run_group, start_run, stop_reason
+from .signals import STOP
 
 # Fault injection for tests of worker death: a worker exits abruptly after this many requests.
 FAULT_ENV = "EVALKIT_RAY_FAULT_AFTER"
@@ -252,10 +253,20 @@ def run_matrix_ray(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_pa
     appliers = {label: ap for label, _, ap in gens}
     seq = [ledger.max_seq(summary.run_id)]
     open_streams = len(gens)
-    ok = False
+    ok, reason = False, None
     try:
         while open_streams:
-            label, ev = inbox.get()
+            try:
+                label, ev = inbox.get(timeout=0.5)
+            except queue.Empty:
+                if STOP.requested:  # a signal: cancel the tasks (each stops its server), keep what streamed
+                    for _, gen, _ in gens:
+                        try:
+                            ray.cancel(gen)
+                        except Exception:  # noqa: BLE001 - a task that already ended
+                            pass
+                    STOP.check()
+                continue
             ap = appliers[label]
             if ev[0] == "_end":
                 open_streams -= 1
@@ -266,8 +277,13 @@ def run_matrix_ray(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_pa
                 continue
             ap(ev, seq)
         ok = True
+    except BaseException as e:
+        reason = stop_reason(e)
+        if isinstance(e, EvalkitError):
+            e.run_id = summary.run_id  # type: ignore[attr-defined]
+        raise
     finally:
-        finish_run(ledger, matrix, summary, ok)
+        finish_run(ledger, matrix, summary, ok, reason)
     return summary
 
 

@@ -16,6 +16,7 @@ from ..ledger import Ledger, dumps, utcnow
 from ..paths import cache_dir
 from ..redact import redact, redact_args
 from ..spec.matrix import Matrix, Variant, arg_value
+from .signals import STOP
 
 
 class Say(Protocol):
@@ -49,6 +50,7 @@ class LiveVariant:
         self.served = variant.served_model_name or variant.name
         self.headers: dict[str, str] = {}
         self.stage_s: dict[str, float] = {}  # prepare, start: how long each took
+        self.died: str | None = None  # why its launched server is gone, if it died mid-run
 
     @property
     def model_path(self) -> str | None:
@@ -62,7 +64,7 @@ class LiveVariant:
         if self.replica is not None:
             keep = {k: v for k, v in fields.items() if k in ("model_path", "status", "error", "ready_s", "stopped_at",
                                                             "log_tail", "endpoint_url", "scrape_errors",
-                                                            "scrape_last_error")}
+                                                            "scrape_last_error", "exit_code", "server_pid")}
             if keep:
                 self.ledger.upsert_replica({"id": self.rid, **keep})
 
@@ -147,12 +149,14 @@ class LiveVariant:
                 self.server = VLLMServer(model_path, self.served, args, log_path, env=v.env,
                                          cache_dir=cache_dir(), startup_timeout_s=v.startup_timeout_s)
                 self.reporter.message(f"starting vLLM for '{self.label}' ({v.model}); log: {log_path}")
+                self.server.should_stop = lambda: STOP.requested  # a signal during the start abandons it
                 self.server.__enter__()
                 self.stage_s["start"] = self.server.ready_s or 0.0
                 self.base_url = self.server.base_url
                 self.reporter.message(f"'{self.label}' ready in {self.server.ready_s:.0f} s at {self.base_url}")
                 if self.replica is not None:
                     self.ledger.upsert_replica({"id": self.rid, "endpoint_url": self.base_url})
+                self._record({"server_pid": self.server.proc.pid if self.server.proc else None})
                 self._record({
                     "model_path": model_path, "served_model_name": self.served, "ready_s": self.server.ready_s,
                     "weight_bytes_reported": reported_weight_bytes(tail(self.server.log_path, 400)),
@@ -179,6 +183,21 @@ class LiveVariant:
             self.fail(e)
             raise
 
+    def server_died(self) -> str:
+        """The launched server exited mid-run: record its exit code and log tail on the variant;
+        returns the cause, for the requests it can no longer answer."""
+        assert self.server is not None
+        code = self.server.exit_code
+        cause = redact(f"vLLM server for '{self.label}' exited with code {code} during the run "
+                       f"(last log line: {tail(self.server.log_path, 1)[-300:]})")
+        self.reporter.message(f"'{self.label}': {cause}")
+        fields = {"status": "failed", "error": cause, "exit_code": code, "log_tail": redact(tail(self.server.log_path))}
+        self._record(fields)
+        if self.replica is not None:
+            self.ledger.upsert_replica({"id": self.rid, **fields})
+        self.died = cause
+        return cause
+
     def fail(self, e: Exception) -> None:
         self._record({
             "status": "failed", "error": redact(str(e).splitlines()[0]),
@@ -186,10 +205,13 @@ class LiveVariant:
         })
         self.close()
 
-    def close(self, status: str | None = None) -> None:
+    def close(self, status: str | None = None, error: str | None = None) -> None:
+        if self.died:  # failed already, with its cause
+            status, error = None, None
         if status:
-            self._record({"status": status})
+            self._record({"status": status, **({"error": redact(error)} if error else {})})
         if self.server is not None:
-            self.server.stop()
-            self._record({"stopped_at": utcnow(), "log_tail": redact(tail(self.server.log_path))})
+            self.server.stop()  # the whole process group, also when the API server already exited
+            self._record({"stopped_at": utcnow(), "log_tail": redact(tail(self.server.log_path)),
+                          "exit_code": self.server.exit_code})
             self.server = None

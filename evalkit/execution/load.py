@@ -93,6 +93,8 @@ class LoadSpec:
     # relative SLOs: metric -> factor over the same case's latency at concurrency 1 (same variant)
     slo_relative: dict[str, float] = field(default_factory=dict)
     interleave: bool = False  # bring all variants up at once and alternate A B A B ...
+    max_error_rate: float = 0.5  # run policy: a variant with more failed requests than this share is `failed`
+    stop_on_failure: bool = False  # run policy: a failed variant stops the run (else the next variant runs)
     client_procs: int = 1  # processes sending the load (each its own event loop); the ledger has one writer
     sequential_pass: bool = False  # concurrency N also sends every case at concurrency 1 first (quality under load)
     arrival_seed: int = 0  # the Poisson schedule
@@ -226,6 +228,7 @@ class WorkItem:
     phase: str = "main"
     concurrency: int = 1
     replica: int | None = None  # which server of a replicated variant (None: the variant has one)
+    attempt0: int = 0  # the attempt number it starts at (a resume that sends a failed request again)
 
     @property
     def target(self) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import platform
 import socket
 import sys
@@ -19,7 +20,7 @@ from typing import Protocol
 from .. import __version__
 from ..engines.budget import KvPlan, plan_matrix
 from ..engines.vllm_server import engine_version
-from ..errors import EngineError, EvalkitDeprecationWarning, UsageError
+from ..errors import EngineError, EvalkitDeprecationWarning, EvalkitError, LedgerWriteError, UsageError
 from ..host import this_host
 from ..ledger import Ledger, dumps, utcnow
 from ..measure.client import RequestResult
@@ -32,6 +33,7 @@ from .estimate import RunEstimate, estimate_variant
 from .live import LiveVariant
 from .load import LoadSpec, build_plan, reference_latencies, saturation_reason, warmup_cases
 from .sender import Sender
+from .signals import STOP
 
 
 class Reporter(Protocol):
@@ -100,7 +102,7 @@ def create_run(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: 
         "evalkit_version": __version__, "python_version": platform.python_version(),
         "host": socket.gethostname(), "platform": platform.platform(), "host_id": host_id,
         "argv": " ".join(redact_args(sys.argv)),
-        "load_json": dumps({**asdict(load), "repeats": repeats}),
+        "load_json": dumps({**asdict(load), "repeats": repeats}), "pid": os.getpid(),
     })
     return run_id
 
@@ -144,9 +146,17 @@ def run_group(ledger: Ledger, run_id: str, matrix: Matrix, group: list[str], cas
               plans: dict[str, KvPlan] | None = None) -> int:
     """Bring a group of variants up (all at once when interleaved, else one), send its load phase
     by phase, close it. Returns the last sequence number used. A Ray worker runs the same."""
+    todo = pending(ledger, run_id, matrix, group, cases, repeats, load, skip)
+    for name in [n for n in group if not todo.get(n)]:
+        reporter.message(f"'{name}': nothing left to send in this run; its server is not started")
+    group = [n for n in group if todo.get(n)]
+    if not group:
+        return seq0
+    STOP.check()
     servers = open_variants(ledger, run_id, matrix, group, reporter, log_dir, summary, replicas, plans)
     if not servers:
         return seq0
+    attempts = ledger.next_attempts(run_id)  # requests sent before without a final answer go on from there
     try:
         gen = matrix.generation
         if load.concurrent and gen.temperature > 0 and any(s.server for s in servers.values()) \
@@ -157,9 +167,14 @@ def run_group(ledger: Ledger, run_id: str, matrix: Matrix, group: list[str], cas
         live = list(dict.fromkeys(s.variant.name for s in servers.values()))
         refs: dict[str, dict] = {}  # variant -> its concurrency-1 latencies per case (relative SLOs)
         for i, (phase, conc) in enumerate(load.phases()):
+            live = [n for n in live if conc <= todo[n]["up_to"]]
+            if not live:
+                break
             plan = [it for it in build_plan(matrix, live, cases, repeats, load, phase, conc, warmup=i == 0)
                     if it.target in servers
                     and (it.warmup or (it.variant, it.case.id, it.repeat, it.phase) not in skip)]
+            for it in plan:
+                it.attempt0 = attempts.get((it.variant, it.case.id, it.repeat, it.phase), 0)
             summary.n_skipped += sum(1 for k in skip if k[0] in live and k[3] == phase)
             warm = [it for it in plan if it.warmup]
             main = [it for it in plan if not it.warmup]
@@ -184,6 +199,12 @@ def run_group(ledger: Ledger, run_id: str, matrix: Matrix, group: list[str], cas
                 reporter.variant_end(name)
                 summary.stages.setdefault(name, {})[f"measure {phase}" if load.sweep else "measure"] = \
                     time.monotonic() - t1
+            STOP.check()  # a signal: in-flight requests had their grace period; the rest waits for --resume
+            for s in servers.values():
+                if s.server is not None and not s.died and s.server.exited():
+                    s.server_died()
+            dead = {s.variant.name for s in servers.values() if s.died}
+            live = [n for n in live if n not in dead]
             if load.sweep:
                 for name in list(live):
                     rows = ledger.measured_requests(run_id, phase=phase, variant=name)
@@ -204,7 +225,10 @@ def run_group(ledger: Ledger, run_id: str, matrix: Matrix, group: list[str], cas
         for s in servers.values():
             s.record_capacity(ledger.measured_requests(run_id, variant=s.variant.name), matrix.generation.max_tokens)
         for s in servers.values():
-            s.close("complete")
+            cause = s.died or error_rate_cause(ledger, run_id, s.variant.name, load.max_error_rate)
+            if cause:
+                summary.failed_variants[s.label] = cause
+            s.close("failed" if cause else "complete", cause)
         for name in dict.fromkeys(s.variant.name for s in servers.values()):
             for stage in ("warm-up", "measure"):
                 if stage in summary.stages.get(name, {}):
@@ -216,12 +240,35 @@ def run_group(ledger: Ledger, run_id: str, matrix: Matrix, group: list[str], cas
         raise
 
 
+def error_rate_cause(ledger: Ledger, run_id: str, variant: str, max_rate: float) -> str | None:
+    bad, n = ledger.final_error_rate(run_id, variant)
+    if n and bad / n > max_rate:
+        return f"{bad} of {n} requests failed ({bad / n:.0%} > --max-error-rate {max_rate:.0%})"
+    return None
+
+
+def pending(ledger: Ledger, run_id: str, matrix: Matrix, group: list[str], cases: list[Case], repeats: int,
+            load: LoadSpec, skip: set[tuple[str, str, int, str]]) -> dict[str, dict[str, int]]:
+    """Per variant: how many measured requests are still to send, and the highest level worth
+    sending (a sweep that saturated at a level does not go past it on resume)."""
+    out: dict[str, dict[str, int]] = {}
+    for name in group:
+        v = ledger.variant(f"{run_id}:{name}") or {}
+        up_to = v.get("saturated_at") or 10**9
+        n = sum(1 for phase, conc in load.phases() if conc <= up_to
+                for it in build_plan(matrix, [name], cases, repeats, load, phase, conc, warmup=False)
+                if (it.variant, it.case.id, it.repeat, it.phase) not in skip)
+        out[name] = {"n": n, "up_to": up_to}
+    return {k: v for k, v in out.items() if v["n"]}
+
+
 def start_run(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: Path, *, repeats: int, subset_seed: int,
               load: LoadSpec, reporter: Reporter, resume_run: str | None) -> tuple[RunSummary, set]:
     """Create the run (or reopen it for --resume) and say what will be sent."""
     if resume_run:
         run_id = resume_run
-        ledger.update_run(run_id, {"status": "running", "finished_at": None})
+        ledger.update_run(run_id, {"status": "running", "finished_at": None, "pid": os.getpid(), "host": socket.gethostname(),
+                                   "stop_reason": None})
     else:
         run_id = create_run(ledger, matrix, cases, dataset_path, subset_seed, load, repeats)
     skip = ledger.done_keys(run_id) if resume_run else set()
@@ -232,10 +279,22 @@ def start_run(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: P
     return RunSummary(run_id), skip
 
 
-def finish_run(ledger: Ledger, matrix: Matrix, summary: RunSummary, ok: bool) -> None:
-    failed_all = len({k.split("#")[0] for k in summary.failed_variants}) == len(matrix.variants)
-    status = ("failed" if failed_all else "complete") if ok else "interrupted"
-    ledger.update_run(summary.run_id, {"status": status, "finished_at": utcnow()})
+def finish_run(ledger: Ledger, matrix: Matrix, summary: RunSummary, ok: bool, reason: str | None = None) -> None:
+    """The run ends `complete` (every variant complete), `failed` (a variant failed) or
+    `interrupted` (stopped before the end: a signal, a full disk, a crash); never `running`. A
+    ledger that cannot be written any more (a full disk) leaves the status as it is: a run
+    `running` whose process is gone reads as stale."""
+    failed = bool(summary.failed_variants)
+    status = ("failed" if failed else "complete") if ok else "interrupted"
+    try:
+        left = ledger.close_open_variants(summary.run_id, "failed" if ok else "interrupted",
+                                          reason or ("the run ended before this variant did" if ok else
+                                                     "the run was interrupted"))
+        for name in left:
+            summary.failed_variants.setdefault(name, reason or "left running when the run ended")
+        ledger.update_run(summary.run_id, {"status": status, "finished_at": utcnow(), "stop_reason": reason})
+    except LedgerWriteError:
+        pass
 
 
 def run_matrix(
@@ -254,17 +313,48 @@ def run_matrix(
                               reporter=reporter, resume_run=resume_run)
     seq = ledger.max_seq(summary.run_id)
     names = [v.name for v in matrix.ordered_variants()]
-    ok = False
+    ok, reason = False, None
     try:
         groups = [names] if load.interleave else [[n] for n in names]
         for gi, group in enumerate(groups):
             seq = run_group(ledger, summary.run_id, matrix, group, cases, repeats=repeats, load=load, skip=skip,
                             reporter=reporter, log_dir=log_dir, summary=summary, seq0=seq,
                             variants_after=0 if load.interleave else len(groups) - gi - 1, plans=plans)
+            if load.stop_on_failure and summary.failed_variants:
+                reason = f"stopped after a failed variant ({', '.join(summary.failed_variants)})"
+                reporter.message(reason)
+                break
         ok = True
+    except BaseException as e:
+        reason = stop_reason(e)
+        if isinstance(e, (EvalkitError,)):
+            e.run_id = summary.run_id  # type: ignore[attr-defined]
+        raise
     finally:
-        finish_run(ledger, matrix, summary, ok)
+        finish_run(ledger, matrix, summary, ok, reason)
     return summary
+
+
+def stop_reason(e: BaseException) -> str:
+    if isinstance(e, KeyboardInterrupt):
+        return "stopped by SIGINT"
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+# the error classes a server going away causes: what --retry-failed sends again by default
+DEFAULT_RETRY_CLASSES = ("connect_error", "stream_cut", "server_error", "http_5xx", "not_sent", "timeout")
+KNOWN_CLASSES = (*DEFAULT_RETRY_CLASSES, "malformed_stream", "empty_completion", "interrupted", "http_4xx")
+
+
+def parse_retry_classes(text: str) -> list[str]:
+    """`connect_error,stream_cut` -> the classes; http_5xx / http_4xx stand for their families;
+    a single status (http_503) is taken as written."""
+    out = [c.strip() for c in text.split(",") if c.strip()]
+    bad = [c for c in out if c not in KNOWN_CLASSES and not (c.startswith("http_") and c[5:].isdigit())]
+    if bad or not out:
+        raise UsageError(f"--retry-failed: unknown error class(es) {', '.join(bad) or '(none)'} "
+                         f"(known: {', '.join(KNOWN_CLASSES)}, or a status like http_503)")
+    return out
 
 
 def refuse_resume_options(**given: object) -> None:
@@ -284,9 +374,28 @@ class ResumeContext:
     repeats: int
 
 
+def run_state(run: dict) -> str:
+    """A run's status as it really is: `running` only while its process lives (on this host; on
+    another host it cannot be told), `running (stale: ...)` when that process is gone."""
+    status = run.get("status") or "unknown"
+    if status != "running" or not run.get("pid"):
+        return status
+    if run.get("host") and run["host"] != socket.gethostname():
+        return f"running (on host {run['host']}, process {run['pid']})"
+    try:
+        os.kill(int(run["pid"]), 0)
+    except ProcessLookupError:
+        return f"running (stale: its process {run['pid']} is gone; `evalkit run --resume {run['id']}` finishes it)"
+    except PermissionError:
+        pass
+    return "running"
+
+
 def resume_context(ledger: Ledger, run_id: str) -> ResumeContext:
     """Everything needed to finish a run exactly as it was started."""
     run = ledger.require_run(run_id, what="--resume: ")
+    if run_state(run) == "running" and run.get("pid") != os.getpid():
+        raise UsageError(f"--resume: run {run_id} is still running (process {run['pid']}); stop it first")
     dpath = Path(run["dataset_path"])
     if dataset_hash(dpath) != run["dataset_hash"]:
         raise UsageError(f"--resume: {dpath} changed since run {run_id} started (hash differs)")

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from ..errors import EngineError
-from ..ledger import Ledger, dumps
+from ..ledger import Ledger, dumps, utcnow
 from ..measure.client import RequestResult, build_payload, stream_chat
 from ..measure.looplag import LagProbe
 from ..measure.telemetry import RESPONSE_FIELDS, SERVER_FIELDS, MetricsScraper, attribute, engine_config, response_timing
@@ -24,6 +24,7 @@ from ..spec.output_schemas import load_schema
 from .live import LiveVariant
 from .load import LoadSpec, WorkItem, arrival_offsets
 from .procs import ChildPlan, Job, Posted, run_children, split
+from .signals import STOP
 
 
 class Progress(Protocol):
@@ -66,6 +67,8 @@ class Sender:
         self.n = self.n_err = 0
         self.in_flight = self.max_in_flight = 0
         self.wire: WireClient | None = None
+        self.sending: set[asyncio.Future[RequestResult]] = set()
+        self.dead: dict[str, str] = {}  # target -> why its server is gone
         self.probes: dict[int, LagProbe] = {}  # sending process (0: this one) -> its loop-lag windows
 
     def _now_ms(self) -> float:
@@ -89,25 +92,51 @@ class Sender:
         payload = self._payload(item)
         retry = self.matrix.retry
         ids: list[int] = []
-        for attempt in range(retry.max_retries + 1):
+        if STOP.requested and not item.warmup:
+            return ids  # stopping: not sent, not a row; a resume sends it
+        if item.target in self.dead:  # its server is gone: recorded, never silently dropped
+            r = RequestResult(started_at=utcnow(), error_class="not_sent", error=self.dead[item.target])
+            self.seq += 1
+            ids.append(self.ledger.insert_request(request_row(self.run_id, item, self.seq, item.attempt0, True, payload,
+                                                              r, scheduled_ms)))
+            self._count(item, r)
+            return ids
+        for attempt in range(item.attempt0, item.attempt0 + retry.max_retries + 1):
             before = await scraper.scrape(http) if (attribute_now and scraper) else None
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            url = f"{lv.base_url}/v1/chat/completions"
+            if self.wire is not None and url.startswith("http://"):  # kernel receive times
+                send = asyncio.ensure_future(stream_chat_wire(self.wire, url, payload, headers=lv.headers,
+                                                              timeout_s=self.matrix.generation.timeout_s,
+                                                              epoch=self.epoch))
+            else:  # TLS, or no kernel stamps here: user-space stamps, recorded as such
+                send = asyncio.ensure_future(stream_chat(http, url, payload, headers=lv.headers,
+                                                         timeout_s=self.matrix.generation.timeout_s, epoch=self.epoch))
+            self.sending.add(send)
             try:
-                url = f"{lv.base_url}/v1/chat/completions"
-                if self.wire is not None and url.startswith("http://"):  # kernel receive times
-                    r = await stream_chat_wire(self.wire, url, payload, headers=lv.headers,
-                                               timeout_s=self.matrix.generation.timeout_s, epoch=self.epoch)
-                else:  # TLS, or no kernel stamps here: user-space stamps, recorded as such
-                    r = await stream_chat(http, url, payload, headers=lv.headers,
-                                          timeout_s=self.matrix.generation.timeout_s, epoch=self.epoch)
+                r = await send
+            except asyncio.CancelledError:
+                if not (send.cancelled() and STOP.requested):
+                    raise
+                # the grace period after a stop ran out: this attempt is kept, not final; a resume sends it again
+                r = RequestResult(started_at=utcnow(), error_class="interrupted",
+                                  error=f"stopped by a signal {STOP.grace_s:g} s after it arrived, still in flight")
+                self.seq += 1
+                ids.append(self.ledger.insert_request(request_row(self.run_id, item, self.seq, attempt, False, payload,
+                                                                  r, scheduled_ms)))
+                return ids
             finally:
                 self.in_flight -= 1
+                self.sending.discard(send)
             fill_token_counts(r, payload["messages"], lv.model_path)
-            will_retry = (r.error_class in retry.on_errors) and attempt < retry.max_retries
+            if r.error_class in ("connect_error", "stream_cut") and item.target not in self.dead:
+                self._check_server(item.target)  # a server that just died: no more requests go to it
+            last = attempt == item.attempt0 + retry.max_retries
+            will_retry = (r.error_class in retry.on_errors) and not last and not STOP.requested
             self.seq += 1
             row = request_row(self.run_id, item, self.seq, attempt, not will_retry, payload, r,
-                              scheduled_ms if attempt == 0 else None)
+                              scheduled_ms if attempt == item.attempt0 else None)
             if before is not None and scraper is not None:
                 key = "e2e_request_latency_seconds_count"
                 after = await scraper.wait_for_count(http, key, before.values.get(key, 0.0) + 1)
@@ -119,13 +148,38 @@ class Sender:
             row.update(response_timing({k: row.get(k) for k in SERVER_FIELDS if k in row}, r.server_timing))
             ids.append(self.ledger.insert_request(row))
             if not will_retry:
-                if not item.warmup:
-                    self.n += 1
-                    self.n_err += 0 if r.ok else 1
-                self.progress.request_done(item.variant, item.case, r)
+                self._count(item, r)
                 break
-            await asyncio.sleep(r.retry_after_s if r.retry_after_s is not None else retry.backoff_s * 2 ** attempt)
+            await asyncio.sleep(r.retry_after_s if r.retry_after_s is not None else
+                                retry.backoff_s * 2 ** (attempt - item.attempt0))
         return ids
+
+    def _count(self, item: WorkItem, r: RequestResult) -> None:
+        if not item.warmup:
+            self.n += 1
+            self.n_err += 0 if r.ok else 1
+        self.progress.request_done(item.variant, item.case, r)
+
+    def _check_server(self, target: str) -> None:
+        lv = self.servers[target]
+        if lv.server is not None and lv.server.exited(grace_s=0.2):
+            self.dead[target] = lv.server_died()
+
+    async def _watch(self, stop: asyncio.Event) -> None:
+        """The watchdog: a launched server that exits mid-run is noticed within half a second;
+        nothing more is sent to it, and its variant records the exit code and log tail. A stop
+        request ends the sending, and after the grace period cancels what is still in flight."""
+        stop_seen: float | None = None
+        while True:
+            for target, lv in self.servers.items():
+                if target not in self.dead and lv.server is not None and not lv.server.alive():
+                    self.dead[target] = lv.server_died()
+            if stop.is_set() and stop_seen is None:
+                stop_seen = time.monotonic()
+            if stop_seen is not None and time.monotonic() - stop_seen >= STOP.grace_s:
+                for task in list(self.sending):
+                    task.cancel()
+            await asyncio.sleep(0.25 if stop_seen is None else 0.05)
 
     async def _start_scrapers(self, http: aiohttp.ClientSession) -> list[asyncio.Task[None]]:
         for name, lv in self.servers.items():
@@ -154,6 +208,8 @@ class Sender:
         self.wire = WireClient() if tel.kernel_timestamps and kernel_stamps_supported() else None
         self.probes = {0: LagProbe(self.epoch)}
         probe_task = asyncio.create_task(self.probes[0].run())
+        stop = STOP.event()
+        watch = asyncio.create_task(self._watch(stop))
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
             tasks = await self._start_scrapers(http)
             try:
@@ -172,7 +228,9 @@ class Sender:
                 for sc in self.scrapers.values():
                     await sc.scrape(http)  # one last point after the load
                 self.probes[0].stop()
-                await asyncio.gather(probe_task, return_exceptions=True)
+                watch.cancel()
+                await asyncio.gather(probe_task, watch, return_exceptions=True)
+                STOP.forget(stop)
                 if self.wire is not None:
                     self.wire.close()
         phase = items[0].phase if items else "main"

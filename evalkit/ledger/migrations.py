@@ -241,3 +241,15 @@ def m011_client_clock(db: Database) -> None:
     db["client_lag"].create({"id": int, "run_id": str, "proc": int, "phase": str, "mono_ms": float,
                              "lag_ms": float}, pk="id")
     db["client_lag"].create_index(["run_id", "mono_ms"])
+
+
+@migration("m012_faults")
+def m012_faults(db: Database) -> None:
+    # Statuses that tell the truth: which process ran a run (a `running` run whose process is gone
+    # is stale), why it stopped, and how a launched server ended.
+    db["runs"].add_column("pid", int)
+    db["runs"].add_column("stop_reason", str)
+    db["variants"].add_column("exit_code", int)
+    db["variants"].add_column("server_pid", int)
+    db["replicas"].add_column("exit_code", int)
+    db["replicas"].add_column("server_pid", int)

@@ -8,18 +8,19 @@ resume, the saturation rows, the series behind the plots, the tables that get pu
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlite_utils import Database
 
-from ..errors import LedgerError, UsageError
+from ..errors import LedgerError, LedgerWriteError, UsageError
 from .migrations import MIGRATION_NAMES, MIGRATION_SET, migrations, requests_view_sql
 
 
@@ -47,6 +48,22 @@ EXPORTS = {
 }
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _write(fn: F) -> F:
+    """A ledger write that fails (a full disk, a read-only file, a lock held too long) becomes one
+    LedgerWriteError naming the ledger, never a traceback through the runner."""
+    @functools.wraps(fn)
+    def wrapped(self: Ledger, *a: Any, **kw: Any) -> Any:
+        try:
+            return fn(self, *a, **kw)
+        except sqlite3.OperationalError as e:
+            raise LedgerWriteError(f"{self.path}: cannot write the ledger ({e})") from None
+
+    return wrapped  # type: ignore[return-value]
+
+
 class Ledger:
     """One ledger file, migrated. ``db`` is the sqlite-utils Database, for tests and tools."""
 
@@ -56,9 +73,11 @@ class Ledger:
 
     # --- runs ---------------------------------------------------------------------------------
 
+    @_write
     def create_run(self, row: dict[str, Any]) -> None:
         self._db["runs"].insert(row)
 
+    @_write
     def update_run(self, run_id: str, fields: dict[str, Any]) -> None:
         self._db["runs"].update(run_id, fields)
 
@@ -91,6 +110,7 @@ class Ledger:
 
     # --- hosts ----------------------------------------------------------------------------------
 
+    @_write
     def record_host(self, host: dict[str, Any]) -> str:
         """Store a host description once (keyed by its content hash) and return its id."""
         self._db["hosts"].upsert(host, pk="id")
@@ -103,18 +123,22 @@ class Ledger:
 
     # --- cases, variants ------------------------------------------------------------------------
 
+    @_write
     def record_cases(self, rows: list[dict[str, Any]]) -> None:
         self._db["cases"].upsert_all(rows, pk=("dataset_hash", "id"))
 
+    @_write
     def upsert_variant(self, row: dict[str, Any]) -> None:
         self._db["variants"].upsert(row, pk="id")
 
+    @_write
     def update_variant(self, vid: str, fields: dict[str, Any]) -> None:
         self._db["variants"].update(vid, fields)
 
     def has_variant(self, vid: str) -> bool:
         return bool(self._db["variants"].count_where("id = ?", [vid]))
 
+    @_write
     def upsert_replica(self, row: dict[str, Any]) -> None:
         self._db["replicas"].upsert(row, pk="id")
 
@@ -133,9 +157,11 @@ class Ledger:
 
     # --- requests -------------------------------------------------------------------------------
 
+    @_write
     def insert_request(self, row: dict[str, Any]) -> int:
         return int(self._db["requests"].insert(row).last_pk)
 
+    @_write
     def update_request(self, request_id: int, fields: dict[str, Any]) -> None:
         self._db["requests"].update(request_id, fields)
 
@@ -175,6 +201,7 @@ class Ledger:
 
     # --- server samples -------------------------------------------------------------------------
 
+    @_write
     def insert_server_samples(self, rows: list[dict[str, Any]]) -> None:
         if rows:
             self._db["server_samples"].insert_all(rows)
@@ -216,6 +243,7 @@ class Ledger:
         return self.series_delta(run_id, variant, series, min(a for a, _ in spans) - 1,
                                  max(b for _, b in spans) + margin_ms)
 
+    @_write
     def insert_client_lag(self, rows: list[dict[str, Any]]) -> None:
         if rows:
             self._db["client_lag"].insert_all(rows)
@@ -226,6 +254,7 @@ class Ledger:
 
     # --- grades ---------------------------------------------------------------------------------
 
+    @_write
     def insert_grades(self, rows: list[dict[str, Any]]) -> None:
         if rows:
             self._db["grades"].insert_all(rows)
@@ -256,6 +285,7 @@ class Ledger:
 
     # --- derived tables and views ---------------------------------------------------------------
 
+    @_write
     def replace_derived(self, spikes: list[dict[str, Any]], summary: list[dict[str, Any]],
                         cost: list[dict[str, Any]] | None = None) -> None:
         """Findings that need Python (robust statistics), recomputed for Datasette in one transaction."""
@@ -265,6 +295,7 @@ class Ledger:
                 if rows:
                     self._db[table].insert_all(rows)
 
+    @_write
     def define_requests_view(self, grade_columns: Iterable[tuple[str, str, str]]) -> None:
         """(Re)create `requests_joined` with one column per (column, grader, field) given."""
         with self._db.conn:
@@ -280,8 +311,59 @@ class Ledger:
     @contextmanager
     def transaction(self) -> Iterator[None]:
         """Group many writes into one commit (the Ray driver applies a worker's batch this way)."""
+        try:
+            with self._db.conn:
+                yield
+        except sqlite3.OperationalError as e:
+            raise LedgerWriteError(f"{self.path}: cannot write the ledger ({e})") from None
+
+    @_write
+    def close_open_variants(self, run_id: str, status: str, cause: str) -> list[str]:
+        """Variants of a run still `starting`/`running` when the run ended get ``status`` and the
+        cause (a run never leaves a variant `running` behind). Returns their names."""
+        rows = list(self._db.query("select id, name from variants where run_id = ? and status in "
+                                   "('starting', 'running')", [run_id]))
+        for r in rows:
+            self._db["variants"].update(r["id"], {"status": status, "error": cause, "stopped_at": utcnow()})
+        return [r["name"] for r in rows]
+
+    @_write
+    def reopen_failed(self, run_id: str, classes: list[str]) -> dict[tuple[str, str, int, str], int]:
+        """For `--retry-failed`: the final rows of a run whose error class is one of ``classes``
+        become non-final attempts (kept, never deleted), so a resume sends them again. Returns each
+        key's next attempt number."""
+        exact = [c for c in classes if not c.endswith("xx")]
+        families = [c[:-2] + "%" for c in classes if c.endswith("xx")]  # http_5xx -> http_5%
+        conds = ([f"error_class in ({','.join('?' * len(exact))})"] if exact else []) + \
+            ["error_class like ?" for _ in families]
+        rows = list(self._db.query(
+            "select id, variant, case_id, repeat, phase, attempt from requests where run_id = ? and final = 1 "
+            f"and is_warmup = 0 and ({' or '.join(conds) or '0'})", [run_id, *exact, *families]))
         with self._db.conn:
-            yield
+            for r in rows:
+                self._db["requests"].update(r["id"], {"final": 0})
+        return {(r["variant"], r["case_id"], r["repeat"], r["phase"] or "main"): (r["attempt"] or 0) + 1 for r in rows}
+
+    def next_attempts(self, run_id: str) -> dict[tuple[str, str, int, str], int]:
+        """Keys with attempts but no final row yet (retried, or interrupted mid-flight): the
+        attempt number the next one gets."""
+        return {(r["variant"], r["case_id"], r["repeat"], r["phase"] or "main"): r["n"] for r in self._db.query(
+            "select variant, case_id, repeat, phase, max(attempt) + 1 as n from requests where run_id = ? "
+            "and is_warmup = 0 group by variant, case_id, repeat, phase having max(final) = 0", [run_id])}
+
+    def attempt_counts(self, run_id: str) -> dict[str, dict[str, int]]:
+        """Per variant: measured rows (every attempt), final rows, and requests sent more than once."""
+        return {r["variant"]: {"attempts": r["attempts"], "final": r["final"], "sent_again": r["again"]}
+                for r in self._db.query(
+                    "select variant, count(*) as attempts, sum(final) as final, "
+                    "count(distinct case when attempt > 0 then case_id || '#' || repeat || '#' || phase end) as again "
+                    "from requests where run_id = ? and is_warmup = 0 group by variant", [run_id])}
+
+    def final_error_rate(self, run_id: str, variant: str) -> tuple[int, int]:
+        """(failed, all) final measured requests of a variant."""
+        r = next(self._db.query("select count(*) as n, sum(error_class is not null) as bad from requests where "
+                                "run_id = ? and variant = ? and is_warmup = 0 and final = 1", [run_id, variant]))
+        return int(r["bad"] or 0), int(r["n"] or 0)
 
     def close(self) -> None:
         self._db.conn.close()

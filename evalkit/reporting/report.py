@@ -6,6 +6,7 @@ import json
 from collections import defaultdict
 from typing import Any
 
+from ..execution.runner import run_state
 from ..grading.registry import available, summary_columns
 from ..host import hosts_differ
 from ..ledger import Ledger
@@ -158,16 +159,19 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
         if baseline else []
     multiplicity = apply_holm(table, pairs, baseline)
     tel = json.loads(run["matrix_json"] or "{}").get("telemetry") or {}
+    attempts = ledger.attempt_counts(run_id)
     client = client_check(ledger.client_lag(run_id), rows, float(tel.get("client_lag_threshold_ms", 5.0)))
     return {
-        "run": {k: run[k] for k in ("id", "created_at", "finished_at", "status", "matrix_name",
-                                    "dataset_hash", "n_cases", "evalkit_version")},
+        "run": {**{k: run[k] for k in ("id", "created_at", "finished_at", "status", "matrix_name",
+                                       "dataset_hash", "n_cases", "evalkit_version")},
+                "state": run_state(run), "stop_reason": run.get("stop_reason")},
         "baseline": baseline,
         "slo_ms": slo,
         "load": json.loads(run["load_json"] or "{}"),
-        "variants": [{k: v.get(k) for k in ("name", "is_baseline", "model", "engine", "engine_version", "quantization",
-                                            "dtype", "dtype_reason", "status", "error", "ready_s", "metrics_available")}
-                     for v in variants],
+        "variants": [{**{k: v.get(k) for k in ("name", "is_baseline", "model", "engine", "engine_version",
+                                               "quantization", "dtype", "dtype_reason", "status", "error", "ready_s",
+                                               "metrics_available", "exit_code")},
+                      **attempts.get(v["name"], {})} for v in variants],
         "rows": table,
         "arrivals": arr,
         "notes": arrival_notes(arr) + client_notes(client) + multiplicity_notes(multiplicity),

@@ -4,11 +4,14 @@ readable view of generated text. Binds to 127.0.0.1 unless asked otherwise."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
+from ..execution.signals import Interrupted
 from ..grading import refresh_view
 from ..grading.registry import available, canned_queries, headline_columns
 from ..ledger import Ledger
@@ -112,11 +115,42 @@ def browse(ledger_db: Ledger, ledger: Path, host: str = "127.0.0.1", port: int =
     meta_dir = meta_dir or ledger.parent
     meta_path = meta_dir / f".{ledger.stem}-datasette.json"
     meta_path.write_text(json.dumps(metadata(ledger.stem), indent=2), encoding="utf-8")
-    p = subprocess.Popen(serve_command(ledger, meta_path, host, port))
+    p = subprocess.Popen(serve_command(ledger, meta_path, host, port), preexec_fn=_die_with_parent)
     if wait:
-        try:
-            p.wait()
-        except KeyboardInterrupt:
-            p.terminate()
-            p.wait()
+        wait_for_child(p)
     return p
+
+
+def _die_with_parent() -> None:
+    """In Datasette's process before exec: Linux stops it when evalkit dies, even by kill -9."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def wait_for_child(p: subprocess.Popen[bytes]) -> None:
+    """Serve until the child ends; SIGTERM, SIGHUP and Ctrl-C stop the child first (nothing is
+    left serving the ledger), then end evalkit with the signal's exit code."""
+    def stop(signum: int, frame: object) -> None:
+        raise Interrupted(signum, "Datasette stopped")
+
+    old = {}
+    if threading.current_thread() is threading.main_thread():
+        old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        p.wait()
+    except (KeyboardInterrupt, Interrupted) as e:
+        p.terminate()
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+        if isinstance(e, Interrupted):
+            raise
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)

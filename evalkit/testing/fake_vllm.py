@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
 
         app.middlewares.append(die)
     print(f"INFO fake vLLM: engine core pid {engine.pid}; serving on {a.host}:{a.port}", flush=True)
-    web.run_app(app, host=a.host, port=a.port, access_log=None, print=None)
+    web.run_app(app, host=a.host, port=a.port, access_log=None, print=None, shutdown_timeout=1.0)
 
 
 if __name__ == "__main__":
