@@ -109,6 +109,7 @@ def test_one_budget_gives_the_smaller_checkpoint_more_kv_blocks_and_it_holds_mor
     assert v["int8"]["kv_blocks"] > v["base"]["kv_blocks"] > 0  # the engine's own count
     for x in v.values():
         assert x["kv_tokens"] == x["kv_blocks"] * x["kv_block_size"] and x["kv_block_size"] == 128
+        assert x["kv_blocks"] == x["kv_blocks_planned"]  # the engine made exactly what the budget planned
         assert x["weight_bytes_reported"] == pytest.approx(x["weight_bytes"], rel=0.05)  # "Model loading took" (rounded)
         assert x["max_concurrency_predicted"] >= 1 and x["tokens_per_request"] > 64
         assert "--kv-cache-memory-bytes" in json.loads(x["server_args_json"])

@@ -212,3 +212,69 @@ def test_real_vllm_through_ray(tmp_path):
     v = next(db["variants"].rows)
     assert v["status"] == "complete" and v["engine_version"].startswith("vllm") and v["host_id"]
     assert db["grades"].count_where("grader = 'drift'") == 2  # graded with embeddings on Ray workers
+
+
+def test_real_two_variants_under_one_budget_get_their_kv_blocks_from_it(tmp_path):
+    """The bundled capacity matrix, one level: base and W8A8 under the same memory budget; the
+    engine's own cache_config_info says W8A8 has more KV blocks; each row carries vLLM's own
+    per-request timing."""
+    from click.testing import CliRunner
+
+    ledger = tmp_path / "cap.db"
+    r = CliRunner().invoke(cli, ["run", "--matrix", "capacity", "--limit", "2", "--sweep", "1,2", "--ledger",
+                                 str(ledger), "--no-grade", "--slo", "e2e=50x"])
+    assert r.exit_code == 0, r.output
+    db = Database(ledger)
+    v = {x["name"]: x for x in db["variants"].rows}
+    assert v["base"]["memory_budget_bytes"] == v["w8a8"]["memory_budget_bytes"]
+    assert v["w8a8"]["kv_blocks"] > v["base"]["kv_blocks"] > 0
+    for x in v.values():  # the engine made exactly the blocks the budget planned
+        assert x["kv_tokens"] == x["kv_blocks"] * 128 and x["kv_blocks"] == x["kv_blocks_planned"]
+    rows = list(db["requests"].rows_where("is_warmup = 0"))
+    assert rows and all(x["srv_method"] == "response" and x["srv_resp_ttft_ms"] > 0 for x in rows)
+    two = [x for x in rows if x["concurrency"] == 2]
+    assert two and all(x["srv_queue_ms"] is not None for x in two)
+
+
+def test_killing_a_real_api_server_fails_its_variant_leaves_no_process_and_retry_completes(tmp_path):
+    import os
+    import signal
+    import sys
+    import time
+
+    from evalkit.engines.vllm_server import group_members
+    from evalkit.paths import PROJECT_DIR, default_matrix_path
+
+    m = tmp_path / "m.yaml"
+    m.write_text(default_matrix_path().read_text().split("  - name: w8a8")[0].replace("max_tokens: 96", "max_tokens: 32"))
+    ledger = tmp_path / "kill.db"
+    cli_py = [sys.executable, str(PROJECT_DIR / "cli.py")]
+    p = subprocess.Popen([*cli_py, "run", "--matrix", str(m), "--limit", "6", "--ledger", str(ledger), "-q",
+                          "--no-grade"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    pid = None
+    for _ in range(600):
+        try:
+            db = Database(ledger)
+            if db["requests"].exists() and db["requests"].count_where("is_warmup = 0") >= 2:
+                pid = next(db["variants"].rows)["server_pid"]
+                break
+        except Exception:  # noqa: BLE001 - the writer may be mid-migration
+            pass
+        time.sleep(0.5)
+    assert pid, "no measured rows within 5 minutes"
+    os.kill(pid, signal.SIGKILL)  # the API server dies; its engine core and worker do not, by themselves
+    out, _ = p.communicate(timeout=300)
+    assert p.returncode == 1, out
+    db = Database(ledger)
+    v = next(db["variants"].rows)
+    assert v["status"] == "failed" and v["exit_code"] == -9 and "exited with code -9" in v["error"], v["error"]
+    assert group_members(pid) == []  # nothing of the dead server's process group survived evalkit
+    run = next(db["runs"].rows)
+    assert run["status"] == "failed"
+    r = subprocess.run([*cli_py, "run", "--resume", run["id"], "--retry-failed", "--ledger", str(ledger), "-q",
+                        "--no-grade"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    finals = [(x["case_id"], x["repeat"]) for x in db.query(
+        "select case_id, repeat from requests where is_warmup = 0 and final = 1 and error_class is null")]
+    assert len(finals) == 12 and len(set(finals)) == 12  # 6 cases x 2 (the baseline's noise-floor pass)
+    assert db["runs"].get(run["id"])["status"] == "complete"

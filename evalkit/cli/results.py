@@ -137,3 +137,44 @@ def check(ledger: Path | None, run_id: str | None, thresholds: tuple[str, ...], 
     click.echo(f"check run {rid}: {summary_line(checks)}")
     if any(not c.passed for c in checks):
         raise EvalkitClickError(f"{sum(not c.passed for c in checks)} check(s) failed", 1)
+
+
+@cli.command()
+@LEDGER_OPT
+@RUN_OPT
+@click.option("--from", "pilot", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="the ledger holding the pilot run [default: --ledger]")
+@click.option("--detect", default=None, help="differences to detect, e.g. drift=0.05,e2e_mean=5 (%)")
+@click.option("--cases", type=click.IntRange(min=2), default=None, help="what this many cases can detect")
+@click.option("--json", "as_json", is_flag=True)
+def plan(ledger: Path | None, run_id: str | None, pilot: Path | None, detect: str | None, cases: int | None,
+         as_json: bool) -> None:
+    """How many cases a question needs and how long they take here, from a pilot run's per-case
+    spread (and, with several runs of the matrix, their between-run spread); or what a given
+    number of cases can detect."""
+    from ..reporting.plan import parse_detect, plan_lines
+    from ..reporting.plan import plan as make_plan
+
+    if not detect and not cases:
+        raise UsageError("give --detect METRIC=DIFFERENCE (e.g. drift=0.05) or --cases N")
+    db = open_ledger(pilot or ledger_path(ledger), create=False)
+    p = make_plan(db, run_id, parse_detect(detect or ""), cases)
+    click.echo(json.dumps(p, indent=2) if as_json else "\n".join(plan_lines(p)))
+
+
+@cli.command()
+@LEDGER_OPT
+@click.argument("runs", nargs=-1)
+@click.option("--metric", "metrics", multiple=True, help="a metric to pool (repeatable) [latency, drift, schema, "
+                                                         "persona, formality]")
+@click.option("--json", "as_json", is_flag=True)
+def compare(ledger: Path | None, runs: tuple[str, ...], metrics: tuple[str, ...], as_json: bool) -> None:
+    """Pool repeated runs of one matrix (default: every complete run of the latest run's matrix):
+    per-run estimates, a pooled one with a between-run interval, and a warning when hosts,
+    versions or dtypes differ."""
+    from ..reporting.compare import compare as pool
+    from ..reporting.compare import compare_lines
+
+    db = open_ledger(ledger_path(ledger), create=False)
+    c = pool(db, list(runs) or None, list(metrics) or None)
+    click.echo(json.dumps(c, indent=2) if as_json else "\n".join(compare_lines(c)))

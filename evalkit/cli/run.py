@@ -10,6 +10,7 @@ from ..errors import LedgerWriteError, UsageError
 from ..execution.load import load_from_options
 from ..execution.runner import DEFAULT_RETRY_CLASSES, parse_retry_classes, refuse_resume_options, resume_context
 from ..execution.signals import Interrupted, graceful_stop
+from ..execution.sizing import parse_duration
 from ..execution.workflow import run_and_grade
 from ..ledger import open_ledger
 from ..paths import default_dataset_path
@@ -28,6 +29,9 @@ from .console import RichReporter, print_report
               help="dataset JSONL [default: data/resume_gen_benchmark.jsonl]")
 @click.option("--limit", type=click.IntRange(min=1), default=None,
               help="run a stratified subset of N cases (balanced over complexity and task)")
+@click.option("--budget", default=None, metavar="DURATION",
+              help="size the run to this machine: keep as many stratified cases as fit, e.g. 10m (measured from the "
+                   "first variant's timing probes); prints what that buys")
 @click.option("--subset-seed", type=int, default=None, help="which cases --limit picks, and the --interleave order [0]")
 @click.option("--arrival-seed", type=int, default=None, help="the Poisson arrival schedule of --rate [0]")
 @click.option("--seed", "old_seed", type=int, default=None, hidden=True)
@@ -68,7 +72,8 @@ from .console import RichReporter, print_report
 @LEDGER_OPT
 @click.option("--no-grade", is_flag=True, help="skip grading after the run (use `evalkit grade` later)")
 @click.option("--quiet", "-q", is_flag=True, help="no progress output")
-def run(matrix_path: Path | None, dataset_path: Path | None, limit: int | None, subset_seed: int | None,
+def run(matrix_path: Path | None, dataset_path: Path | None, limit: int | None, budget: str | None,
+        subset_seed: int | None,
         arrival_seed: int | None, old_seed: int | None, repeats: int, mode: str | None, concurrency: int | None,
         rate: float | None, arrival: str | None, max_concurrency: int | None, sweep: str | None, stop_kv: float | None,
         slo: str | None, client_procs: int | None, interleave: bool, ray_address: str | None, resume_id: str | None,
@@ -101,10 +106,15 @@ def run(matrix_path: Path | None, dataset_path: Path | None, limit: int | None, 
                                  interleave=interleave, arrival_seed=arrival_seed, order_seed=subset_seed,
                                  client_procs=client_procs, launched_locally=any(v.launched for v in matrix.variants))
         dpath = dataset_path or default_dataset_path()
-        cases = stratified_subset(load_cases(dpath), limit or matrix.limit, subset_seed)
+        all_cases = load_cases(dpath)
+        # with --budget: every case in balanced order (any prefix is balanced); the run keeps what fits
+        cases = stratified_subset(all_cases, limit or (len(all_cases) if budget else matrix.limit), subset_seed)
         db = open_ledger(ledger_path(ledger))
     if retry_failed and not resume_id:
         raise UsageError("--retry-failed goes with --resume RUN_ID")
+    budget_s = parse_duration(budget) if budget else None
+    if budget_s is not None and (resume_id or ray_address):
+        raise UsageError("--budget sizes a new local run: it does not combine with --resume or --ray")
     if max_error_rate is not None:
         load.max_error_rate = max_error_rate
     load.stop_on_failure = load.stop_on_failure or stop_on_failure
@@ -114,7 +124,7 @@ def run(matrix_path: Path | None, dataset_path: Path | None, limit: int | None, 
         with graceful_stop():
             summary, n, grade_s = run_and_grade(db, matrix, cases, dpath, repeats=repeats, subset_seed=subset_seed,
                                                 load=load, reporter=reporter, resume_run=resume_id, grade=not no_grade,
-                                                ray_address=ray_address)
+                                                ray_address=ray_address, budget_s=budget_s)
     except (Interrupted, LedgerWriteError) as e:
         rid = getattr(e, "run_id", None) or resume_id
         hint = f"; resume with `evalkit run --resume {rid} --ledger {path}`" if rid else ""

@@ -105,6 +105,7 @@ class KvPlan:
     def as_row(self) -> dict[str, Any]:
         return {"memory_budget_bytes": self.budget_bytes, "weight_bytes": self.weight_bytes,
                 "kv_bytes": self.kv_bytes, "kv_block_size": self.block_size, "kv_blocks": self.kv_blocks,
+                "kv_blocks_planned": self.kv_blocks,
                 "kv_tokens": self.kv_tokens}
 
     def to_dict(self) -> dict[str, Any]:

@@ -67,6 +67,9 @@ class RunSummary:
     saturation: dict[str, str] = field(default_factory=dict)
     stages: dict[str, dict[str, float]] = field(default_factory=dict)  # variant -> stage -> seconds
     estimates: dict[str, RunEstimate] = field(default_factory=dict)
+    budget_s: float | None = None  # --budget: the run keeps as many cases as fit
+    sized: int | None = None  # the case count the budget chose
+    t0: float = field(default_factory=time.monotonic)
 
 
 def new_run_id() -> str:
@@ -190,6 +193,10 @@ def run_group(ledger: Ledger, run_id: str, matrix: Matrix, group: list[str], cas
                 if est is not None:
                     summary.estimates["+".join(live)] = est
                     reporter.message(est.line("+".join(live)))
+                if summary.budget_s and summary.sized is None:
+                    kept = size_to_budget(ledger, run_id, matrix, cases, repeats, summary, est, main, variants_after,
+                                          servers, reporter)
+                    main = [it for it in main if it.case.id in kept]
             for name in live:
                 reporter.variant_start(f"{name} {phase}" if load.sweep else name,
                                        sum(1 for it in main if it.variant == name))
@@ -238,6 +245,34 @@ def run_group(ledger: Ledger, run_id: str, matrix: Matrix, group: list[str], cas
         for s in servers.values():
             s.close("interrupted")
         raise
+
+
+def size_to_budget(ledger: Ledger, run_id: str, matrix: Matrix, cases: list[Case], repeats: int, summary: RunSummary,
+                   est: RunEstimate | None, main: list, variants_after: int, servers: dict[str, LiveVariant],
+                   reporter: Reporter) -> set[str]:
+    """`--budget`: keep the stratified prefix of cases that fits what is left of the budget on
+    this machine (from the first variant's timing probes), for every variant; say what it buys."""
+    from .sizing import buys, earlier_spread, fit_budget, mmss
+
+    assert summary.budget_s is not None
+    start_s = max((s.stage_s.get("start", 0.0) for s in servers.values()), default=0.0)
+    warm_s = max((summary.stages.get(n, {}).get("warm-up", 0.0) for n in summary.stages), default=0.0)
+    reqs_per_case = sum(max(repeats, matrix.generation.baseline_repeats) if v.name == matrix.baseline else repeats
+                        for v in matrix.variants)
+    per_req = (est.measure_s / len(main)) if est is not None and main else 10.0
+    per_req += 0.03  # grading, per output
+    n = fit_budget(summary.budget_s, time.monotonic() - summary.t0, per_req, reqs_per_case,
+                   variants_after * (start_s + warm_s), len(cases))
+    kept = cases[:n]
+    cases[:] = kept  # the later variants send the same cases
+    ledger.update_run(run_id, {"n_cases": n, "case_ids_json": dumps([c.id for c in kept])})
+    spreads, pilot = earlier_spread(ledger, matrix.name, run_id)
+    summary.sized = n
+    reporter.message(f"budget {mmss(summary.budget_s)}: {n} cases fit on this machine "
+                     f"(about {mmss(per_req * reqs_per_case)} per case across {len(matrix.variants)} variants); "
+                     + buys(n, spreads, f"spread from run {pilot}" if pilot else "shipped priors; `evalkit plan` "
+                            "refines them from this run"))
+    return {c.id for c in kept}
 
 
 def error_rate_cause(ledger: Ledger, run_id: str, variant: str, max_rate: float) -> str | None:
@@ -300,7 +335,7 @@ def finish_run(ledger: Ledger, matrix: Matrix, summary: RunSummary, ok: bool, re
 def run_matrix(
     ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: Path, *,
     repeats: int = 1, subset_seed: int = 0, reporter: Reporter | None = None, load: LoadSpec | None = None,
-    log_dir: Path | None = None, resume_run: str | None = None,
+    log_dir: Path | None = None, resume_run: str | None = None, budget_s: float | None = None,
 ) -> RunSummary:
     reporter = reporter or SilentReporter()
     load = (load or LoadSpec()).for_matrix(matrix.generation.quality_under_load)
@@ -312,6 +347,11 @@ def run_matrix(
     summary, skip = start_run(ledger, matrix, cases, dataset_path, repeats=repeats, subset_seed=subset_seed, load=load,
                               reporter=reporter, resume_run=resume_run)
     seq = ledger.max_seq(summary.run_id)
+    if budget_s is not None and not resume_run:
+        if load.sweep or load.mode == "rate":
+            raise UsageError("--budget sizes sequential and fixed-concurrency runs; a sweep or --rate takes --limit")
+        summary.budget_s = budget_s
+        cases = list(cases)  # sized in place once the first variant's probes are in
     names = [v.name for v in matrix.ordered_variants()]
     ok, reason = False, None
     try:

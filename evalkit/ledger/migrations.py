@@ -215,7 +215,8 @@ def m009_server_samples(db: Database) -> None:
 def m010_capacity_and_response_timing(db: Database) -> None:
     # One memory budget for every variant: what it bought, planned and as the engine made it.
     for col, typ in (("memory_budget_bytes", int), ("weight_bytes", int), ("weight_bytes_reported", int),
-                     ("kv_bytes", int), ("kv_block_size", int), ("kv_blocks", int), ("kv_tokens", int),
+                     ("kv_bytes", int), ("kv_block_size", int), ("kv_blocks", int), ("kv_blocks_planned", int),
+                     ("kv_tokens", int),
                      ("max_concurrency_predicted", int), ("tokens_per_request", float),
                      ("saturated_at", int), ("saturation_reason", str)):
         db["variants"].add_column(col, typ)

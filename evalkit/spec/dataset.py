@@ -104,8 +104,9 @@ def stratified_subset(cases: list[Case], limit: int | None, subset_seed: int = 0
     Within a stratum the order is a seeded shuffle, so personas and formality levels spread too.
     The result is ordered stratum-round-robin, so any prefix is itself balanced.
     """
-    if limit is None or limit >= len(cases):
+    if limit is None:
         return list(cases)
+    limit = min(limit, len(cases))
     if limit < 1:
         raise DatasetError(f"--limit must be at least 1, got {limit}")
     strata: dict[tuple[str, str], list[Case]] = defaultdict(list)

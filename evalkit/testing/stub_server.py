@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import threading
 import time
 from dataclasses import dataclass, field
@@ -61,6 +62,8 @@ class StubConfig:
     max_num_seqs: int = 256
     batch_slowdown: float = 0.0
     per_request_metrics: bool = False  # the final chunk carries vLLM's per-request `metrics`
+    jitter_ms: float = 0.0  # each reply's TTFT gets a seeded uniform extra of up to this much
+    seed: int = 0
     kv: Any = None
 
 
@@ -242,7 +245,8 @@ def make_app(cfg: StubConfig) -> web.Application:
         kv = cfg.kv
         if cfg.role_chunk:
             await resp.write(_chunk(rid, model, {"role": "assistant", "content": ""}))
-        await asyncio.sleep(cfg.ttft_ms / 1000)
+        extra = random.Random(cfg.seed * 100003 + n).uniform(0, cfg.jitter_ms) if cfg.jitter_ms else 0.0
+        await asyncio.sleep((cfg.ttft_ms + extra) / 1000)
         step = 4 if cfg.fixed_chunks is not None else cfg.chars_per_chunk
         pieces = [text[i:i + step] for i in range(0, len(text), step)]
         if cfg.stamp and pieces:

@@ -1,0 +1,140 @@
+"""A run sized by time or by question. `--budget 10m` measures this machine (the timing probes of
+the first variant's warm-up) and keeps as many stratified cases as fit the budget, then says what
+that buys: the smallest drift and latency difference the run can detect (two-sided 5 %, 80 %
+power). `evalkit plan` (reporting.plan) answers the reverse question from a pilot run.
+
+The per-case spread that turns a case count into a detectable difference comes from an earlier
+run of the same matrix in the ledger when there is one, else from the shipped priors below
+(measured on the embedded default run; docs/verdicts.md)."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from ..errors import UsageError
+from ..stats import Z_DETECT
+
+# Per-case SD of the paired difference (candidate − baseline), from the embedded default run
+# (README): drift − noise floor in 1 − cosine units; E2E mean in % of the baseline's.
+PRIORS = {"drift": 0.25, "e2e_mean": 25.0}
+_DUR = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m)?\s*(?:(\d+(?:\.\d+)?)\s*s?)?\s*$")
+
+
+def parse_duration(text: str, flag: str = "--budget") -> float:
+    """`10m`, `90s`, `1h30m`, `600` (seconds) -> seconds."""
+    m = _DUR.match(text or "")
+    if not text or not m or not any(m.groups()):
+        raise UsageError(f"{flag}: '{text}' is not a duration (e.g. 10m, 90s, 1h30m)")
+    h, mi, s = (float(x) if x else 0.0 for x in m.groups())
+    total = h * 3600 + mi * 60 + s
+    if total <= 0:
+        raise UsageError(f"{flag}: a duration must be positive")
+    return total
+
+
+def mmss(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600} h {s % 3600 // 60:02d} min" if s >= 3600 else f"{s // 60} min {s % 60:02d} s"
+
+
+def mde(sd: float, n: int) -> float:
+    """Smallest true mean difference a two-sided 5 % test on n pairs detects with 80 % power."""
+    return Z_DETECT * sd / math.sqrt(max(1, n))
+
+
+def cases_needed(sd: float, delta: float, between_sd: float = 0.0) -> int | None:
+    """Pairs needed to detect ``delta`` at 80 % power; with a between-run spread the run's own
+    mean cannot be pinned closer than it, so a delta below Z x between_sd is out of reach (None)."""
+    room = delta ** 2 - (Z_DETECT * between_sd) ** 2
+    if room <= 0:
+        return None
+    return max(2, math.ceil((Z_DETECT * sd) ** 2 / room))
+
+
+def balanced(n: int, available: int) -> int:
+    """Round down to whole rounds of the six (task x complexity) strata, at least one per complexity."""
+    n = min(n, available)
+    if n >= 6:
+        return n - n % 6
+    return max(3, n - n % 3) if available >= 3 else available
+
+
+def fit_budget(budget_s: float, elapsed_s: float, per_request_s: float, requests_per_case: float,
+               fixed_s: float, available: int) -> int:
+    """How many cases fit what is left of the budget: the measured requests at the estimated
+    per-request time, after the fixed costs still ahead (the other variants' starts and warm-ups,
+    grading)."""
+    left = budget_s - elapsed_s - fixed_s
+    per_case = max(1e-6, per_request_s * requests_per_case)
+    return balanced(max(3, int(left // per_case)), available)
+
+
+def paired_diffs(ledger: object, run_id: str) -> dict[str, dict[str, list[float]]]:
+    """Per candidate variant of a run: its per-case paired differences against the baseline, for
+    drift (drift − noise floor, from the drift grader) and E2E mean (% of the baseline's mean),
+    at the run's first load level."""
+    from ..grading.registry import available
+    from ..stats import mean as _mean
+
+    base = ledger.baseline(run_id)  # type: ignore[attr-defined]
+    rows = ledger.measured_requests(run_id, ok_only=True)  # type: ignore[attr-defined]
+    if not base or not rows:
+        return {}
+    low = min((r["concurrency"] or 1) for r in rows)
+    rows = [r for r in rows if (r["concurrency"] or 1) == low]
+    grades = ledger.latest_grades(run_id)  # type: ignore[attr-defined]
+    out: dict[str, dict[str, list[float]]] = {}
+    idx = {(r["variant"], r["case_id"], r["repeat"]): r for r in rows}
+    for v in sorted({r["variant"] for r in rows} - {base}):
+        e2e, b_e2e = [], []
+        for (var, case, rep), r in idx.items():
+            b = idx.get((base, case, rep))
+            if var == v and b and r["e2e_ms"] and b["e2e_ms"]:
+                e2e.append(r["e2e_ms"] - b["e2e_ms"])
+                b_e2e.append(b["e2e_ms"])
+        scale = 100.0 / (_mean(b_e2e) or 1.0)
+        d = {"e2e_mean": [x * scale for x in e2e]}
+        if "drift" in available():
+            def g(var: str) -> list[dict]:
+                return [{**grades[r["id"]]["drift"], "case_id": r["case_id"]} for r in rows
+                        if r["variant"] == var and "drift" in grades.get(r["id"], {})]
+
+            d["drift"] = available()["drift"].margin_pairs(g(v), g(base)).get("drift", [])
+        out[v] = d
+    return out
+
+
+def spread(diffs: dict[str, dict[str, list[float]]]) -> dict[str, tuple[float, int]]:
+    """metric -> (SD of the per-case differences, pairs), pooled over candidate variants."""
+    out = {}
+    for metric in ("drift", "e2e_mean"):
+        sds = []
+        for d in diffs.values():
+            xs = d.get(metric) or []
+            if len(xs) >= 3:
+                m = sum(xs) / len(xs)
+                sds.append((math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)), len(xs)))
+        if sds:
+            n = sum(k for _, k in sds)
+            out[metric] = (math.sqrt(sum(s * s * k for s, k in sds) / n), n)
+    return out
+
+
+def earlier_spread(ledger: object, matrix_name: str, exclude: str) -> tuple[dict[str, tuple[float, int]], str | None]:
+    """The per-case spread of the latest earlier complete run of the same matrix, if any."""
+    for rid in reversed(ledger.run_ids(matrix_name)):  # type: ignore[attr-defined]
+        if rid != exclude and ledger.require_run(rid)["status"] in ("complete", "failed"):  # type: ignore[attr-defined]
+            s = spread(paired_diffs(ledger, rid))
+            if s:
+                return s, rid
+    return {}, None
+
+
+def buys(n: int, spreads: dict[str, tuple[float, int]], source: str) -> str:
+    """What n pairs can detect, per metric."""
+    parts = []
+    for metric, unit in (("drift", ""), ("e2e_mean", " %")):
+        sd = spreads.get(metric, (PRIORS[metric], 0))[0]
+        parts.append(f"{metric} {mde(sd, n):.3g}{unit}")
+    return f"with {n} cases per variant this run can detect (80 % power, 5 % two-sided): {', '.join(parts)} ({source})"

@@ -1,0 +1,116 @@
+"""`evalkit plan`: how many cases a question needs, and how long that takes here. From a pilot run
+(the latest run, or `--from LEDGER [--run ID]`) it takes each metric's per-case spread of the
+paired difference, and from every complete run of the same matrix the between-run spread (the
+machine's own drift, other tenants): a difference below what that spread allows cannot be shown by
+one run however large. Time per case comes from the pilot's own request times."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..errors import UsageError
+from ..execution.sizing import PRIORS, cases_needed, mde, mmss, paired_diffs, spread
+from ..host import host_line, this_host
+from ..ledger import Ledger
+
+METRICS = {"drift": "", "e2e_mean": " %"}
+
+
+def parse_detect(text: str) -> dict[str, float]:
+    out = {}
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        k, eq, v = part.partition("=")
+        k = k.strip()
+        if not eq or k not in METRICS:
+            raise UsageError(f"--detect: '{part}': expected METRIC=DIFFERENCE with METRIC in {', '.join(METRICS)}")
+        try:
+            out[k] = abs(float(v.strip().rstrip("%")))
+        except ValueError:
+            raise UsageError(f"--detect: '{v}' is not a number") from None
+        if out[k] == 0:
+            raise UsageError(f"--detect: '{part}': a difference to detect must be above 0")
+    return out
+
+
+def between_run_sd(ledger: Ledger, matrix_name: str) -> tuple[dict[str, float], int]:
+    """The SD of the per-run mean differences across complete runs of one matrix, less what
+    each run's own sampling explains (0 when the runs agree within it); and how many runs."""
+    means: dict[str, list[tuple[float, float]]] = {}
+    runs = [r for r in ledger.run_ids(matrix_name) if ledger.require_run(r)["status"] in ("complete", "failed")]
+    for rid in runs:
+        for d in paired_diffs(ledger, rid).values():
+            for metric, xs in d.items():
+                if len(xs) >= 2:
+                    m = sum(xs) / len(xs)
+                    var = sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
+                    means.setdefault(metric, []).append((m, var / len(xs)))
+    out = {}
+    for metric, ms in means.items():
+        if len(ms) >= 2:
+            mu = sum(m for m, _ in ms) / len(ms)
+            between = sum((m - mu) ** 2 for m, _ in ms) / (len(ms) - 1)
+            out[metric] = math.sqrt(max(0.0, between - sum(v for _, v in ms) / len(ms)))
+    return out, len(runs)
+
+
+def seconds_per_case(ledger: Ledger, run_id: str) -> tuple[float, float]:
+    """(seconds of measured requests per case across every variant, fixed seconds of server
+    starts) from a run's own rows (sequential: E2E adds up)."""
+    run = ledger.require_run(run_id)
+    rows = ledger.measured_requests(run_id)
+    n_cases = run["n_cases"] or max(1, len({r["case_id"] for r in rows}))
+    per_case = sum(r["e2e_ms"] or 0.0 for r in rows) / 1000.0 / max(1, n_cases)
+    starts = sum(v.get("ready_s") or 0.0 for v in ledger.variants(run_id))
+    return per_case, starts
+
+
+def plan(ledger: Ledger, run_id: str | None, detect: dict[str, float], cases: int | None = None) -> dict[str, Any]:
+    run = ledger.require_run(run_id)
+    rid = run["id"]
+    spreads = spread(paired_diffs(ledger, rid))
+    between, n_runs = between_run_sd(ledger, run["matrix_name"])
+    per_case, fixed = seconds_per_case(ledger, rid)
+    out: dict[str, Any] = {"pilot_run": rid, "matrix": run["matrix_name"], "runs_of_matrix": n_runs,
+                           "pilot_host": host_line(ledger.host(run.get("host_id"))), "this_host": host_line(this_host()),
+                           "seconds_per_case": per_case, "fixed_seconds": fixed, "metrics": []}
+    for metric in sorted(set(detect) | (set(METRICS) if cases else set())):
+        sd, n = spreads.get(metric, (PRIORS[metric], 0))
+        tau = between.get(metric, 0.0)
+        e: dict[str, Any] = {"metric": metric, "sd": sd, "pilot_pairs": n, "between_run_sd": tau,
+                             "source": f"pilot run {rid} ({n} pairs)" if n else "shipped prior (the pilot has none)"}
+        if metric in detect:
+            need = cases_needed(sd, detect[metric], tau)
+            e.update({"detect": detect[metric], "cases": need,
+                      "seconds": fixed + need * per_case if need else None})
+        if cases:
+            e["cases_given"] = cases
+            e["mde"] = math.sqrt(mde(sd, cases) ** 2 + (2.8016 * tau) ** 2)
+        out["metrics"].append(e)
+    return out
+
+
+def plan_lines(p: dict[str, Any]) -> list[str]:
+    lines = [f"pilot: run {p['pilot_run']} of matrix {p['matrix']} ({p['runs_of_matrix']} complete run(s) of it in "
+             f"the ledger); {mmss(p['seconds_per_case'])} of requests per case across its variants"]
+    if p["pilot_host"] != p["this_host"]:
+        lines.append(f"note: the pilot ran on another machine ({p['pilot_host']}); its times may not hold here")
+    for e in p["metrics"]:
+        unit = METRICS[e["metric"]]
+        tau = f", between-run SD {e['between_run_sd']:.3g}{unit}" if e["between_run_sd"] else ""
+        if "detect" in e:
+            if e["cases"] is None:
+                lines.append(f"{e['metric']}: a difference of {e['detect']:g}{unit} is below what one run can show "
+                             f"here (between-run spread alone: {2.8016 * e['between_run_sd']:.3g}{unit}); pool runs "
+                             "with `evalkit compare`")
+            else:
+                lines.append(f"{e['metric']}: to detect {e['detect']:g}{unit} at 80 % power (5 % two-sided): "
+                             f"{e['cases']} cases, about {mmss(e['seconds'])} here (per-case SD {e['sd']:.3g}{unit} "
+                             f"from {e['source']}{tau})")
+        if "mde" in e:
+            lines.append(f"{e['metric']}: {e['cases_given']} cases can detect {e['mde']:.3g}{unit} (80 % power; SD "
+                         f"{e['sd']:.3g}{unit} from {e['source']}{tau})")
+    return lines
+

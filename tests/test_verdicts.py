@@ -1,0 +1,176 @@
+"""Verdicts a team can act on: margins give superior / non-inferior / inferior / inconclusive per
+metric, chance is controlled (Holm, sign-flip tests; a null simulation keeps the family-wise false
+flag rate at 5 %), runs are sized by time or by question, and repeated runs pool."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import statistics
+import xml.etree.ElementTree as ET
+
+import pytest
+from sqlite_utils import Database
+
+from evalkit.cli import cli
+from evalkit.errors import UsageError
+from evalkit.execution.sizing import balanced, parse_duration
+from evalkit.reporting.verdicts import apply_holm, parse_margins
+from evalkit.stats import Z_DETECT, bootstrap_ci, bootstrap_se, holm, sign_flip_p
+from evalkit.testing.stub_server import StubConfig, StubServer
+
+
+def test_sign_flip_is_exact_and_three_pairs_can_never_claim_a_difference():
+    assert sign_flip_p([1.0, 2.0, 3.0]) == 0.25  # the smallest two-sided p with 3 pairs
+    assert sign_flip_p([0.1] * 9) == pytest.approx(2 / 512)
+    assert sign_flip_p([1, 2, 3], shift=10, alternative="less") == pytest.approx(1 / 8)
+    assert holm([0.01, 0.04, 0.03, None]) == pytest.approx([0.03, 0.06, 0.06, None], abs=1e-12) or \
+        holm([0.01, 0.04, 0.03, None])[0] == pytest.approx(0.03)
+
+
+def test_null_simulation_keeps_the_family_wise_false_flag_rate_at_5_percent():
+    """No true difference anywhere: 12 tests (4 slices x 3 metrics) of 9 pairs each, 400 reports.
+    Unadjusted, about 40 % of reports would raise at least one flag; Holm keeps it at or below 5 %."""
+    rng = random.Random(11)
+    any_flag = any_raw = 0
+    sims = 400
+    for _ in range(sims):
+        pairs = []
+        for k in range(12):
+            diffs = [rng.gauss(0, 1) for _ in range(9)]
+            ci = bootstrap_ci(diffs, n_resamples=300, bootstrap_seed=k)
+            pairs.append({"variant": "cand", "p": sign_flip_p(diffs),
+                          "verdict": "cand slower" if ci[0] > 0 else "cand faster" if ci[1] < 0 else
+                          "no clear difference"})
+        raw = any(p["verdict"] != "no clear difference" for p in pairs)
+        m = apply_holm([], pairs, "base")
+        any_raw += raw
+        any_flag += m["cand"]["flags"] > 0
+    assert any_flag / sims <= 0.05 + 0.02  # Monte Carlo slack around the 5 % bound
+    assert any_raw / sims > 0.2  # without the adjustment chance flags something in many reports
+
+
+def test_margins_parse_with_units_and_signs():
+    m = {x.metric: x for x in parse_margins("drift=0.05,schema_pass=-2pp,formality_mae=+0.2,e2e_mean=+0%,"
+                                            "persona_pass=5")}
+    assert m["drift"].value == 0.05 and m["schema_pass"].value == -2 and m["schema_pass"].unit == "pp"
+    assert m["persona_pass"].value == -5  # a bare number is the worsening allowed
+    assert m["e2e_mean"].unit == "%" and m["formality_mae"].value == 0.2
+    for bad, msg in (("nope=1", "unknown metric"), ("e2e_mean=2pp", "latency margin"), ("drift=lots", "expected a number"),
+                     ("schema_pass=3ms", "percentage points")):
+        with pytest.raises(UsageError, match=msg):
+            parse_margins(bad)
+
+
+@pytest.fixture
+def slow_candidate_ledger(runner, endpoint_matrix, tmp_path):
+    """Nine cases; the candidate answers 20 ms later than the baseline (a true latency difference)."""
+    with StubServer(StubConfig(ttft_ms=5, itl_ms=1)) as a, StubServer(StubConfig(ttft_ms=25, itl_ms=1)) as b:
+        m = endpoint_matrix(a.base_url, b.base_url, baseline_repeats=2,
+                            extra="margins: {e2e_mean: +0%, schema_pass: -2pp, drift: 0.05}\n")
+        ledger = tmp_path / "l.db"
+        r = runner.invoke(cli, ["run", "--matrix", str(m), "--limit", "9", "--ledger", str(ledger), "-q"])
+        assert r.exit_code == 0, r.output
+    return ledger
+
+
+def test_one_verdict_line_per_variant_and_the_gate_fails_an_inferior_one(runner, slow_candidate_ledger, tmp_path):
+    rep = json.loads(runner.invoke(cli, ["report", "--ledger", str(slow_candidate_ledger), "--json"]).output)
+    f = rep["findings"]
+    assert len(f["verdict_lines"]) == 1 and f["verdict_lines"][0].startswith("cand vs base:")
+    v = {e["metric"]: e for e in f["verdicts"]}
+    assert v["e2e_mean"]["verdict"] == "inferior" and v["e2e_mean"]["estimate"] > 10  # % slower
+    assert v["schema_pass"]["verdict"] in ("non-inferior", "inconclusive")  # identical stub outputs: no difference
+    text = runner.invoke(cli, ["report", "--ledger", str(slow_candidate_ledger)]).output
+    assert text.index("verdict: cand vs base") < text.index("spikes")  # the findings open with it
+    junit = tmp_path / "g.xml"
+    r = runner.invoke(cli, ["check", "--ledger", str(slow_candidate_ledger), "--margins", "e2e_mean=+0%",
+                            "--junit", str(junit)])
+    assert r.exit_code == 1 and "FAIL cand: e2e_mean: inferior" in r.output, r.output
+    fails = ET.parse(junit).getroot().findall("testcase/failure")
+    assert len(fails) == 1 and "e2e_mean" in fails[0].get("message")
+    r = runner.invoke(cli, ["check", "--ledger", str(slow_candidate_ledger), "--margins", "e2e_mean=+500%"])
+    assert r.exit_code == 0 and "1 passed" in r.output  # within a generous margin: non-inferior, not a failure
+
+
+def test_a_nine_case_report_flags_no_slice_that_does_not_survive_holm(runner, slow_candidate_ledger):
+    rep = json.loads(runner.invoke(cli, ["report", "--ledger", str(slow_candidate_ledger), "--json"]).output)
+    m = rep["multiplicity"]["cand"]
+    assert m["tests"] >= 9 and m["expected_by_chance"] == pytest.approx(0.05 * m["tests"])
+    for p in rep["findings"]["paired"]:
+        if p["verdict"].startswith(("cand slower", "cand faster")):
+            assert p["p_holm"] < 0.05, p  # every surviving flag survived the adjustment
+        if p["complexity"] != "all":  # 3 pairs per slice: a sign-flip test cannot go below 0.25
+            assert not p["verdict"].startswith(("cand slower", "cand faster"))
+    assert any("Holm" in n and "survive" in n for n in rep["notes"])
+
+
+def test_durations_and_balanced_sizes():
+    assert parse_duration("10m") == 600 and parse_duration("1h30m") == 5400 and parse_duration("90s") == 90
+    assert parse_duration("45") == 45
+    for bad in ("", "ten minutes", "0m"):
+        with pytest.raises(UsageError):
+            parse_duration(bad)
+    assert balanced(17, 144) == 12 and balanced(5, 144) == 3 and balanced(500, 144) == 144
+
+
+def test_budget_sizes_the_run_from_the_probes_and_says_what_it_buys(runner, endpoint_matrix, tmp_path):
+    with StubServer(StubConfig(ttft_ms=150, itl_ms=2)) as a, StubServer(StubConfig(ttft_ms=150, itl_ms=2)) as b:
+        ledger = tmp_path / "b.db"
+        r = runner.invoke(cli, ["run", "--matrix", str(endpoint_matrix(a.base_url, b.base_url)), "--ledger",
+                                str(ledger), "--budget", "12s", "--no-grade"])
+        assert r.exit_code == 0, r.output
+    run = next(Database(ledger)["runs"].rows)
+    n = run["n_cases"]
+    assert 6 <= n < 60 and n % 6 == 0
+    assert len(json.loads(run["case_ids_json"])) == n
+    assert Database(ledger)["requests"].count_where("is_warmup = 0") == 2 * n
+    assert f"{n} cases fit on this machine" in r.output and "can detect" in r.output
+
+
+def _jittered_run(runner, endpoint_matrix, ledger, limit: int, seed: int, repeats: int = 1) -> None:
+    with StubServer(StubConfig(ttft_ms=5, itl_ms=1, jitter_ms=40, seed=seed)) as a, \
+            StubServer(StubConfig(ttft_ms=5, itl_ms=1, jitter_ms=40, seed=seed + 1)) as b:
+        r = runner.invoke(cli, ["run", "--matrix", str(endpoint_matrix(a.base_url, b.base_url, warmup=0)), "--ledger",
+                                str(ledger), "--limit", str(limit), "--repeats", str(repeats), "-q", "--no-grade"])
+        assert r.exit_code == 0, r.output
+
+
+def test_plan_predicts_the_detectable_difference_a_run_then_shows(runner, endpoint_matrix, tmp_path):
+    # 288 pairs each (144 cases x 2 repeats): the spread's own sampling error stays near 4 %
+    pilot = tmp_path / "pilot.db"
+    _jittered_run(runner, endpoint_matrix, pilot, 144, seed=1, repeats=2)
+    p = json.loads(runner.invoke(cli, ["plan", "--ledger", str(pilot), "--cases", "288", "--json"]).output)
+    predicted = next(e for e in p["metrics"] if e["metric"] == "e2e_mean")["mde"]
+    later = tmp_path / "later.db"
+    _jittered_run(runner, endpoint_matrix, later, 144, seed=7, repeats=2)
+    db = Database(later)
+    rows = {(x["variant"], x["case_id"], x["repeat"]): x["e2e_ms"]
+            for x in db.query("select * from requests where is_warmup = 0")}
+    keys = [(c, rep) for v, c, rep in rows if v == "cand"]
+    base = [rows[("base", c, rep)] for c, rep in keys]
+    diffs = [100 * (rows[("cand", c, rep)] - rows[("base", c, rep)]) / statistics.fmean(base) for c, rep in keys]
+    actual = Z_DETECT * bootstrap_se(diffs)
+    assert abs(predicted - actual) / actual < 0.2, (predicted, actual)
+    out = runner.invoke(cli, ["plan", "--ledger", str(pilot), "--detect", "e2e_mean=10"]).output
+    assert "to detect 10 % at 80 % power" in out and "cases, about" in out
+    r = runner.invoke(cli, ["plan", "--ledger", str(pilot)])
+    assert r.exit_code == 2 and "--detect" in r.output
+
+
+def test_compare_pools_runs_with_a_between_run_interval(runner, endpoint_matrix, tmp_path):
+    ledger = tmp_path / "c.db"
+    for seed in (1, 3, 5):
+        _jittered_run(runner, endpoint_matrix, ledger, 12, seed)
+    c = json.loads(runner.invoke(cli, ["compare", "--ledger", str(ledger), "--json"]).output)
+    assert len(c["runs"]) == 3
+    e2e = next(x for x in c["pooled"] if x["metric"] == "e2e_mean")
+    lo, hi = e2e["between_run_ci95"]
+    assert e2e["runs"] == 3 and lo <= e2e["pooled"] <= hi and e2e["between_run_sd"] >= 0
+    assert len([x for x in c["per_run"] if x["metric"] == "e2e_mean"]) == 3
+    assert math.isfinite(e2e["within_run_se"])
+    out = runner.invoke(cli, ["compare", "--ledger", str(ledger)]).output
+    assert "pooled over 3 runs" in out
+    r = runner.invoke(cli, ["compare", c["runs"][0], "--ledger", str(ledger)])
+    assert r.exit_code == 2 and "at least two runs" in r.output
