@@ -1,4 +1,5 @@
-"""Build the evalkit resume-generation benchmark (data/resume_gen_benchmark.jsonl).
+"""Build the evalkit resume-generation benchmark (data/resume_gen_benchmark.jsonl) and its
+conversation set (data/resume_gen_conversations.jsonl: cases with follow-up turns).
 
 The original rsher60/resume-gen-benchmark lives on the Hugging Face hub, which this project cannot
 reach, so this script rebuilds a benchmark on the same axes: two tasks, recipient personas,
@@ -17,6 +18,20 @@ import sys
 from pathlib import Path
 
 OUT = Path(__file__).with_name("resume_gen_benchmark.jsonl")
+CONVERSATIONS = Path(__file__).with_name("resume_gen_conversations.jsonl")
+
+# Follow-ups a user of the platform sends after a first draft, with the formality each asks for
+# (None: the case's own level) and a think time; each conversation takes two of them.
+FOLLOW_UPS = [
+    ("Make it more formal: this is going to a hiring committee.", 5, 2.0),
+    ("Shorter, please: it is for a recruiter who skims. Keep the company and the role.", None, 1.0),
+    ("Make it warmer and more casual; we have met at a meetup before.", 2, 1.5),
+    ("Add one sentence on the most relevant skill and keep everything else.", None, 1.0),
+    ("Rewrite it for a founder: direct, concrete, no fluff.", 3, 2.0),
+    ("Now make it very formal and respectful; the reader is a senior executive.", 5, 1.0),
+    ("Tone it down to a relaxed, friendly note between peers.", 1, 1.5),
+    ("Keep the content but make it one short paragraph.", None, 0.5),
+]
 
 TASKS = ["cold_outreach", "profile_rewrite"]
 SCHEMA_FOR_TASK = {"cold_outreach": "outreach_email", "profile_rewrite": "profile_rewrite"}
@@ -438,6 +453,22 @@ def build() -> list[dict]:
     return cases
 
 
+def build_conversations() -> list[dict]:
+    """36 conversations: a short or medium case, then two follow-ups (one row per turn)."""
+    base = [c for c in build() if c["complexity"] in ("short", "medium")]
+    out = []
+    for i, c in enumerate([base[2 * j + j % 2] for j in range(36)]):  # short and medium, alternating
+        turns = []
+        for k in (i % len(FOLLOW_UPS), (i * 3 + 1) % len(FOLLOW_UPS)):
+            text, formality, think = FOLLOW_UPS[k]
+            turn = {"content": text, "think_time_s": think}
+            if formality is not None:
+                turn["formality"] = formality
+            turns.append(turn)
+        out.append({**c, "id": f"conv-{c['id']}", "turns": turns})
+    return out
+
+
 def serialise(cases: list[dict]) -> str:
     return "".join(json.dumps(c, ensure_ascii=False, sort_keys=True) + "\n" for c in cases)
 
@@ -446,15 +477,17 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="fail if the committed file is stale")
     args = ap.parse_args()
-    text = serialise(build())
+    files = {OUT: serialise(build()), CONVERSATIONS: serialise(build_conversations())}
     if args.check:
-        if not OUT.exists() or OUT.read_text(encoding="utf-8") != text:
-            print(f"{OUT} is stale: run python {Path(__file__).name}", file=sys.stderr)
-            return 1
-        print(f"{OUT}: up to date")
-        return 0
-    OUT.write_text(text, encoding="utf-8")
-    print(f"wrote {len(text.splitlines())} cases to {OUT}")
+        stale = [p for p, text in files.items() if not p.exists() or p.read_text(encoding="utf-8") != text]
+        for p in stale:
+            print(f"{p} is stale: run python {Path(__file__).name}", file=sys.stderr)
+        if not stale:
+            print(f"{', '.join(str(p) for p in files)}: up to date")
+        return 1 if stale else 0
+    for p, text in files.items():
+        p.write_text(text, encoding="utf-8")
+        print(f"wrote {len(text.splitlines())} cases to {p}")
     return 0
 
 

@@ -7,16 +7,13 @@ from pathlib import Path
 import click
 
 from ..errors import LedgerWriteError, UsageError
-from ..execution.load import load_from_options
-from ..execution.runner import DEFAULT_RETRY_CLASSES, parse_retry_classes, refuse_resume_options, resume_context
+from ..execution.inputs import RunRequest, resolve_inputs
+from ..execution.resume import DEFAULT_RETRY_CLASSES
 from ..execution.signals import Interrupted, graceful_stop
-from ..execution.sizing import parse_duration
+from ..execution.traces import TraceSpec
 from ..execution.workflow import run_and_grade
 from ..ledger import open_ledger
-from ..paths import default_dataset_path
 from ..reporting.report import build_report
-from ..spec.dataset import load_cases, stratified_subset
-from ..spec.matrix import load_matrix
 from .common import LEDGER_OPT, EvalkitClickError, cli, deprecated_option, ledger_path
 from .console import RichReporter, print_report
 
@@ -32,6 +29,13 @@ from .console import RichReporter, print_report
 @click.option("--budget", default=None, metavar="DURATION",
               help="size the run to this machine: keep as many stratified cases as fit, e.g. 10m (measured from the "
                    "first variant's timing probes); prints what that buys")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="replay a trace: its arrivals at their recorded offsets (open loop), its lengths or messages")
+@click.option("--trace-format", type=click.Choice(["mooncake", "azure", "burstgpt", "evalkit"]), default=None,
+              help="the trace's format (docs/traffic.md)")
+@click.option("--speedup", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+              help="replay the trace this many times faster")
+@click.option("--trace-limit", type=click.IntRange(min=1), default=None, help="replay only the first N rows")
 @click.option("--subset-seed", type=int, default=None, help="which cases --limit picks, and the --interleave order [0]")
 @click.option("--arrival-seed", type=int, default=None, help="the Poisson arrival schedule of --rate [0]")
 @click.option("--seed", "old_seed", type=int, default=None, hidden=True)
@@ -73,6 +77,7 @@ from .console import RichReporter, print_report
 @click.option("--no-grade", is_flag=True, help="skip grading after the run (use `evalkit grade` later)")
 @click.option("--quiet", "-q", is_flag=True, help="no progress output")
 def run(matrix_path: Path | None, dataset_path: Path | None, limit: int | None, budget: str | None,
+        trace_path: Path | None, trace_format: str | None, speedup: float, trace_limit: int | None,
         subset_seed: int | None,
         arrival_seed: int | None, old_seed: int | None, repeats: int, mode: str | None, concurrency: int | None,
         rate: float | None, arrival: str | None, max_concurrency: int | None, sweep: str | None, stop_kv: float | None,
@@ -87,44 +92,28 @@ def run(matrix_path: Path | None, dataset_path: Path | None, limit: int | None, 
     """
     if old_seed is not None:
         deprecated_option("--seed", "--subset-seed and --arrival-seed")
-    subset_seed = subset_seed if subset_seed is not None else (old_seed or 0)
-    arrival_seed = arrival_seed if arrival_seed is not None else (old_seed or 0)
-    if resume_id:
-        refuse_resume_options(matrix=matrix_path, dataset=dataset_path, limit=limit, repeats=repeats != 1, mode=mode,
-                              concurrency=concurrency, rate=rate, sweep=sweep, arrival=arrival,
-                              max_concurrency=max_concurrency)
-        db = open_ledger(ledger_path(ledger), create=False)
-        ctx = resume_context(db, resume_id)
-        matrix, cases, dpath, load, repeats = ctx.matrix, ctx.cases, ctx.dataset_path, ctx.load, ctx.repeats
-        if retry_failed:
-            n = len(db.reopen_failed(resume_id, parse_retry_classes(retry_failed)))
-            click.echo(f"run {resume_id}: {n} failed requests will be sent again (their rows stay, not final)")
-    else:
-        matrix = load_matrix(matrix_path)
-        load = load_from_options(matrix.load, mode=mode, concurrency=concurrency, rate=rate, arrival=arrival,
-                                 max_concurrency=max_concurrency, sweep=sweep, stop_kv=stop_kv, slo=slo,
-                                 interleave=interleave, arrival_seed=arrival_seed, order_seed=subset_seed,
-                                 client_procs=client_procs, launched_locally=any(v.launched for v in matrix.variants))
-        dpath = dataset_path or default_dataset_path()
-        all_cases = load_cases(dpath)
-        # with --budget: every case in balanced order (any prefix is balanced); the run keeps what fits
-        cases = stratified_subset(all_cases, limit or (len(all_cases) if budget else matrix.limit), subset_seed)
-        db = open_ledger(ledger_path(ledger))
-    if retry_failed and not resume_id:
-        raise UsageError("--retry-failed goes with --resume RUN_ID")
-    budget_s = parse_duration(budget) if budget else None
-    if budget_s is not None and (resume_id or ray_address):
-        raise UsageError("--budget sizes a new local run: it does not combine with --resume or --ray")
-    if max_error_rate is not None:
-        load.max_error_rate = max_error_rate
-    load.stop_on_failure = load.stop_on_failure or stop_on_failure
+    req = RunRequest(matrix_path, dataset_path, limit, budget,
+                     TraceSpec(str(trace_path), trace_format or "", speedup, trace_limit) if trace_path else None,
+                     subset_seed if subset_seed is not None else (old_seed or 0),
+                     arrival_seed if arrival_seed is not None else (old_seed or 0), repeats, mode, concurrency, rate,
+                     arrival, max_concurrency, sweep, stop_kv, slo, client_procs, interleave, max_error_rate,
+                     stop_on_failure, resume_id, retry_failed, ray_address is not None)
+    if trace_path is not None and trace_format is None:
+        raise UsageError("--trace needs --trace-format (mooncake, azure, burstgpt or evalkit)")
+    req.check()
+    db = open_ledger(ledger_path(ledger), create=False) if resume_id else None
+    inp = resolve_inputs(db, req, RichReporter(quiet).message)  # bad input stops here: nothing written yet
+    db = db or open_ledger(ledger_path(ledger))
+    if inp.reopened or retry_failed:
+        click.echo(f"run {resume_id}: {inp.reopened} failed requests will be sent again (their rows stay, not final)")
     reporter = RichReporter(quiet)
     path = ledger_path(ledger)
     try:
         with graceful_stop():
-            summary, n, grade_s = run_and_grade(db, matrix, cases, dpath, repeats=repeats, subset_seed=subset_seed,
-                                                load=load, reporter=reporter, resume_run=resume_id, grade=not no_grade,
-                                                ray_address=ray_address, budget_s=budget_s)
+            summary, n, grade_s = run_and_grade(db, inp.matrix, inp.cases, inp.dataset_path, repeats=inp.repeats,
+                                                subset_seed=req.subset_seed, load=inp.load, reporter=reporter,
+                                                resume_run=resume_id, grade=not no_grade, ray_address=ray_address,
+                                                budget_s=inp.budget_s, run_extra=inp.run_extra)
     except (Interrupted, LedgerWriteError) as e:
         rid = getattr(e, "run_id", None) or resume_id
         hint = f"; resume with `evalkit run --resume {rid} --ledger {path}`" if rid else ""

@@ -95,6 +95,7 @@ class LoadSpec:
     interleave: bool = False  # bring all variants up at once and alternate A B A B ...
     max_error_rate: float = 0.5  # run policy: a variant with more failed requests than this share is `failed`
     stop_on_failure: bool = False  # run policy: a failed variant stops the run (else the next variant runs)
+    trace_offsets: list[float] | None = None  # trace replay: each request's recorded offset (s, sped up), in order
     client_procs: int = 1  # processes sending the load (each its own event loop); the ledger has one writer
     sequential_pass: bool = False  # concurrency N also sends every case at concurrency 1 first (quality under load)
     arrival_seed: int = 0  # the Poisson schedule

@@ -5,14 +5,12 @@ flight), and close the variant. Resume finishes exactly the missing requests."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import platform
 import socket
 import sys
 import time
 import uuid
-import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -20,20 +18,22 @@ from typing import Protocol
 from .. import __version__
 from ..engines.budget import KvPlan, plan_matrix
 from ..engines.vllm_server import engine_version
-from ..errors import EngineError, EvalkitDeprecationWarning, EvalkitError, LedgerWriteError, UsageError
+from ..errors import EngineError, EvalkitError, LedgerWriteError, UsageError
 from ..host import this_host
 from ..ledger import Ledger, dumps, utcnow
 from ..measure.client import RequestResult
 from ..measure.telemetry import MetricsScraper
 from ..paths import cache_dir
 from ..redact import redact, redact_args
-from ..spec.dataset import Case, dataset_hash, load_cases
+from ..spec.dataset import Case, dataset_hash
 from ..spec.matrix import Matrix
+from .conversation import item_done
 from .estimate import RunEstimate, estimate_variant
 from .live import LiveVariant
 from .load import LoadSpec, build_plan, reference_latencies, saturation_reason, warmup_cases
 from .sender import Sender
 from .signals import STOP
+from .sizing import size_to_budget
 
 
 class Reporter(Protocol):
@@ -90,12 +90,13 @@ def case_rows(cases: list[Case], dhash: str) -> list[dict]:
 
 
 def create_run(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: Path, subset_seed: int,
-               load: LoadSpec, repeats: int) -> str:
+               load: LoadSpec, repeats: int, extra: dict | None = None) -> str:
     run_id = new_run_id()
     dhash = dataset_hash(dataset_path)
     gen = matrix.generation
     host = this_host()  # first: a bad EVALKIT_EMULATE_CPU stops the run before anything is written
-    ledger.record_cases(case_rows(cases + warmup_cases(cases, gen.warmup, gen.structured_output), dhash))
+    turns = [c.turn_case(k) for c in cases for k in range(1, len(c.turns) + 1)]  # each turn is graded as a case
+    ledger.record_cases(case_rows(cases + turns + warmup_cases(cases, gen.warmup, gen.structured_output), dhash))
     host_id = ledger.record_host(host)
     ledger.create_run({
         "id": run_id, "created_at": utcnow(), "finished_at": None, "status": "running",
@@ -105,7 +106,7 @@ def create_run(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: 
         "evalkit_version": __version__, "python_version": platform.python_version(),
         "host": socket.gethostname(), "platform": platform.platform(), "host_id": host_id,
         "argv": " ".join(redact_args(sys.argv)),
-        "load_json": dumps({**asdict(load), "repeats": repeats}), "pid": os.getpid(),
+        "load_json": dumps({**asdict(load), "repeats": repeats}), "pid": os.getpid(), **(extra or {}),
     })
     return run_id
 
@@ -174,8 +175,7 @@ def run_group(ledger: Ledger, run_id: str, matrix: Matrix, group: list[str], cas
             if not live:
                 break
             plan = [it for it in build_plan(matrix, live, cases, repeats, load, phase, conc, warmup=i == 0)
-                    if it.target in servers
-                    and (it.warmup or (it.variant, it.case.id, it.repeat, it.phase) not in skip)]
+                    if it.target in servers and (it.warmup or not item_done(it, skip))]
             for it in plan:
                 it.attempt0 = attempts.get((it.variant, it.case.id, it.repeat, it.phase), 0)
             summary.n_skipped += sum(1 for k in skip if k[0] in live and k[3] == phase)
@@ -247,34 +247,6 @@ def run_group(ledger: Ledger, run_id: str, matrix: Matrix, group: list[str], cas
         raise
 
 
-def size_to_budget(ledger: Ledger, run_id: str, matrix: Matrix, cases: list[Case], repeats: int, summary: RunSummary,
-                   est: RunEstimate | None, main: list, variants_after: int, servers: dict[str, LiveVariant],
-                   reporter: Reporter) -> set[str]:
-    """`--budget`: keep the stratified prefix of cases that fits what is left of the budget on
-    this machine (from the first variant's timing probes), for every variant; say what it buys."""
-    from .sizing import buys, earlier_spread, fit_budget, mmss
-
-    assert summary.budget_s is not None
-    start_s = max((s.stage_s.get("start", 0.0) for s in servers.values()), default=0.0)
-    warm_s = max((summary.stages.get(n, {}).get("warm-up", 0.0) for n in summary.stages), default=0.0)
-    reqs_per_case = sum(max(repeats, matrix.generation.baseline_repeats) if v.name == matrix.baseline else repeats
-                        for v in matrix.variants)
-    per_req = (est.measure_s / len(main)) if est is not None and main else 10.0
-    per_req += 0.03  # grading, per output
-    n = fit_budget(summary.budget_s, time.monotonic() - summary.t0, per_req, reqs_per_case,
-                   variants_after * (start_s + warm_s), len(cases))
-    kept = cases[:n]
-    cases[:] = kept  # the later variants send the same cases
-    ledger.update_run(run_id, {"n_cases": n, "case_ids_json": dumps([c.id for c in kept])})
-    spreads, pilot = earlier_spread(ledger, matrix.name, run_id)
-    summary.sized = n
-    reporter.message(f"budget {mmss(summary.budget_s)}: {n} cases fit on this machine "
-                     f"(about {mmss(per_req * reqs_per_case)} per case across {len(matrix.variants)} variants); "
-                     + buys(n, spreads, f"spread from run {pilot}" if pilot else "shipped priors; `evalkit plan` "
-                            "refines them from this run"))
-    return {c.id for c in kept}
-
-
 def error_rate_cause(ledger: Ledger, run_id: str, variant: str, max_rate: float) -> str | None:
     bad, n = ledger.final_error_rate(run_id, variant)
     if n and bad / n > max_rate:
@@ -292,20 +264,21 @@ def pending(ledger: Ledger, run_id: str, matrix: Matrix, group: list[str], cases
         up_to = v.get("saturated_at") or 10**9
         n = sum(1 for phase, conc in load.phases() if conc <= up_to
                 for it in build_plan(matrix, [name], cases, repeats, load, phase, conc, warmup=False)
-                if (it.variant, it.case.id, it.repeat, it.phase) not in skip)
+                if not item_done(it, skip))
         out[name] = {"n": n, "up_to": up_to}
     return {k: v for k, v in out.items() if v["n"]}
 
 
 def start_run(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: Path, *, repeats: int, subset_seed: int,
-              load: LoadSpec, reporter: Reporter, resume_run: str | None) -> tuple[RunSummary, set]:
+              load: LoadSpec, reporter: Reporter, resume_run: str | None, extra: dict | None = None
+              ) -> tuple[RunSummary, set]:
     """Create the run (or reopen it for --resume) and say what will be sent."""
     if resume_run:
         run_id = resume_run
         ledger.update_run(run_id, {"status": "running", "finished_at": None, "pid": os.getpid(), "host": socket.gethostname(),
                                    "stop_reason": None})
     else:
-        run_id = create_run(ledger, matrix, cases, dataset_path, subset_seed, load, repeats)
+        run_id = create_run(ledger, matrix, cases, dataset_path, subset_seed, load, repeats, extra)
     skip = ledger.done_keys(run_id) if resume_run else set()
     floor = max(repeats, matrix.generation.baseline_repeats)
     reporter.message(f"run {run_id}: {len(matrix.variants)} variants x {len(cases)} cases x {repeats} repeats"
@@ -336,6 +309,7 @@ def run_matrix(
     ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: Path, *,
     repeats: int = 1, subset_seed: int = 0, reporter: Reporter | None = None, load: LoadSpec | None = None,
     log_dir: Path | None = None, resume_run: str | None = None, budget_s: float | None = None,
+    run_extra: dict | None = None,
 ) -> RunSummary:
     reporter = reporter or SilentReporter()
     load = (load or LoadSpec()).for_matrix(matrix.generation.quality_under_load)
@@ -345,7 +319,7 @@ def run_matrix(
     log_dir = log_dir or cache_dir() / "logs"
     plans = plan_matrix(matrix, reporter.message)  # a budget that cannot fit stops here, before anything is written
     summary, skip = start_run(ledger, matrix, cases, dataset_path, repeats=repeats, subset_seed=subset_seed, load=load,
-                              reporter=reporter, resume_run=resume_run)
+                              reporter=reporter, resume_run=resume_run, extra=run_extra)
     seq = ledger.max_seq(summary.run_id)
     if budget_s is not None and not resume_run:
         if load.sweep or load.mode == "rate":
@@ -381,84 +355,3 @@ def stop_reason(e: BaseException) -> str:
     return str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
-# the error classes a server going away causes: what --retry-failed sends again by default
-DEFAULT_RETRY_CLASSES = ("connect_error", "stream_cut", "server_error", "http_5xx", "not_sent", "timeout")
-KNOWN_CLASSES = (*DEFAULT_RETRY_CLASSES, "malformed_stream", "empty_completion", "interrupted", "http_4xx")
-
-
-def parse_retry_classes(text: str) -> list[str]:
-    """`connect_error,stream_cut` -> the classes; http_5xx / http_4xx stand for their families;
-    a single status (http_503) is taken as written."""
-    out = [c.strip() for c in text.split(",") if c.strip()]
-    bad = [c for c in out if c not in KNOWN_CLASSES and not (c.startswith("http_") and c[5:].isdigit())]
-    if bad or not out:
-        raise UsageError(f"--retry-failed: unknown error class(es) {', '.join(bad) or '(none)'} "
-                         f"(known: {', '.join(KNOWN_CLASSES)}, or a status like http_503)")
-    return out
-
-
-def refuse_resume_options(**given: object) -> None:
-    """--resume takes everything from the original run: any other run option is a usage error."""
-    named = [k.replace("_", "-") for k, v in given.items() if v]
-    if named:
-        raise UsageError("--resume takes the matrix, dataset, cases and load of the original run: drop "
-                         + ", ".join(f"--{n}" for n in named))
-
-
-@dataclass
-class ResumeContext:
-    matrix: Matrix
-    cases: list[Case]
-    dataset_path: Path
-    load: LoadSpec
-    repeats: int
-
-
-def run_state(run: dict) -> str:
-    """A run's status as it really is: `running` only while its process lives (on this host; on
-    another host it cannot be told), `running (stale: ...)` when that process is gone."""
-    status = run.get("status") or "unknown"
-    if status != "running" or not run.get("pid"):
-        return status
-    if run.get("host") and run["host"] != socket.gethostname():
-        return f"running (on host {run['host']}, process {run['pid']})"
-    try:
-        os.kill(int(run["pid"]), 0)
-    except ProcessLookupError:
-        return f"running (stale: its process {run['pid']} is gone; `evalkit run --resume {run['id']}` finishes it)"
-    except PermissionError:
-        pass
-    return "running"
-
-
-def resume_context(ledger: Ledger, run_id: str) -> ResumeContext:
-    """Everything needed to finish a run exactly as it was started."""
-    run = ledger.require_run(run_id, what="--resume: ")
-    if run_state(run) == "running" and run.get("pid") != os.getpid():
-        raise UsageError(f"--resume: run {run_id} is still running (process {run['pid']}); stop it first")
-    dpath = Path(run["dataset_path"])
-    if dataset_hash(dpath) != run["dataset_hash"]:
-        raise UsageError(f"--resume: {dpath} changed since run {run_id} started (hash differs)")
-    try:
-        with warnings.catch_warnings():  # a stored matrix in an old spelling is no news to the user
-            warnings.simplefilter("ignore", EvalkitDeprecationWarning)
-            matrix = Matrix.model_validate_json(run["matrix_json"])
-    except ValueError as e:
-        raise UsageError(f"--resume: run {run_id}'s matrix does not load in this evalkit version "
-                         f"({str(e).splitlines()[0]})") from None
-    by_id = {c.id: c for c in load_cases(dpath)}
-    cases = [by_id[i] for i in json.loads(run["case_ids_json"])]
-    return ResumeContext(matrix, cases, dpath, *load_of_run(run))
-
-
-def load_of_run(run: dict) -> tuple[LoadSpec, int]:
-    """The LoadSpec a run was started with (and its repeats), from its stored JSON; a run made by
-    evalkit 0.1 stored one `seed` for arrivals and order."""
-    load_d = json.loads(run["load_json"] or "{}")
-    repeats = int(load_d.pop("repeats", 1))
-    if "seed" in load_d:
-        s = load_d.pop("seed")
-        load_d.setdefault("arrival_seed", s)
-        load_d.setdefault("order_seed", s)
-    known = set(LoadSpec.__dataclass_fields__)
-    return LoadSpec(**{k: v for k, v in load_d.items() if k in known}), repeats

@@ -11,47 +11,25 @@ from typing import Any, Protocol
 import aiohttp
 
 from ..errors import EngineError
-from ..ledger import Ledger, dumps, utcnow
+from ..ledger import Ledger, utcnow
 from ..measure.client import RequestResult, build_payload, stream_chat
 from ..measure.looplag import LagProbe
 from ..measure.telemetry import RESPONSE_FIELDS, SERVER_FIELDS, MetricsScraper, attribute, engine_config, response_timing
 from ..measure.tokens import fill_token_counts
 from ..measure.wire import WireClient, kernel_stamps_supported, stream_chat_wire
-from ..redact import redact
 from ..spec.dataset import Case
 from ..spec.matrix import Matrix
 from ..spec.output_schemas import load_schema
+from .conversation import send_conversation
 from .live import LiveVariant
 from .load import LoadSpec, WorkItem, arrival_offsets
 from .procs import ChildPlan, Job, Posted, run_children, split
+from .rows import request_row, timing_suspect
 from .signals import STOP
 
 
 class Progress(Protocol):
     def request_done(self, variant: str, case: Case, result: RequestResult) -> None: ...
-
-
-def request_row(run_id: str, item: WorkItem, seq: int, attempt: int, final: bool,
-                payload: dict[str, Any], r: RequestResult, scheduled_ms: float | None = None) -> dict[str, Any]:
-    body = {k: v for k, v in payload.items() if k != "messages"}  # messages live in `cases`
-    wait = (r.mono_start_ms - scheduled_ms) if scheduled_ms is not None and r.mono_start_ms is not None else None
-    return {
-        "run_id": run_id, "variant": item.variant, "case_id": item.case.id, "repeat": item.repeat,
-        "seq": seq, "is_warmup": int(item.warmup), "phase": item.phase, "concurrency": item.concurrency,
-        "replica": item.replica, "attempt": attempt, "final": int(final), "started_at": r.started_at,
-        "mono_start_ms": r.mono_start_ms, "scheduled_ms": scheduled_ms, "sent_ms": r.mono_start_ms,
-        "client_wait_ms": wait,
-        "ttft_from_schedule_ms": r.ttft_ms + wait if r.ttft_ms is not None and wait is not None else None,
-        "first_chunk_ms": r.first_chunk_ms, "ttft_ms": r.ttft_ms,
-        "e2e_ms": r.e2e_ms, "itl_mean_ms": r.itl_mean_ms, "tpot_ms": r.tpot_ms,
-        "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
-        "usage_source": r.usage_source, "finish_reason": r.finish_reason, "text": r.text,
-        "n_chunks": r.n_chunks, "n_malformed": r.n_malformed,
-        "chunk_offsets_ms_json": dumps([round(x, 3) for x in r.chunk_offsets_ms]),
-        "http_status": r.http_status, "error_class": r.error_class, "error": redact(r.error),
-        "request_json": redact(dumps(body)), "timestamp_source": r.timestamp_source, "ttft_user_ms": r.ttft_user_ms,
-        "n_reads": r.n_reads, "first_read_chunks": r.first_read_chunks, "max_read_chunks": r.max_read_chunks,
-    }
 
 
 class Sender:
@@ -74,22 +52,30 @@ class Sender:
     def _now_ms(self) -> float:
         return (time.perf_counter() - self.epoch) * 1000.0
 
-    def _payload(self, item: WorkItem) -> dict[str, Any]:
+    def _payload(self, item: WorkItem, messages: list[dict[str, str]] | None = None) -> dict[str, Any]:
         gen = self.matrix.generation
-        schema = load_schema(item.case.schema_name) if gen.structured_output else None
+        trace = item.case.task == "trace"
+        schema = load_schema(item.case.schema_name) if gen.structured_output and not trace else None
+        max_tokens = item.case.max_tokens or gen.max_tokens
+        extra = {**gen.extra_body, **({"ignore_eos": True} if item.case.max_tokens else {})}  # a trace's length holds
+        prefix = [{"role": "system", "content": gen.shared_prefix}] if gen.shared_prefix and not trace else []
         return build_payload(
-            self.servers[item.target].served, [m.model_dump() for m in item.case.messages],
-            max_tokens=min(gen.max_tokens, gen.warmup_max_tokens) if item.warmup else gen.max_tokens,
+            self.servers[item.target].served, prefix + (messages or [m.model_dump() for m in item.case.messages]),
+            max_tokens=min(max_tokens, gen.warmup_max_tokens) if item.warmup else max_tokens,
             temperature=gen.temperature, seed=gen.sampling_seed + item.repeat,
-            top_p=gen.top_p, schema_name=item.case.schema_name, schema=schema, extra_body=gen.extra_body,
+            top_p=gen.top_p, schema_name=item.case.schema_name, schema=schema, extra_body=extra,
         )
 
     async def _one(self, http: aiohttp.ClientSession, item: WorkItem, attribute_now: bool,
-                   scheduled_ms: float | None = None) -> list[int]:
-        """Send one item (with retries per the matrix); returns the ledger ids of its rows."""
+                   scheduled_ms: float | None = None, messages: list[dict[str, str]] | None = None,
+                   extra: dict[str, Any] | None = None) -> list[int]:
+        """Send one item (with retries per the matrix); returns the ledger ids of its rows. A
+        conversation sends its turns in order, each with the variant's own earlier replies."""
+        if item.case.turns and messages is None:
+            return await send_conversation(self, http, item, attribute_now, scheduled_ms)
         lv = self.servers[item.target]
         scraper = self.scrapers.get(item.target)
-        payload = self._payload(item)
+        payload = self._payload(item, messages)
         retry = self.matrix.retry
         ids: list[int] = []
         if STOP.requested and not item.warmup:
@@ -97,8 +83,8 @@ class Sender:
         if item.target in self.dead:  # its server is gone: recorded, never silently dropped
             r = RequestResult(started_at=utcnow(), error_class="not_sent", error=self.dead[item.target])
             self.seq += 1
-            ids.append(self.ledger.insert_request(request_row(self.run_id, item, self.seq, item.attempt0, True, payload,
-                                                              r, scheduled_ms)))
+            ids.append(self.ledger.insert_request({**request_row(self.run_id, item, self.seq, item.attempt0, True, payload,
+                                                                 r, scheduled_ms), **(extra or {})}))
             self._count(item, r)
             return ids
         for attempt in range(item.attempt0, item.attempt0 + retry.max_retries + 1):
@@ -123,8 +109,8 @@ class Sender:
                 r = RequestResult(started_at=utcnow(), error_class="interrupted",
                                   error=f"stopped by a signal {STOP.grace_s:g} s after it arrived, still in flight")
                 self.seq += 1
-                ids.append(self.ledger.insert_request(request_row(self.run_id, item, self.seq, attempt, False, payload,
-                                                                  r, scheduled_ms)))
+                ids.append(self.ledger.insert_request({**request_row(self.run_id, item, self.seq, attempt, False,
+                                                                     payload, r, scheduled_ms), **(extra or {})}))
                 return ids
             finally:
                 self.in_flight -= 1
@@ -137,6 +123,7 @@ class Sender:
             self.seq += 1
             row = request_row(self.run_id, item, self.seq, attempt, not will_retry, payload, r,
                               scheduled_ms if attempt == item.attempt0 else None)
+            row.update(extra or {})
             if before is not None and scraper is not None:
                 key = "e2e_request_latency_seconds_count"
                 after = await scraper.wait_for_count(http, key, before.values.get(key, 0.0) + 1)
@@ -258,10 +245,17 @@ class Sender:
             ids += await self._closed_loop(http, main, concurrency)
         return ids
 
+    def _offsets(self, n: int, rate: float) -> list[float]:
+        """When each of n open-loop arrivals is due (s from the start): a trace's recorded offsets
+        in its order, else the seeded Poisson (or constant) schedule at `rate`."""
+        if self.load.trace_offsets is not None:
+            return list(self.load.trace_offsets[:n])
+        return arrival_offsets(n, rate, self.load.arrival, self.load.arrival_seed)
+
     async def _in_procs(self, items: list[WorkItem], concurrency: int, rate: float | None) -> list[int]:
         """The same load, sent by `--client-procs` processes; rows written here as results arrive."""
         n = min(self.load.client_procs, len(items))
-        offsets = arrival_offsets(len(items), rate, self.load.arrival, self.load.arrival_seed) if rate else None
+        offsets = self._offsets(len(items), rate) if rate else None
         payloads = [self._payload(it) for it in items]
         jobs = [Job(i, f"{self.servers[it.target].base_url}/v1/chat/completions", payloads[i],
                     self.servers[it.target].headers, offsets[i] * 1000.0 if offsets else None)
@@ -318,7 +312,7 @@ class Sender:
         """Arrivals on a seeded schedule at `rate`/s, whatever the server does. Each request is due
         at its scheduled time on the run's clock; with `max_concurrency` a cap may hold it back,
         and that wait is stored (`client_wait_ms`), as is any lateness of the event loop itself."""
-        offsets = arrival_offsets(len(items), rate, self.load.arrival, self.load.arrival_seed)
+        offsets = self._offsets(len(items), rate)
         cap = asyncio.Semaphore(self.load.max_concurrency) if self.load.max_concurrency else None
         start_ms = self._now_ms() + 5.0  # a common origin a moment ahead, so the first is not late
         ids: list[int] = []
@@ -360,12 +354,3 @@ class Sender:
                 self.ledger.update_request(rid, fields)
 
 
-def timing_suspect(row: dict[str, Any], lag_ms: float | None, threshold_ms: float) -> bool:
-    """A row whose client-side timing the client's own load may have bent: the loop lagged past the
-    threshold during it, and either its stamps were user space, or (kernel stamps) its first token
-    shares its receive time with later chunks, which TCP merges when the client does not read."""
-    if row["error_class"] is not None and row["ttft_ms"] is None:
-        return False
-    if lag_ms is None or lag_ms <= threshold_ms:
-        return False
-    return row["timestamp_source"] != "kernel" or (row["first_read_chunks"] or 1) > 1

@@ -11,9 +11,15 @@ from __future__ import annotations
 
 import math
 import re
+import time
+from typing import Any
 
 from ..errors import UsageError
+from ..ledger import Ledger, dumps
+from ..spec.dataset import Case
+from ..spec.matrix import Matrix
 from ..stats import Z_DETECT
+from .estimate import RunEstimate
 
 # Per-case SD of the paired difference (candidate − baseline), from the embedded default run
 # (README): drift − noise floor in 1 − cosine units; E2E mean in % of the baseline's.
@@ -138,3 +144,31 @@ def buys(n: int, spreads: dict[str, tuple[float, int]], source: str) -> str:
         sd = spreads.get(metric, (PRIORS[metric], 0))[0]
         parts.append(f"{metric} {mde(sd, n):.3g}{unit}")
     return f"with {n} cases per variant this run can detect (80 % power, 5 % two-sided): {', '.join(parts)} ({source})"
+
+
+def size_to_budget(ledger: Ledger, run_id: str, matrix: Matrix, cases: list[Case], repeats: int, summary: Any,
+                   est: RunEstimate | None, main: list, variants_after: int, servers: dict[str, Any],
+                   reporter: Any) -> set[str]:
+    """`--budget`: keep the stratified prefix of cases that fits what is left of the budget on
+    this machine (from the first variant's timing probes), for every variant; say what it buys."""
+    assert summary.budget_s is not None
+    start_s = max((s.stage_s.get("start", 0.0) for s in servers.values()), default=0.0)
+    warm_s = max((summary.stages.get(n, {}).get("warm-up", 0.0) for n in summary.stages), default=0.0)
+    reqs_per_case = sum(max(repeats, matrix.generation.baseline_repeats) if v.name == matrix.baseline else repeats
+                        for v in matrix.variants)
+    per_req = (est.measure_s / len(main)) if est is not None and main else 10.0
+    per_req += 0.03  # grading, per output
+    n = fit_budget(summary.budget_s, time.monotonic() - summary.t0, per_req, reqs_per_case,
+                   variants_after * (start_s + warm_s), len(cases))
+    kept = cases[:n]
+    cases[:] = kept  # the later variants send the same cases
+    ledger.update_run(run_id, {"n_cases": n, "case_ids_json": dumps([c.id for c in kept])})
+    spreads, pilot = earlier_spread(ledger, matrix.name, run_id)
+    summary.sized = n
+    reporter.message(f"budget {mmss(summary.budget_s)}: {n} cases fit on this machine "
+                     f"(about {mmss(per_req * reqs_per_case)} per case across {len(matrix.variants)} variants); "
+                     + buys(n, spreads, f"spread from run {pilot}" if pilot else "shipped priors; `evalkit plan` "
+                            "refines them from this run"))
+    return {c.id for c in kept}
+
+

@@ -17,7 +17,8 @@ from .runner import Reporter, RunSummary, run_matrix
 def run_and_grade(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: Path, *, repeats: int = 1,
                   subset_seed: int = 0, load: LoadSpec | None = None, reporter: Reporter | None = None,
                   resume_run: str | None = None, grade: bool = True,
-                  ray_address: str | None = None, budget_s: float | None = None) -> tuple[RunSummary, int, float]:
+                  ray_address: str | None = None, budget_s: float | None = None,
+                  run_extra: dict | None = None) -> tuple[RunSummary, int, float]:
     """Returns the run's summary, the number of grades added (0 with grade=False) and the
     seconds grading took. With ``ray_address`` ("local" for a local Ray instance) each variant
     runs as a Ray task and embeddings for grading are computed on Ray workers."""
@@ -30,7 +31,7 @@ def run_and_grade(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_pat
         ctx.embed = ray_embed(ray_address)
     else:
         summary = run_matrix(ledger, matrix, cases, dataset_path, repeats=repeats, subset_seed=subset_seed, load=load,
-                             reporter=reporter, resume_run=resume_run, budget_s=budget_s)
+                             reporter=reporter, resume_run=resume_run, budget_s=budget_s, run_extra=run_extra)
     if not grade:
         return summary, 0, 0.0
     t0 = time.monotonic()

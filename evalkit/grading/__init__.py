@@ -34,7 +34,8 @@ def case_from_row(row: dict[str, Any]) -> Case:
 
 def graded_requests(ledger: Ledger, run_id: str) -> tuple[list[GradedRequest], dict[int, int]]:
     """Every successful, measured (non-warmup, final) request of a run, with its case."""
-    rows = ledger.measured_requests(run_id, ok_only=True)
+    # a trace's synthetic prompts have no persona, formality or schema to grade: timing only
+    rows = [r for r in ledger.measured_requests(run_id, ok_only=True) if r["task"] != "trace"]
     rows.sort(key=lambda r: r["id"])
     cases: dict[str, Case] = {}
     items = []

@@ -254,3 +254,16 @@ def m012_faults(db: Database) -> None:
     db["variants"].add_column("server_pid", int)
     db["replicas"].add_column("exit_code", int)
     db["replicas"].add_column("server_pid", int)
+
+
+@migration("m013_traffic")
+def m013_traffic(db: Database) -> None:
+    # Traffic like production: conversations (one row per turn, the variant's own replies in the
+    # history), trace replay (the trace row each request came from, what it asked for), shared
+    # prefixes (what the workload shares by design, what the server's prefix cache served), and
+    # other tools' results imported into the ledger (`source`).
+    for col, typ in (("conversation_id", str), ("turn", int), ("trace_row", int), ("trace_input_tokens", int),
+                     ("trace_output_tokens", int), ("designed_shared_tokens", int), ("cached_prompt_tokens", int)):
+        db["requests"].add_column(col, typ)
+    db["runs"].add_column("source", str)
+    db["runs"].add_column("trace_json", str)

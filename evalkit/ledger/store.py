@@ -168,6 +168,13 @@ class Ledger:
     def request(self, request_id: int) -> dict[str, Any]:
         return dict(self._db["requests"].get(request_id))
 
+    def turn_texts(self, run_id: str, variant: str, conversation_id: str, repeat: int, phase: str) -> dict[int, str]:
+        """The replies a conversation already has in the ledger (final, successful): turn -> text."""
+        return {r["turn"]: r["text"] or "" for r in self._db.query(
+            "select turn, text from requests where run_id = ? and variant = ? and conversation_id = ? and repeat = ? "
+            "and coalesce(phase, 'main') = ? and final = 1 and error_class is null", [run_id, variant, conversation_id,
+                                                                                     repeat, phase])}
+
     def max_seq(self, run_id: str) -> int:
         return int(self._db.execute("select coalesce(max(seq), 0) from requests where run_id = ?", [run_id]).fetchone()[0])
 

@@ -45,6 +45,7 @@ class RequestResult:
     n_reads: int = 0
     first_read_chunks: int | None = None  # content chunks sharing the first token's receive time (1: exact)
     max_read_chunks: int = 0  # the most content chunks that shared one receive time
+    cached_prompt_tokens: int | None = None  # prompt tokens the server's prefix cache served (usage details)
 
     @property
     def ok(self) -> bool:
@@ -182,6 +183,9 @@ class StreamParser:
             res.prompt_tokens = usage.get("prompt_tokens")
             res.completion_tokens = usage.get("completion_tokens")
             res.usage_source = "stream_usage"
+            details = usage.get("prompt_tokens_details") or {}
+            if isinstance(details, dict) and details.get("cached_tokens") is not None:
+                res.cached_prompt_tokens = details["cached_tokens"]
         for choice in obj.get("choices") or ():
             delta = choice.get("delta")
             content = delta.get("content") if delta else None

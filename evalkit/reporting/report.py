@@ -6,7 +6,7 @@ import json
 from collections import defaultdict
 from typing import Any
 
-from ..execution.runner import run_state
+from ..execution.resume import run_state
 from ..grading.registry import available, summary_columns
 from ..host import hosts_differ
 from ..ledger import Ledger

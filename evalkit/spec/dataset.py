@@ -35,10 +35,24 @@ class ContextKeys(BaseModel):
     skills: list[str] = Field(min_length=1)
 
 
+class Turn(BaseModel):
+    """A follow-up in a conversation: the user's next message, sent after the variant's own reply
+    to everything before it, optionally asking for another formality level, after a think time."""
+
+    model_config = ConfigDict(extra="forbid")
+    content: str = Field(min_length=1)
+    formality: StrictInt | None = Field(None, ge=1, le=5)
+    think_time_s: float = Field(0.0, ge=0, le=600)
+
+
+# Fields a trace's synthetic case carries to its ledger rows (where the request came from).
+TRACE_FIELDS = ("trace_row", "trace_input_tokens", "trace_output_tokens", "designed_shared_tokens")
+
+
 class Case(BaseModel):
     model_config = ConfigDict(extra="forbid")
     id: str = Field(min_length=1)
-    task: Literal["cold_outreach", "profile_rewrite"]
+    task: Literal["cold_outreach", "profile_rewrite", "trace"]
     persona: str = Field(min_length=1)
     persona_title: str = ""
     persona_description: str = ""
@@ -48,10 +62,22 @@ class Case(BaseModel):
     schema_: str = Field(alias="schema", min_length=1)
     context_keys: ContextKeys
     messages: list[Message] = Field(min_length=1)
+    turns: list[Turn] = Field(default_factory=list, description="follow-ups: a conversation, one row per turn")
+    max_tokens: int | None = Field(None, ge=1, description="this case's output length (a trace row's)")
+    meta: dict[str, int | float | str | None] = Field(default_factory=dict, description="carried to its rows")
 
     @property
     def schema_name(self) -> str:
         return self.schema_
+
+    def turn_case(self, k: int) -> Case:
+        """Turn k of a conversation as a case of its own (id `case#tk`): its requested formality
+        and its user message, so every grader grades each turn."""
+        if k == 0:
+            return self
+        turn = self.turns[k - 1]
+        return self.model_copy(update={"id": f"{self.id}#t{k}", "formality": turn.formality or self.formality,
+                                       "messages": [Message(role="user", content=turn.content)], "turns": []})
 
 
 def _field_path(loc: tuple) -> str:
@@ -79,6 +105,8 @@ def load_cases(path: str | Path | None = None, schemas_dir: Path | None = None) 
         except ValidationError as e:
             err = e.errors()[0]
             raise DatasetError(f"{p}:{lineno}: field '{_field_path(err['loc'])}': {err['msg']}") from None
+        if case.task == "trace":
+            raise DatasetError(f"{p}:{lineno}: field 'task': 'trace' is for trace replay (--trace), not a dataset row")
         if case.schema_name not in known:
             raise DatasetError(
                 f"{p}:{lineno}: field 'schema': unknown schema '{case.schema_name}' "

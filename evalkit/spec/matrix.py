@@ -54,6 +54,8 @@ class Generation(BaseModel):
         2, ge=1, description="times the baseline is sent per case: repeats beyond the first are drift's noise floor")
     timeout_s: float = Field(600.0, gt=0)
     extra_body: dict[str, Any] = Field(default_factory=dict, description="merged into each request body")
+    shared_prefix: str | None = Field(None, description="a system prompt every case shares (the platform's long "
+                                                        "instructions): what a prefix cache can reuse")
     quality_under_load: bool = Field(
         False, description="also compare each case's output at the highest concurrency reached with its output at "
                            "concurrency 1 (greedy decoding): does batching or preemption change answers?")

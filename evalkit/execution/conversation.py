@@ -1,0 +1,59 @@
+"""Conversations: a case with follow-up turns is sent turn by turn, each turn's history holding
+the variant's *own* earlier replies, with the think time the turn asks for. Each turn is a row
+of its own (`conversation_id`, `turn`, case id `CASE#tK`), graded like any case, formality
+against the level that turn asks for. A turn that fails ends the conversation; the turns it left
+are recorded (`not_sent`), and a resume continues from the ledger's stored replies."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from typing import Any
+
+from ..ledger import utcnow
+from ..measure.client import RequestResult
+from .load import WorkItem
+from .rows import request_row
+from .signals import STOP
+
+
+async def send_conversation(sender: Any, http: Any, item: WorkItem, attribute_now: bool,
+                            scheduled_ms: float | None) -> list[int]:
+    case = item.case
+    done = sender.ledger.turn_texts(sender.run_id, item.variant, case.id, item.repeat, item.phase)
+    history = [m.model_dump() for m in case.messages]
+    ids: list[int] = []
+    prev = ""
+    for k in range(len(case.turns) + 1):
+        if k:
+            turn = case.turns[k - 1]
+            history += [{"role": "assistant", "content": prev}, {"role": "user", "content": turn.content}]
+        if k in done:  # sent before this resume: its reply is in the ledger
+            prev = done[k]
+            continue
+        if k and case.turns[k - 1].think_time_s and not STOP.requested:
+            await asyncio.sleep(case.turns[k - 1].think_time_s)
+        sub = replace(item, case=case.turn_case(k))
+        extra = {"conversation_id": case.id, "turn": k}
+        got = await sender._one(http, sub, attribute_now, scheduled_ms if k == 0 else None, list(history), extra)
+        ids += got
+        if not got:  # stopping: the rest waits for a resume
+            return ids
+        last = sender.ledger.request(got[-1])
+        if last["error_class"] is not None or not last["final"]:
+            why = f"turn {k} of the conversation failed ({last['error_class']}): the later turns need its reply"
+            for j in range(k + 1, len(case.turns) + 1):
+                tj = replace(item, case=case.turn_case(j))
+                sender.seq += 1
+                r = RequestResult(started_at=utcnow(), error_class="not_sent", error=why)
+                ids.append(sender.ledger.insert_request({**request_row(sender.run_id, tj, sender.seq, tj.attempt0, True,
+                                                                       {}, r), "conversation_id": case.id, "turn": j}))
+            return ids
+        prev = last["text"] or ""
+    return ids
+
+
+def item_done(item: WorkItem, skip: set[tuple[str, str, int, str]]) -> bool:
+    """Whether an item (every turn of a conversation) already has its final rows."""
+    ids = [item.case.turn_case(k).id for k in range(len(item.case.turns) + 1)]
+    return all((item.variant, i, item.repeat, item.phase) in skip for i in ids)

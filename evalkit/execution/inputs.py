@@ -1,0 +1,112 @@
+"""What a run will send, from the command line's options: a new run (a matrix, a dataset subset
+or everything for `--budget`, or a trace's requests), or an interrupted one (`--resume`, with
+`--retry-failed`). The rules that tie the options together live here, not in the CLI."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from ..ledger import Ledger
+from ..paths import default_dataset_path
+from ..spec.dataset import Case, load_cases, stratified_subset
+from ..spec.matrix import Matrix, load_matrix
+from .load import LoadSpec, load_from_options
+from .resume import parse_retry_classes, refuse_resume_options, resume_context
+from .sizing import parse_duration
+from .traces import TraceSpec, trace_cases, trace_json
+
+
+@dataclass
+class RunRequest:
+    matrix_path: Path | None = None
+    dataset_path: Path | None = None
+    limit: int | None = None
+    budget: str | None = None
+    trace: TraceSpec | None = None
+    subset_seed: int = 0
+    arrival_seed: int = 0
+    repeats: int = 1
+    mode: str | None = None
+    concurrency: int | None = None
+    rate: float | None = None
+    arrival: str | None = None
+    max_concurrency: int | None = None
+    sweep: str | None = None
+    stop_kv: float | None = None
+    slo: str | None = None
+    client_procs: int | None = None
+    interleave: bool = False
+    max_error_rate: float | None = None
+    stop_on_failure: bool = False
+    resume_id: str | None = None
+    retry_failed: str | None = None
+    ray: bool = False
+
+
+    def check(self) -> None:
+        """Option conflicts that need nothing opened to be found (the ledger is opened after)."""
+        if self.retry_failed and not self.resume_id:
+            raise UsageError("--retry-failed goes with --resume RUN_ID")
+        if self.resume_id:
+            refuse_resume_options(matrix=self.matrix_path, dataset=self.dataset_path, limit=self.limit,
+                                  repeats=self.repeats != 1, mode=self.mode, concurrency=self.concurrency, rate=self.rate,
+                                  sweep=self.sweep, arrival=self.arrival, max_concurrency=self.max_concurrency,
+                                  trace=self.trace, budget=self.budget)
+
+
+@dataclass
+class RunInputs:
+    matrix: Matrix
+    cases: list[Case]
+    dataset_path: Path
+    load: LoadSpec
+    repeats: int
+    budget_s: float | None = None
+    run_extra: dict[str, Any] | None = None
+    reopened: int = 0  # --retry-failed: requests that will be sent again
+
+
+def resolve_inputs(ledger: Ledger | None, q: RunRequest, say: Any = lambda s: None) -> RunInputs:
+    q.check()
+    budget_s = parse_duration(q.budget) if q.budget else None
+    if budget_s is not None and q.ray:
+        raise UsageError("--budget sizes a local run from its own probes: it does not combine with --ray")
+    if q.resume_id:
+        assert ledger is not None
+        ctx = resume_context(ledger, q.resume_id)
+        out = RunInputs(ctx.matrix, ctx.cases, ctx.dataset_path, ctx.load, ctx.repeats)
+        if q.retry_failed:
+            out.reopened = len(ledger.reopen_failed(q.resume_id, parse_retry_classes(q.retry_failed)))
+    else:
+        matrix = load_matrix(q.matrix_path)
+        launched = any(v.launched for v in matrix.variants)
+        if q.trace is not None:
+            if q.dataset_path or q.limit or q.budget or q.concurrency or q.rate or q.sweep or q.mode or q.interleave:
+                raise UsageError("--trace sets the requests and their arrivals: drop --dataset, --limit, --budget, "
+                                 "--concurrency, --rate, --sweep, --mode, --interleave (--max-concurrency may cap it)")
+            cases, offsets, label = trace_cases(q.trace, matrix, say)
+            matrix.generation.baseline_repeats = 1  # a trace is replayed once per variant
+            load = load_from_options(None, mode=None, concurrency=None, rate=max(len(offsets) - 1, 1) / max(offsets[-1], 1e-3),
+                                     arrival=None, max_concurrency=q.max_concurrency, sweep=None, stop_kv=q.stop_kv,
+                                     slo=q.slo, interleave=False, arrival_seed=0, order_seed=0,
+                                     client_procs=q.client_procs, launched_locally=launched)
+            load.trace_offsets = offsets
+            out = RunInputs(matrix, cases, Path(q.trace.path), load, 1, run_extra={"trace_json": trace_json(q.trace, label)})
+        else:
+            load = load_from_options(matrix.load, mode=q.mode, concurrency=q.concurrency, rate=q.rate, arrival=q.arrival,
+                                     max_concurrency=q.max_concurrency, sweep=q.sweep, stop_kv=q.stop_kv, slo=q.slo,
+                                     interleave=q.interleave, arrival_seed=q.arrival_seed, order_seed=q.subset_seed,
+                                     client_procs=q.client_procs, launched_locally=launched)
+            dpath = q.dataset_path or default_dataset_path()
+            all_cases = load_cases(dpath)
+            # with --budget: every case in balanced order (any prefix is balanced); the run keeps what fits
+            cases = stratified_subset(all_cases, q.limit or (len(all_cases) if budget_s else matrix.limit), q.subset_seed)
+            out = RunInputs(matrix, cases, dpath, load, q.repeats)
+    if q.max_error_rate is not None:
+        out.load.max_error_rate = q.max_error_rate
+    out.load.stop_on_failure = out.load.stop_on_failure or q.stop_on_failure
+    out.budget_s = budget_s
+    return out

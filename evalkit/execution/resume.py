@@ -1,0 +1,107 @@
+"""Finishing a run later: its state (a `running` run whose process is gone is stale), everything
+needed to continue exactly as it started, and sending failed requests again (`--retry-failed`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import EvalkitDeprecationWarning, UsageError
+from ..ledger import Ledger
+from ..spec.dataset import Case, dataset_hash, load_cases
+from ..spec.matrix import Matrix
+from .load import LoadSpec
+
+# the error classes a server going away causes: what --retry-failed sends again by default
+DEFAULT_RETRY_CLASSES = ("connect_error", "stream_cut", "server_error", "http_5xx", "not_sent", "timeout")
+KNOWN_CLASSES = (*DEFAULT_RETRY_CLASSES, "malformed_stream", "empty_completion", "interrupted", "http_4xx")
+
+
+def parse_retry_classes(text: str) -> list[str]:
+    """`connect_error,stream_cut` -> the classes; http_5xx / http_4xx stand for their families;
+    a single status (http_503) is taken as written."""
+    out = [c.strip() for c in text.split(",") if c.strip()]
+    bad = [c for c in out if c not in KNOWN_CLASSES and not (c.startswith("http_") and c[5:].isdigit())]
+    if bad or not out:
+        raise UsageError(f"--retry-failed: unknown error class(es) {', '.join(bad) or '(none)'} "
+                         f"(known: {', '.join(KNOWN_CLASSES)}, or a status like http_503)")
+    return out
+
+
+def refuse_resume_options(**given: object) -> None:
+    """--resume takes everything from the original run: any other run option is a usage error."""
+    named = [k.replace("_", "-") for k, v in given.items() if v]
+    if named:
+        raise UsageError("--resume takes the matrix, dataset, cases and load of the original run: drop "
+                         + ", ".join(f"--{n}" for n in named))
+
+
+@dataclass
+class ResumeContext:
+    matrix: Matrix
+    cases: list[Case]
+    dataset_path: Path
+    load: LoadSpec
+    repeats: int
+
+
+def run_state(run: dict) -> str:
+    """A run's status as it really is: `running` only while its process lives (on this host; on
+    another host it cannot be told), `running (stale: ...)` when that process is gone."""
+    status = run.get("status") or "unknown"
+    if status != "running" or not run.get("pid"):
+        return status
+    if run.get("host") and run["host"] != socket.gethostname():
+        return f"running (on host {run['host']}, process {run['pid']})"
+    try:
+        os.kill(int(run["pid"]), 0)
+    except ProcessLookupError:
+        return f"running (stale: its process {run['pid']} is gone; `evalkit run --resume {run['id']}` finishes it)"
+    except PermissionError:
+        pass
+    return "running"
+
+
+def resume_context(ledger: Ledger, run_id: str) -> ResumeContext:
+    """Everything needed to finish a run exactly as it was started."""
+    run = ledger.require_run(run_id, what="--resume: ")
+    if run_state(run) == "running" and run.get("pid") != os.getpid():
+        raise UsageError(f"--resume: run {run_id} is still running (process {run['pid']}); stop it first")
+    dpath = Path(run["dataset_path"])
+    if dataset_hash(dpath) != run["dataset_hash"]:
+        raise UsageError(f"--resume: {dpath} changed since run {run_id} started (hash differs)")
+    try:
+        with warnings.catch_warnings():  # a stored matrix in an old spelling is no news to the user
+            warnings.simplefilter("ignore", EvalkitDeprecationWarning)
+            matrix = Matrix.model_validate_json(run["matrix_json"])
+    except ValueError as e:
+        raise UsageError(f"--resume: run {run_id}'s matrix does not load in this evalkit version "
+                         f"({str(e).splitlines()[0]})") from None
+    if run.get("trace_json"):  # a trace replay: the same cases and schedule, built again from the trace
+        from .traces import TraceSpec, trace_cases
+
+        spec = json.loads(run["trace_json"])
+        spec.pop("tokenizer", None)
+        cases, _, _ = trace_cases(TraceSpec(**spec), matrix)
+    else:
+        cases = [c for c in load_cases(dpath)]
+    by_id = {c.id: c for c in cases}
+    cases = [by_id[i] for i in json.loads(run["case_ids_json"])]
+    return ResumeContext(matrix, cases, dpath, *load_of_run(run))
+
+
+def load_of_run(run: dict) -> tuple[LoadSpec, int]:
+    """The LoadSpec a run was started with (and its repeats), from its stored JSON; a run made by
+    evalkit 0.1 stored one `seed` for arrivals and order."""
+    load_d = json.loads(run["load_json"] or "{}")
+    repeats = int(load_d.pop("repeats", 1))
+    if "seed" in load_d:
+        s = load_d.pop("seed")
+        load_d.setdefault("arrival_seed", s)
+        load_d.setdefault("order_seed", s)
+    known = set(LoadSpec.__dataclass_fields__)
+    return LoadSpec(**{k: v for k, v in load_d.items() if k in known}), repeats
