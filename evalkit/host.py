@@ -184,8 +184,10 @@ def native_dtype() -> tuple[str, str]:
     return dtype_for(json.loads(h["isa_json"]), json.loads(h["gpu_json"]) if h["gpu_json"] else None)
 
 
-def host_line(h: dict[str, Any] | None) -> str:
+def host_line(h: dict[str, Any] | None, source: str | None = None) -> str:
     """One line naming the machine that produced a run's figures."""
+    if not h and source:
+        return f"host: not recorded ({source} results imported into the ledger; the tool did not record its machine)"
     if not h:
         return "host: not recorded (ledger from before evalkit recorded hosts)"
     isa = json.loads(h.get("isa_json") or "{}")

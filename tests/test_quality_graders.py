@@ -149,7 +149,7 @@ def test_formality_with_both_estimators_flags_disagreement():
 
 
 # Held-out figures on rubrics/formality_test.jsonl (130 texts never used for fitting); pinned, so a
-# change that lowers them fails here. README: "Formality calibration".
+# change that lowers them fails here. docs/graders.md, "Formality calibration".
 TEST_FLOOR = {"markers": (0.73, 0.99), "embeddings": (0.85, 0.99)}
 
 
@@ -332,7 +332,7 @@ def test_unseen_persona_and_candidate_are_graded_from_the_requested_formality(ru
 
 def test_persona_rules_measured_against_labelled_outputs(runner):
     """rubrics/persona_labels.jsonl: 63 real SmolLM2 outputs and 20 targeted written cases, labelled
-    per rule. The figures are pinned so a change that lowers them fails; README: "Persona rules"."""
+    per rule. The figures are pinned so a change that lowers them fails; docs/graders.md, "Persona rules"."""
     from evalkit.grading.persona import calibrate_persona
 
     r = calibrate_persona()

@@ -278,3 +278,31 @@ def test_killing_a_real_api_server_fails_its_variant_leaves_no_process_and_retry
         "select case_id, repeat from requests where is_warmup = 0 and final = 1 and error_class is null")]
     assert len(finals) == 12 and len(set(finals)) == 12  # 6 cases x 2 (the baseline's noise-floor pass)
     assert db["runs"].get(run["id"])["status"] == "complete"
+
+
+def test_real_trace_replay_keeps_offsets_lengths_and_shared_prefixes(tmp_path):
+    """The Mooncake sample against a launched bundled variant with prefix caching on: every row sent
+    once, arrivals at the recorded offsets (sped up 2x), exact prompt and output lengths, and the
+    trace's shared hash_ids found in vLLM's prefix cache."""
+    from click.testing import CliRunner
+
+    matrix = tmp_path / "trace.yaml"
+    matrix.write_text("name: trace\nbaseline: base\ngeneration:\n  warmup: 0\nvariants:\n  - name: base\n"
+                      "    model: bundled:smollm2-135m-instruct\n    dtype: native\n"
+                      "    vllm_args: [--max-model-len, '4096', --enforce-eager, --enable-prefix-caching]\n")
+    ledger = tmp_path / "trace.db"
+    trace = Path(__file__).parents[1] / "data" / "traces" / "mooncake_sample.jsonl"
+    r = CliRunner().invoke(cli, ["run", "--matrix", str(matrix), "--trace", str(trace), "--trace-format", "mooncake",
+                                 "--speedup", "2", "--trace-limit", "12", "--ledger", str(ledger), "-q"])
+    assert r.exit_code == 0, r.output
+    rows = list(Database(ledger).query("select * from requests where is_warmup = 0 order by trace_row"))
+    assert [x["trace_row"] for x in rows] == list(range(12))
+    assert all(x["error_class"] is None for x in rows)
+    assert all(x["prompt_tokens"] == x["trace_input_tokens"] for x in rows)  # by the server's own count
+    assert all(x["completion_tokens"] == x["trace_output_tokens"] for x in rows)
+    shared = [x for x in rows if x["designed_shared_tokens"]]
+    assert shared and all(x["cached_prompt_tokens"] and x["cached_prompt_tokens"] > 0 for x in shared)
+    rep = json.loads(CliRunner().invoke(cli, ["report", "--ledger", str(ledger), "--json"]).output)
+    fid = rep["findings"]["trace_fidelity"][0]
+    assert abs(fid["mean_gap_error_pct"]) < 5 and fid["output_exact_pct"] == 100
+    assert rep["findings"]["prefix_sharing"][0]["server_hit_pct"] > 0

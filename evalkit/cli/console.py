@@ -83,7 +83,7 @@ def table(title: str, header: list[str], body: list[list[str]]) -> Table:
 
 def print_report(report: dict[str, Any]) -> None:
     run = report["run"]
-    click.echo(host_line(report.get("host")))
+    click.echo(host_line(report.get("host"), run.get("source")))
     if report.get("host_warning"):
         click.echo(report["host_warning"])
     c = console()
@@ -96,7 +96,7 @@ def print_report(report: dict[str, Any]) -> None:
     for columns, title in titles:
         header, body = table_cells(report, columns)
         c.print(table(title, header, body))
-    if not report["graders"]:
+    if not report["graders"] and not run.get("source"):
         click.echo("quality: no grades for this run yet (it ran with --no-grade): `evalkit grade` adds them")
     for line in report.get("notes", []):
         click.echo(line)

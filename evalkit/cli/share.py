@@ -53,3 +53,21 @@ def publish(ledger: Path | None, run_id: str | None, repo: str | None, private: 
     click.echo(f"wrote {target}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     if repo:
         click.echo(f"pushed to {push(target, repo, private)}")
+
+
+@cli.command("import")
+@LEDGER_OPT
+@click.argument("tool", type=click.Choice(["guidellm", "aiperf", "vllm-bench"]))
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--into", "into", default=None, metavar="RUN_ID",
+              help="add the requests as a variant of this run (side by side with its own) [default: a new run]")
+@click.option("--as", "name", default=None, help="the variant's name [default: TOOL:MODEL]")
+def import_cmd(ledger: Path | None, tool: str, path: Path, into: str | None, name: str | None) -> None:
+    """Read another load tool's per-request results into the ledger: GuideLLM's benchmark JSON,
+    AIPerf's profile_export.jsonl, or `vllm bench serve --save-result --save-detailed`. Each
+    tool's definitions are mapped onto evalkit's; fields it does not record stay empty."""
+    from ..sharing.importers import import_results
+
+    db = open_ledger(ledger_path(ledger), create=into is None)
+    rid = import_results(db, tool, path, into, name)
+    click.echo(f"imported {path} ({tool}) into run {rid}")

@@ -46,9 +46,9 @@ def vllm_distribution() -> tuple[str, str] | None:
     return None
 
 
-def supports_per_request_metrics() -> bool:
-    """Whether the installed vLLM has --enable-per-request-metrics (read from its source, so vLLM
-    and torch are not imported into evalkit's process)."""
+def vllm_has_option(name: str) -> bool:
+    """Whether the installed vLLM's server takes an option (read from its source, so vLLM and
+    torch are not imported into evalkit's process)."""
     import importlib.util
 
     spec = importlib.util.find_spec("vllm")
@@ -56,9 +56,13 @@ def supports_per_request_metrics() -> bool:
         return False
     src = Path(next(iter(spec.submodule_search_locations))) / "entrypoints" / "launchers" / "cli_args.py"
     try:
-        return "enable_per_request_metrics" in src.read_text(encoding="utf-8")
+        return name.lstrip("-").replace("-", "_") in src.read_text(encoding="utf-8")
     except OSError:
         return False
+
+
+def supports_per_request_metrics() -> bool:
+    return vllm_has_option("--enable-per-request-metrics")
 
 
 def engine_version() -> str:

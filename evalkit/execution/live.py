@@ -10,7 +10,7 @@ from typing import Protocol
 from ..engines.budget import KvPlan, reported_weight_bytes
 from ..engines.bundled import resolve_model
 from ..engines.checkpoint import checkpoint_quantization, served_dtype
-from ..engines.vllm_server import VLLMServer, engine_version, server_info, supports_per_request_metrics, tail
+from ..engines.vllm_server import VLLMServer, engine_version, server_info, supports_per_request_metrics, tail, vllm_has_option
 from ..errors import EndpointError, EngineError
 from ..ledger import Ledger, dumps, utcnow
 from ..paths import cache_dir
@@ -111,6 +111,8 @@ class LiveVariant:
         if self.matrix.telemetry.per_request_metrics and supports_per_request_metrics() \
                 and "--enable-per-request-metrics" not in args:
             args.append("--enable-per-request-metrics")
+        if vllm_has_option("--enable-prompt-tokens-details") and "--enable-prompt-tokens-details" not in args:
+            args.append("--enable-prompt-tokens-details")  # each answer says how many prompt tokens were cached
         return args
 
     def open(self) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..measure.client import RequestResult
+from .signals import gather_or_cancel
 
 
 @dataclass
@@ -100,7 +101,7 @@ async def _child_main(plan: ChildPlan) -> None:
                 while pending:
                     await one(pending.pop(0))
 
-            await asyncio.gather(*(worker() for _ in range(min(plan.streams, len(pending)) or 1)))
+            await gather_or_cancel(*(worker() for _ in range(min(plan.streams, len(pending)) or 1)))
         else:
             cap = asyncio.Semaphore(plan.max_in_flight) if plan.max_in_flight else None
 
@@ -115,7 +116,7 @@ async def _child_main(plan: ChildPlan) -> None:
                 async with cap:
                     await one(job)
 
-            await asyncio.gather(*(arrive(j) for j in plan.jobs))
+            await gather_or_cancel(*(arrive(j) for j in plan.jobs))
     if wire is not None:
         wire.close()
     probe.stop()

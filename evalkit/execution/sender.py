@@ -25,7 +25,7 @@ from .live import LiveVariant
 from .load import LoadSpec, WorkItem, arrival_offsets
 from .procs import ChildPlan, Job, Posted, run_children, split
 from .rows import request_row, timing_suspect
-from .signals import STOP
+from .signals import STOP, gather_or_cancel
 
 
 class Progress(Protocol):
@@ -203,7 +203,7 @@ class Sender:
                 targets = list(dict.fromkeys(it.target for it in items))
                 if any("#" in t for t in targets) and not self.load.interleave:
                     # replicated variants: each server runs its shard under the load, side by side
-                    for got in await asyncio.gather(*(self._pipeline(http, [it for it in items if it.target == t],
+                    for got in await gather_or_cancel(*(self._pipeline(http, [it for it in items if it.target == t],
                                                                      concurrency, rate) for t in targets)):
                         ids += got
                 else:
@@ -305,7 +305,7 @@ class Sender:
             while not queue.empty():
                 ids.extend(await self._one(http, queue.get_nowait(), attribute_now=False))
 
-        await asyncio.gather(*(worker() for _ in range(min(concurrency, len(items)) or 1)))
+        await gather_or_cancel(*(worker() for _ in range(min(concurrency, len(items)) or 1)))
         return ids
 
     async def _open_loop(self, http: aiohttp.ClientSession, items: list[WorkItem], rate: float) -> list[int]:
@@ -327,7 +327,7 @@ class Sender:
             async with cap:
                 ids.extend(await self._one(http, item, attribute_now=False, scheduled_ms=due_ms))
 
-        await asyncio.gather(*(arrive(it, start_ms + off * 1000.0) for it, off in zip(items, offsets, strict=True)))
+        await gather_or_cancel(*(arrive(it, start_ms + off * 1000.0) for it, off in zip(items, offsets, strict=True)))
         return ids
 
     def _finish_rows(self, ids: list[int], attribute_windows: bool) -> None:

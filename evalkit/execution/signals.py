@@ -10,6 +10,7 @@ import contextlib
 import signal
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 from ..errors import EvalkitError
 
@@ -92,3 +93,17 @@ def graceful_stop(grace_s: float = 10.0) -> Iterator[StopRequest]:
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+
+
+async def gather_or_cancel(*aws: Any) -> list[Any]:
+    """asyncio.gather, except that when one task fails (a full disk, a dead server) the others are
+    cancelled and awaited: no task is left running, and none dies later with an exception nobody
+    retrieves (asyncio would print its traceback at exit)."""
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise

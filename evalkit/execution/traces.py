@@ -76,7 +76,7 @@ def exact_prompt(tok: Any, ids: list[int], target: int) -> str:
 
 
 def build_cases(rows: list[TraceRow], tok: Any, tok_path: str, max_model_len: int | None, path: str) -> list[Case]:
-    stream = _stream(tok_path)
+    stream = _stream(tok_path) if any(r.messages is None for r in rows) else []
     span = max(1, len(stream) - BLOCK_TOKENS)
     seen: set[int] = set()
     out = []

@@ -65,7 +65,8 @@ def _write(fn: F) -> F:
 
 
 class Ledger:
-    """One ledger file, migrated. ``db`` is the sqlite-utils Database, for tests and tools."""
+    """One ledger file, migrated. Its sqlite-utils connection is private: every read and write the
+    rest of evalkit needs is a method here."""
 
     def __init__(self, db: Database, path: Path) -> None:
         self._db = db

@@ -1,6 +1,6 @@
 """Client-side latency metrics, computed from the raw chunk timings stored per request.
 
-Definitions (also in docs/metrics.md; tests pin each one):
+Definitions (also in docs/measuring.md; tests pin each one):
 
 - TTFT: send -> arrival of the first chunk whose delta carries non-empty content. Role-only and
   empty chunks do not count (vLLM's first chunk is ``{"role": "assistant", "content": ""}``).

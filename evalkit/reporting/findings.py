@@ -16,6 +16,7 @@ from ..stats import mean, percentile
 from .capacity import capacity, capacity_statement, cost, load_levels
 from .plots import quality_vs_cost
 from .report import build_report, first_level, paired, quality
+from .traffic import conversations, prefix_sharing, trace_fidelity, traffic_lines
 from .under_load import lines as ul_lines
 from .under_load import quality_under_load
 from .verdicts import parse_margins, sentences, verdicts
@@ -210,7 +211,7 @@ def study_summary(ledger: Ledger, run_id: str, rows: list[dict[str, Any]], basel
         entry["e2e_mean_medium_ms"] = mean([r["e2e_ms"] for r in ok if r["complexity"] == "medium"])
         entry["e2e_delta_medium_pct"] = m["delta_pct"] if m else None
         entry["e2e_delta_medium_ci95_pct"] = m["ci95_pct"] if m else None
-        entry["ttft_max_ms"] = max((r["ttft_ms"] for r in ok), default=None)
+        entry["ttft_max_ms"] = max((r["ttft_ms"] for r in ok if r["ttft_ms"] is not None), default=None)
         entry["kv_cache_peak_pct"] = 100 * max(kv) if kv else None
         entry["kv_cache_mean_pct"] = 100 * mean(kv) if kv else None
         entry["preemptions"] = ledger.series_delta(run_id, v, "num_preemptions_total") or 0.0
@@ -254,7 +255,10 @@ def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = N
         "study_summary": study_summary(ledger, run_id, rows, baseline) if baseline else [],
         "quality_under_load": qul,
         "quality_vs_cost": quality_vs_cost(rows, levels, costs),
-        "notes": [line for cls in available().values() for line in cls.notes(rows)] + capacity_lines + ul_lines(qul),
+        **(traffic := {"trace_fidelity": trace_fidelity(rows), "prefix_sharing": prefix_sharing(ledger, run_id, rows),
+                       "conversations": conversations(rows)}),
+        "notes": [line for cls in available().values() for line in cls.notes(rows)] + capacity_lines + ul_lines(qul)
+        + traffic_lines(traffic),
     }
 
 

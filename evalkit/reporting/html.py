@@ -104,7 +104,7 @@ def render_html(ledger: Ledger, run_id: str | None = None) -> str:
              f"<h1>evalkit — {escape(run['matrix_name'])}</h1>",
              f"<p class='note'>run {escape(rid)} · created {escape(run['created_at'])} · status {escape(run['status'])} "
              f"· baseline <b>{escape(str(report['baseline']))}</b> · dataset {escape(run['dataset_hash'][:12])}</p>",
-             f"<p class='note'><b>{escape(host_line(report.get('host')))}</b></p>"]
+             f"<p class='note'><b>{escape(host_line(report.get('host'), run.get('source')))}</b></p>"]
     if report.get("host_warning"):
         parts.append(f"<p class='note'><b>{escape(report['host_warning'])}</b></p>")
     parts.append(_table(["variant", "model", "engine", "dtype", "quantization", "status", "server ready (s)"],

@@ -59,7 +59,7 @@ def _slice_stats(rows: list[dict[str, Any]], slo: dict[str, float]) -> dict[str,
         "itl_p50_ms": percentile([r["itl_mean_ms"] for r in ok if r["itl_mean_ms"] is not None], 50),
         "goodput_pct": 100.0 * sum(_meets(r, slo) for r in rows) / len(rows) if slo and rows else None,
         # open loop: TTFT as a user of the schedule feels it (from the scheduled arrival), and the
-        # time a client-side cap held requests back (docs/metrics.md)
+        # time a client-side cap held requests back (docs/measuring.md)
         "ttft_sched_p50_ms": percentile([r["ttft_from_schedule_ms"] for r in ok
                                          if r.get("ttft_from_schedule_ms") is not None], 50),
         "ttft_sched_p99_ms": percentile([r["ttft_from_schedule_ms"] for r in ok
@@ -164,7 +164,7 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
     return {
         "run": {**{k: run[k] for k in ("id", "created_at", "finished_at", "status", "matrix_name",
                                        "dataset_hash", "n_cases", "evalkit_version")},
-                "state": run_state(run), "stop_reason": run.get("stop_reason")},
+                "state": run_state(run), "stop_reason": run.get("stop_reason"), "source": run.get("source")},
         "baseline": baseline,
         "slo_ms": slo,
         "load": json.loads(run["load_json"] or "{}"),

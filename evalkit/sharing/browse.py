@@ -21,7 +21,7 @@ from ..reporting.findings import findings
 PLUGINS = Path(__file__).with_name("datasette_plugins")
 
 COLUMNS = {
-    "ttft_ms": "Time to first non-empty content chunk, ms (docs/metrics.md)",
+    "ttft_ms": "Time to first non-empty content chunk, ms (docs/measuring.md)",
     "e2e_ms": "Send to end of stream, ms",
     "tpot_ms": "(E2E - TTFT) / (output tokens - 1), ms",
     "itl_mean_ms": "Mean gap between content chunks, ms (TTFT excluded)",
@@ -77,7 +77,7 @@ def grade_columns() -> dict[str, str]:
 def metadata(db_name: str) -> dict[str, Any]:
     return {
         "title": "evalkit ledger",
-        "description": "Every request of every run: client timing, server telemetry, grades. Definitions: docs/metrics.md",
+        "description": "Every request of every run: client timing, server telemetry, grades. Definitions: docs/measuring.md",
         "databases": {db_name: {
             "tables": {
                 "requests": {"title": "Requests (one row per request, failed ones too)", "columns": COLUMNS,

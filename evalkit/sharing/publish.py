@@ -60,8 +60,8 @@ def _card(ledger: Ledger, run_id: str, configs: dict[str, int]) -> str:
         f"- **{name}** v{cls.version}: {cls.description}. Columns: "
         + "; ".join(f"`{c.key}` ({c.label}): {c.description or '-'}" for c in cls.summary_columns)
         for name, cls in available().items() if name in rep["graders"])
-    metrics_doc = (PROJECT_DIR / "docs" / "metrics.md").read_text(encoding="utf-8") \
-        if (PROJECT_DIR / "docs" / "metrics.md").exists() else ""
+    metrics_doc = (PROJECT_DIR / "docs" / "measuring.md").read_text(encoding="utf-8") \
+        if (PROJECT_DIR / "docs" / "measuring.md").exists() else ""
     return f"""---
 configs:
 {yaml_configs}

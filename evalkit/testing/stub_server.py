@@ -64,6 +64,15 @@ class StubConfig:
     per_request_metrics: bool = False  # the final chunk carries vLLM's per-request `metrics`
     jitter_ms: float = 0.0  # each reply's TTFT gets a seeded uniform extra of up to this much
     seed: int = 0
+    # a prefix cache over 16-word blocks: a prompt's leading blocks seen before are "cached"
+    # (usage.prompt_tokens_details.cached_tokens, vllm:prefix_cache_* counters)
+    prefix_cache: bool = False
+    prefix_blocks: set[int] = field(default_factory=set)
+    prefix_queries: int = 0
+    prefix_hits: int = 0
+    keep_bodies: bool = False  # tests: every chat request body, in order
+    numbered: bool = False  # tests: each reply names its request number, so replies can be told apart
+    bodies: list[dict[str, Any]] = field(default_factory=list)
     kv: Any = None
 
 
@@ -89,6 +98,8 @@ def metrics_text(cfg: StubConfig) -> str:
         f"vllm:num_requests_waiting{{{lab}}} {float(waiting)}",
         f"vllm:kv_cache_usage_perc{{{lab}}} {usage:.6f}",
         f"vllm:num_preemptions_total{{{lab}}} {float(cfg.preemptions + (kv.preemptions if kv else 0))}",
+        f"vllm:prefix_cache_queries_total{{{lab}}} {float(cfg.prefix_queries)}",
+        f"vllm:prefix_cache_hits_total{{{lab}}} {float(cfg.prefix_hits)}",
         f"vllm:cache_config_info{{block_size=\"{cfg.block_size}\",cache_dtype=\"auto\",{lab},"
         f"num_gpu_blocks=\"{blocks}\"}} 1.0",
     ]
@@ -126,11 +137,11 @@ def _text(content: Any) -> str:
     return content or ""
 
 
-def answer_text(body: dict[str, Any]) -> str:
+def answer_text(body: dict[str, Any], tag: str = "the request") -> str:
     rf = body.get("response_format") or {}
     if rf.get("type") == "json_schema":
         schema = (rf.get("json_schema") or {}).get("schema") or {}
-        return json.dumps(_fill(schema, "the request"))
+        return json.dumps(_fill(schema, tag))
     last = next((_text(m.get("content")) for m in reversed(body.get("messages", [])) if m.get("role") == "user"), "")
     return f"This is a stub reply to a prompt of {len(last.split())} words. It is deterministic and plain."
 
@@ -138,6 +149,22 @@ def answer_text(body: dict[str, Any]) -> str:
 def _prompt_tokens(body: dict[str, Any]) -> int:
     """The stub's token count of a prompt: its words (what its usage chunk reports)."""
     return sum(len(_text(m.get("content")).split()) for m in body.get("messages", []))
+
+
+def _prefix_lookup(cfg: StubConfig, body: dict[str, Any]) -> int:
+    """Cached words of this prompt: its leading 16-word blocks whose whole prefix was seen before."""
+    words = " ".join(_text(m.get("content")) for m in body.get("messages", [])).split()
+    cached, seen_all = 0, True
+    for k in range(len(words) // 16):
+        h = hash(tuple(words[: (k + 1) * 16]))
+        cfg.prefix_queries += 16
+        if seen_all and h in cfg.prefix_blocks:
+            cached += 16
+            cfg.prefix_hits += 16
+        else:
+            seen_all = False
+        cfg.prefix_blocks.add(h)
+    return cached
 
 
 def _request_metrics(times: dict[str, float], n_tokens: int) -> dict[str, Any]:
@@ -199,7 +226,7 @@ def make_app(cfg: StubConfig) -> web.Application:
         if fault == "http_429":
             return web.json_response({"error": {"message": "slow down"}}, status=429, headers={"Retry-After": "1"})
         body = await request.json()
-        text = "" if fault == "empty" else answer_text(body)
+        text = "" if fault == "empty" else answer_text(body, f"{cfg.model} reply {n}" if cfg.numbered else "the request")
         if cfg.fixed_text is not None:
             text = cfg.fixed_text
         if not body.get("stream"):
@@ -208,8 +235,10 @@ def make_app(cfg: StubConfig) -> web.Application:
                                                    "message": {"role": "assistant", "content": text}}]})
         if cfg.fixed_chunks is not None:
             text = "tok " * cfg.fixed_chunks
-        elif kv_sim(cfg) is not None and body.get("ignore_eos"):
+        elif body.get("ignore_eos"):
             text = "tok " * int(body.get("max_tokens") or 16)  # exactly max_tokens 1-token chunks
+        if cfg.keep_bodies:
+            cfg.bodies.append(body)
         if fault == "not_json":
             text = "Sure! Here is your email: Dear hiring manager, ..."
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -275,8 +304,10 @@ def make_app(cfg: StubConfig) -> web.Application:
             if fault == "stall" and i == 0:
                 await asyncio.sleep(3600)
         await resp.write(_chunk(rid, model, {}, "length" if cfg.max_chunks else "stop"))
-        usage = {"prompt_tokens": _prompt_tokens(body), "completion_tokens": len(pieces), "total_tokens": 0}
+        usage: dict[str, Any] = {"prompt_tokens": _prompt_tokens(body), "completion_tokens": len(pieces), "total_tokens": 0}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        if cfg.prefix_cache:
+            usage["prompt_tokens_details"] = {"cached_tokens": _prefix_lookup(cfg, body)}
         if cfg.usage:
             final: dict[str, Any] = {"id": rid, "choices": [], "usage": usage}
             if cfg.per_request_metrics:
