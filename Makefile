@@ -7,8 +7,10 @@ QVENV := .venv-quant
 PY := $(VENV)/bin/python
 # EXTRA=gpu on a CUDA host (regular vllm); the default is the CPU build of vLLM.
 EXTRA ?= cpu
-# 9 cases keep the first `make run` near 11 min on a 2-core AVX2-only CPU (README); LIMIT=48 for a study.
-LIMIT ?= 9
+# `make run` sizes itself to the machine: as many stratified cases as fit BUDGET here, and it says
+# what they can detect (docs/verdicts.md). LIMIT=48 runs a fixed number of cases instead.
+BUDGET ?= 10m
+LIMIT ?=
 LEDGER ?= evalkit.db
 
 .PHONY: setup test-env quant-env browser run test test-fast lint bench clean
@@ -54,7 +56,7 @@ browser:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 
 run: setup quant-env
-	$(VENV)/bin/evalkit run --limit $(LIMIT) --ledger $(LEDGER)
+	$(VENV)/bin/evalkit run $(if $(LIMIT),--limit $(LIMIT),--budget $(BUDGET)) --ledger $(LEDGER)
 
 test: test-env quant-env browser
 	$(VENV)/bin/ruff check evalkit tests benchmarks cli.py data evaluate_modules rubrics

@@ -135,3 +135,10 @@ def wilson(successes: int, n: int, z: float = 1.959964) -> tuple[float, float] |
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def pairs_for_a_verdict(n_margins: int, alpha: float = 0.05) -> int:
+    """The fewest pairs with which any verdict is possible: an exact sign-flip test on n pairs
+    cannot go below p = 2^-n (one-sided), and Holm over m margins asks the smallest p to be below
+    alpha / m. (6 pairs and 4 margins: 0.016 > 0.0125, so no verdict whatever the data.)"""
+    return math.floor(math.log2(max(1, n_margins) / alpha)) + 1

@@ -85,6 +85,8 @@ def test_worker_killed_mid_run_then_resume_leaves_one_row_per_request(runner, wr
         run_id = next(db["runs"].rows)["id"]
         v = {x["name"]: x for x in db["variants"].rows}
         assert v["base"]["status"] == "failed" and "Ray worker" in v["base"]["error"]
+        assert all(x["status"] != "running" for x in v.values())  # a dead node leaves no variant "running"
+        assert next(db["runs"].rows)["status"] != "running"
         assert 0 < db["requests"].count_where("is_warmup = 0") < 18  # what was streamed is kept
         monkeypatch.delenv(FAULT_ENV)
         r = runner.invoke(cli, ["run", "--resume", run_id, "--ledger", str(ledger), "-q", "--ray"])

@@ -174,3 +174,22 @@ def test_compare_pools_runs_with_a_between_run_interval(runner, endpoint_matrix,
     assert "pooled over 3 runs" in out
     r = runner.invoke(cli, ["compare", c["runs"][0], "--ledger", str(ledger)])
     assert r.exit_code == 2 and "at least two runs" in r.output
+
+
+def test_too_few_pairs_for_any_verdict_are_named_as_such():
+    """6 pairs and 4 margins: an exact sign-flip test cannot go below p = 1/64, Holm needs < 0.0125."""
+    from evalkit.execution.sizing import buys
+    from evalkit.reporting.verdicts import parse_margins, sentences, verdicts
+    from evalkit.stats import pairs_for_a_verdict
+
+    assert [pairs_for_a_verdict(m) for m in (1, 2, 4, 8)] == [5, 6, 7, 8]
+    rows = [{"variant": v, "case_id": f"c{i}", "repeat": 0, "e2e_ms": 1000.0 * (2 if v == "cand" else 1),
+             "ttft_ms": 100.0, "tpot_ms": 10.0, "itl_mean_ms": 10.0, "out_tps": 10.0, "grades": {},
+             "error_class": None, "concurrency": 1, "phase": "main"} for v in ("base", "cand") for i in range(6)]
+    specs = parse_margins("e2e_mean=+5%,ttft_mean=+5%,tpot_mean=+5%,itl_mean=+5%")
+    vs = verdicts(rows, "base", specs)
+    e2e = next(e for e in vs if e["metric"] == "e2e_mean")
+    assert e2e["verdict"] == "inconclusive" and "at least 7 pairs" in e2e["why"]  # 100 % slower, yet undecidable
+    assert "6 pairs cannot decide 4 margins: at least 7 needed" in sentences(vs, "base")[0]
+    assert "too few to decide its 4 margins" in buys(6, {}, "priors", 4)
+    assert "too few" not in buys(12, {}, "priors", 4)

@@ -21,7 +21,10 @@ def render() -> str:
              "Generated from `evalkit --help` by `python -m evalkit.cli.reference > docs/cli.md`; "
              "`tests/test_docs.py` fails when this page and the commands disagree.", ""]
     for path, cmd in _walk(cli, ["evalkit"]):
-        with click.Context(cmd, info_name=" ".join(path), terminal_width=100, max_content_width=100) as ctx:
+        # the group's context settings (-h, --help) as a real invocation has them; click caches the
+        # help option per command, so help rendered without them would depend on what ran before
+        settings = {**(cli.context_settings or {}), "terminal_width": 100, "max_content_width": 100}
+        with click.Context(cmd, info_name=" ".join(path), **settings) as ctx:
             text = cmd.get_help(ctx)
         parts += [f"## {' '.join(path)}", "", "```", text.rstrip(), "```", ""]
     return "\n".join(parts)

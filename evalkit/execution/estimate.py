@@ -42,6 +42,8 @@ def _fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
         return 0.0, y / x if x else 0.0
     mx, my = mean(xs) or 0.0, mean(ys) or 0.0
     b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+    if my - b * mx < 0:  # a negative fixed cost is noise (prefill grows faster than linearly): through the origin
+        return 0.0, sum(x * y for x, y in zip(xs, ys, strict=True)) / sum(x * x for x in xs)
     return my - b * mx, b
 
 

@@ -190,10 +190,12 @@ def run_group(ledger: Ledger, run_id: str, matrix: Matrix, group: list[str], cas
                                        remaining_variants=variants_after,
                                        server_start_s=max((s.stage_s.get("start", 0.0)
                                                            for s in servers.values()), default=0.0))
+                sizing = bool(summary.budget_s and summary.sized is None)
                 if est is not None:
                     summary.estimates["+".join(live)] = est
-                    reporter.message(est.line("+".join(live)))
-                if summary.budget_s and summary.sized is None:
+                    if not sizing:  # a budgeted run says what it will send instead of what all cases would take
+                        reporter.message(est.line("+".join(live)))
+                if sizing:
                     kept = size_to_budget(ledger, run_id, matrix, cases, repeats, summary, est, main, variants_after,
                                           servers, reporter)
                     main = [it for it in main if it.case.id in kept]

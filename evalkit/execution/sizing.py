@@ -18,7 +18,7 @@ from ..errors import UsageError
 from ..ledger import Ledger, dumps
 from ..spec.dataset import Case
 from ..spec.matrix import Matrix
-from ..stats import Z_DETECT
+from ..stats import Z_DETECT, pairs_for_a_verdict
 from .estimate import RunEstimate
 
 # Per-case SD of the paired difference (candidate − baseline), from the embedded default run
@@ -137,13 +137,17 @@ def earlier_spread(ledger: object, matrix_name: str, exclude: str) -> tuple[dict
     return {}, None
 
 
-def buys(n: int, spreads: dict[str, tuple[float, int]], source: str) -> str:
-    """What n pairs can detect, per metric."""
+def buys(n: int, spreads: dict[str, tuple[float, int]], source: str, n_margins: int = 0) -> str:
+    """What n pairs can detect, per metric, and whether they can decide the matrix's margins at all."""
     parts = []
     for metric, unit in (("drift", ""), ("e2e_mean", " %")):
         sd = spreads.get(metric, (PRIORS[metric], 0))[0]
         parts.append(f"{metric} {mde(sd, n):.3g}{unit}")
-    return f"with {n} cases per variant this run can detect (80 % power, 5 % two-sided): {', '.join(parts)} ({source})"
+    line = f"with {n} cases per variant this run can detect (80 % power, 5 % two-sided): {', '.join(parts)} ({source})"
+    if n_margins and n < (need := pairs_for_a_verdict(n_margins)):
+        line += (f"; too few to decide its {n_margins} margins whatever the data (at least {need} cases: "
+                 "a larger --budget)")
+    return line
 
 
 def size_to_budget(ledger: Ledger, run_id: str, matrix: Matrix, cases: list[Case], repeats: int, summary: Any,
@@ -165,10 +169,11 @@ def size_to_budget(ledger: Ledger, run_id: str, matrix: Matrix, cases: list[Case
     ledger.update_run(run_id, {"n_cases": n, "case_ids_json": dumps([c.id for c in kept])})
     spreads, pilot = earlier_spread(ledger, matrix.name, run_id)
     summary.sized = n
+    speeds = f", {est.basis}" if est is not None else ""
     reporter.message(f"budget {mmss(summary.budget_s)}: {n} cases fit on this machine "
-                     f"(about {mmss(per_req * reqs_per_case)} per case across {len(matrix.variants)} variants); "
+                     f"(at most {mmss(per_req * reqs_per_case)} per case across {len(matrix.variants)} variants{speeds}); "
                      + buys(n, spreads, f"spread from run {pilot}" if pilot else "shipped priors; `evalkit plan` "
-                            "refines them from this run"))
+                            "refines them from this run", len(matrix.margins)))
     return {c.id for c in kept}
 
 

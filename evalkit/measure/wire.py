@@ -300,8 +300,10 @@ class WireClient:
             loop = asyncio.get_running_loop()
             conn.read_size = READ_PRECISE  # until this response's first token
             try:
-                await loop.sock_sendall(conn.sock, req)
+                # stamped before the send: the send wakes the server, which may take this core before
+                # the call returns, and a stamp after it would then start TTFT after the server did
                 sent = time.perf_counter()
+                await loop.sock_sendall(conn.sock, req)
                 resp = Response(conn)
                 await resp.read_head()
                 conn.used += 1

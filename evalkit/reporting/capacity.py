@@ -143,6 +143,9 @@ def capacity_statement(variants: list[dict[str, Any]], levels: list[dict[str, An
         if name == baseline or not v.get("kv_blocks"):
             continue
         same = v.get("memory_budget_bytes") and v.get("memory_budget_bytes") == base.get("memory_budget_bytes")
+        swept = len({lv["concurrency"] for lv in levels if lv["variant"] == name}) > 1
+        if not same and not swept and not (v.get("saturated_at") or base.get("saturated_at")):
+            continue  # a sequential run without a shared budget says nothing about capacity
         where = f"in the same {human(v['memory_budget_bytes'])}" if same else "with its own memory (no shared budget)"
         ratio = v["kv_blocks"] / base["kv_blocks"]
         line = f"{where}, {name} has {ratio:.2f}x the KV blocks of {baseline} ({v['kv_blocks']} vs {base['kv_blocks']})"

@@ -49,8 +49,8 @@ def prefix_sharing(ledger: Ledger, run_id: str, rows: list[dict[str, Any]]) -> l
         cached = [r for r in rs if r.get("cached_prompt_tokens") is not None]
         hits = ledger.series_delta(run_id, v, "prefix_cache_hits_total")
         queries = ledger.series_delta(run_id, v, "prefix_cache_queries_total")
-        if not designed and not cached and not queries:
-            continue
+        if not designed and not any(r["cached_prompt_tokens"] for r in cached) and not queries:
+            continue  # nothing shared by design and nothing served from a cache: nothing to say
         out.append({
             "variant": v,
             "designed_shared_pct": 100.0 * sum(r["designed_shared_tokens"] for r in designed)

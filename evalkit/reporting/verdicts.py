@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import UsageError
 from ..grading.registry import available
 from ..grading.registry import margins as grader_margins
-from ..stats import bootstrap_ci, holm, mean, sign_flip_p
+from ..stats import bootstrap_ci, holm, mean, pairs_for_a_verdict, sign_flip_p
 
 ALPHA = 0.05
 # latency margins: paired by (case, repeat), lower is better except throughput
@@ -140,6 +140,10 @@ def verdicts(rows: list[dict[str, Any]], baseline: str | None, specs: list[Margi
                 e["verdict"] = "superior" if e["direction"] == "non-inferior" and s is not None and s < ALPHA \
                     else e["direction"]
                 e["why"] = f"Holm-adjusted p {a:.3f}"
+            elif e["pairs"] < (need := pairs_for_a_verdict(len(fam))):
+                e["verdict"] = "inconclusive"
+                e["why"] = (f"{e['pairs']} pairs cannot decide: the smallest p they allow is {2.0 ** -e['pairs']:.3f}, "
+                            f"and Holm over {len(fam)} margins needs below {ALPHA / len(fam):.4f}: at least {need} pairs")
             else:
                 e["verdict"] = "inconclusive"
                 e["why"] = f"Holm-adjusted p {a:.3f} ≥ {ALPHA}: the interval reaches across the margin"
@@ -167,8 +171,11 @@ def sentences(vs: list[dict[str, Any]], baseline: str) -> list[str]:
             if xs:
                 parts.append(f"{verdict} on " + ", ".join(f"{e['metric']} {_fmt(e)} (margin {e['margin_text']})"
                                                          for e in xs))
-        out.append(f"{v} vs {baseline}: " + "; ".join(parts) + " (each verdict Holm-adjusted within the variant, "
-                   "5 % family-wise)")
+        few = max((e["pairs"] for e in es), default=0) < (need := pairs_for_a_verdict(len(es)))
+        tail = f"; {max(e['pairs'] for e in es)} pairs cannot decide {len(es)} margins: at least {need} needed" \
+            if few and es else ""
+        out.append(f"{v} vs {baseline}: " + "; ".join(parts) + tail + " (each verdict Holm-adjusted within the "
+                   "variant, 5 % family-wise)")
     return out
 
 

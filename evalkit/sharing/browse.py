@@ -34,7 +34,8 @@ COLUMNS = {
     "srv_kv_cache_usage_peak": "Server: peak KV-cache use during the request, fraction 0-1 (a sampled gauge)",
     "srv_scrapes": "Server: /metrics samples taken during the request (how well the KV peak was sampled)",
     "srv_preemptions": "Server: preemptions during the request",
-    "srv_method": "How server fields were attributed: histogram_delta (sequential) or window (concurrent)",
+    "srv_method": ("How server fields were attributed: response (vLLM's own per-request timing), "
+                   "histogram_delta (sequential /metrics delta) or window (concurrent /metrics means)"),
     "is_warmup": "1 = warm-up request, excluded from all statistics",
     "final": "1 = the last attempt for this case (0 = an attempt that was retried)",
     "error_class": "Why the request failed (NULL = it succeeded)",
