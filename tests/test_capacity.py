@@ -120,6 +120,13 @@ def test_one_budget_gives_the_smaller_checkpoint_more_kv_blocks_and_it_holds_mor
     assert rows and all(x["srv_method"] == "response" and x["srv_resp_ttft_ms"] is not None
                         and x["srv_queue_ms"] is not None for x in rows)
     rep = json.loads(runner.invoke(cli, ["report", "--ledger", str(ledger), "--json"]).output)
+    # the latency table is each variant's first level, not every level pooled (queueing at c=8
+    # would read as the variant's latency); a note says so
+    at_1 = db.execute("select variant, count(*) from requests where is_warmup = 0 and concurrency = 1 "
+                      "group by variant").fetchall()
+    assert {x["variant"]: x["n"] for x in rep["rows"] if x["complexity"] == "all"} == dict(at_1)
+    assert rep["table_level"] == {"base": 1, "int8": 1}
+    assert any("first load level (concurrency 1) only" in n for n in rep["notes"])
     line = rep["findings"]["capacity_statement"][0]
     assert "in the same" in line and "int8 has" in line and "x the KV blocks" in line and "keeps the SLO" in line
     cap = {c["variant"]: c for c in rep["findings"]["capacity"]}

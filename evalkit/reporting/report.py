@@ -120,6 +120,21 @@ def first_level(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 
+def sweep_levels(rows: list[dict[str, Any]]) -> dict[str, set[int]]:
+    """The concurrency levels each variant's rows were sent at."""
+    out: dict[str, set[int]] = defaultdict(set)
+    for r in rows:
+        out[r["variant"]].add(r["concurrency"] or 1)
+    return dict(out)
+
+
+def level_note(levels: dict[str, set[int]]) -> str:
+    first = sorted({min(ls) for ls in levels.values()})
+    n = max(len(ls) for ls in levels.values())
+    return (f"latency and quality tables: each variant's first load level (concurrency {', '.join(map(str, first))}) "
+            f"only; the run swept {n} levels, and the load-levels table shows each of them")
+
+
 def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float] | None = None) -> dict[str, Any]:
     run = ledger.require_run(run_id)
     run_id = run["id"]
@@ -132,8 +147,14 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
     if slo is None:
         load = json.loads(run["load_json"] or "{}")
         slo = {k: load[f"slo_{k}_ms"] for k in ("ttft", "tpot", "e2e") if load.get(f"slo_{k}_ms") is not None}
+    # A sweep's levels are not one population: pooled, the higher levels' queueing would read as
+    # the variant's latency. The tables keep each variant's first level; the load-levels table
+    # in the findings has every level.
+    levels = sweep_levels(rows)
+    swept = any(len(v) > 1 for v in levels.values())
+    table_src = first_level(rows) if swept else rows
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for r in rows:
+    for r in table_src:
         groups[(r["variant"], r["complexity"])].append(r)
         groups[(r["variant"], "all")].append(r)
     table = []
@@ -174,7 +195,9 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
                       **attempts.get(v["name"], {})} for v in variants],
         "rows": table,
         "arrivals": arr,
-        "notes": arrival_notes(arr) + client_notes(client) + multiplicity_notes(multiplicity),
+        "notes": arrival_notes(arr) + client_notes(client) + multiplicity_notes(multiplicity)
+        + ([level_note(levels)] if swept else []),
+        "table_level": {v: min(ls) for v, ls in levels.items()} if swept else None,
         "client": client,
         "paired": pairs,
         "multiplicity": multiplicity,
