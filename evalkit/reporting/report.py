@@ -110,22 +110,18 @@ def paired(rows: list[dict[str, Any]], baseline: str, metric: str, by: str = "co
     return out
 
 
-
-def first_level(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each variant's rows at its lowest concurrency (a sweep's first level; the one phase otherwise)."""
-    low = {}
-    for r in rows:
-        low[r["variant"]] = min(low.get(r["variant"], 10**9), r["concurrency"] or 1)
-    return [r for r in rows if (r["concurrency"] or 1) == low[r["variant"]]]
-
-
-
 def sweep_levels(rows: list[dict[str, Any]]) -> dict[str, set[int]]:
     """The concurrency levels each variant's rows were sent at."""
     out: dict[str, set[int]] = defaultdict(set)
     for r in rows:
         out[r["variant"]].add(r["concurrency"] or 1)
     return dict(out)
+
+
+def first_level(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each variant's rows at its lowest concurrency (a sweep's first level; the one phase otherwise)."""
+    low = {v: min(ls) for v, ls in sweep_levels(rows).items()}
+    return [r for r in rows if (r["concurrency"] or 1) == low[r["variant"]]]
 
 
 def level_note(levels: dict[str, set[int]]) -> str:
@@ -152,9 +148,9 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
     # in the findings has every level.
     levels = sweep_levels(rows)
     swept = any(len(v) > 1 for v in levels.values())
-    table_src = first_level(rows) if swept else rows
+    first = first_level(rows)
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for r in table_src:
+    for r in first:
         groups[(r["variant"], r["complexity"])].append(r)
         groups[(r["variant"], "all")].append(r)
     table = []
@@ -176,7 +172,7 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
         r["ttft_p50_delta_pct"] = pct_delta(r["ttft_p50_ms"], b and b["ttft_p50_ms"])
         r["e2e_mean_delta_pct"] = pct_delta(r["e2e_mean_ms"], b and b["e2e_mean_ms"])
     arr = arrivals(rows, json.loads(run["load_json"] or "{}"))
-    pairs = [p for m in ("ttft_ms", "e2e_ms", "tpot_ms") for p in paired(first_level(rows), baseline, m)] \
+    pairs = [p for m in ("ttft_ms", "e2e_ms", "tpot_ms") for p in paired(first, baseline, m)] \
         if baseline else []
     multiplicity = apply_holm(table, pairs, baseline)
     tel = json.loads(run["matrix_json"] or "{}").get("telemetry") or {}

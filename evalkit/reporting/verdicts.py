@@ -171,9 +171,8 @@ def sentences(vs: list[dict[str, Any]], baseline: str) -> list[str]:
             if xs:
                 parts.append(f"{verdict} on " + ", ".join(f"{e['metric']} {_fmt(e)} (margin {e['margin_text']})"
                                                          for e in xs))
-        few = max((e["pairs"] for e in es), default=0) < (need := pairs_for_a_verdict(len(es)))
-        tail = f"; {max(e['pairs'] for e in es)} pairs cannot decide {len(es)} margins: at least {need} needed" \
-            if few and es else ""
+        most, need = max((e["pairs"] for e in es), default=0), pairs_for_a_verdict(len(es))
+        tail = f"; {most} pairs cannot decide {len(es)} margins: at least {need} needed" if es and most < need else ""
         out.append(f"{v} vs {baseline}: " + "; ".join(parts) + tail + " (each verdict Holm-adjusted within the "
                    "variant, 5 % family-wise)")
     return out

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -41,6 +43,21 @@ def read_text(path: Path, error: type[UsageError], kind: str) -> str:
         raise error(f"{path}: {kind} file not found") from None
     except (OSError, UnicodeDecodeError) as e:
         raise error(f"{path}: cannot read {kind}: {e}") from None
+
+
+def json_rows(path: Path, text: str, error: type[UsageError]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """A JSONL file's objects with their line numbers (blank lines skipped); a line that is not a
+    JSON object is a one-line error naming file:line."""
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise error(f"{path}:{lineno}: not valid JSON ({e.msg} at column {e.colno})") from None
+        if not isinstance(obj, dict):
+            raise error(f"{path}:{lineno}: a row must be a JSON object")
+        yield lineno, obj
 
 
 def load_yaml_model(path: Path, model: type[M], error: type[UsageError], kind: str) -> M:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 from collections import defaultdict
 from pathlib import Path
@@ -13,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from ..errors import DatasetError
 from ..paths import default_dataset_path
-from .config import read_text
+from .config import json_rows, read_text
 from .output_schemas import known_schema_names
 
 Complexity = Literal["short", "medium", "long"]
@@ -91,15 +90,7 @@ def load_cases(path: str | Path | None = None, schemas_dir: Path | None = None) 
     known = known_schema_names(schemas_dir)
     cases: list[Case] = []
     seen: dict[str, int] = {}
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DatasetError(f"{p}:{lineno}: not valid JSON ({e.msg} at column {e.colno})") from None
-        if not isinstance(row, dict):
-            raise DatasetError(f"{p}:{lineno}: a row must be a JSON object")
+    for lineno, row in json_rows(p, text, DatasetError):
         try:
             case = Case.model_validate(row)
         except ValidationError as e:

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from .config import read_text
+from .config import json_rows, read_text
 
 FORMATS = ("mooncake", "azure", "burstgpt", "evalkit")
 BLOCK_TOKENS = 512  # Mooncake's hash_ids cover 512-token blocks
@@ -57,16 +56,8 @@ def _int(v: Any, where: str, name: str, minimum: int = 0) -> int:
 
 def _jsonl(path: Path, text: str, fmt: str) -> list[TraceRow]:
     rows = []
-    for n, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
+    for n, obj in json_rows(path, text, TraceError):
         where = f"{path}:{n}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise TraceError(f"{where}: not valid JSON ({e.msg})") from None
-        if not isinstance(obj, dict):
-            raise TraceError(f"{where}: a row must be a JSON object")
         if fmt == "mooncake":
             if "timestamp" not in obj:
                 raise TraceError(f"{where}: field 'timestamp': missing (milliseconds from the trace start)")
