@@ -126,7 +126,7 @@ def test_one_budget_gives_the_smaller_checkpoint_more_kv_blocks_and_it_holds_mor
                       "group by variant").fetchall()
     assert {x["variant"]: x["n"] for x in rep["rows"] if x["complexity"] == "all"} == dict(at_1)
     assert rep["table_level"] == {"base": 1, "int8": 1}
-    assert any("first load level (concurrency 1) only" in n for n in rep["notes"])
+    assert any("at its first load level (concurrency 1)" in n for n in rep["notes"])
     line = rep["findings"]["capacity_statement"][0]
     assert "in the same" in line and "int8 has" in line and "x the KV blocks" in line and "keeps the SLO" in line
     cap = {c["variant"]: c for c in rep["findings"]["capacity"]}
@@ -185,9 +185,10 @@ def test_response_timing_and_the_metrics_join_agree_on_the_same_rows(runner, end
         assert x["srv_ttft_ms"] == pytest.approx(x["srv_resp_ttft_ms"] + x["srv_resp_queue_ms"])
         # the same request seen through /metrics histogram deltas: within a few ms
         assert x["srv_hist_ttft_ms"] == pytest.approx(x["srv_ttft_ms"], abs=3)
-        assert x["srv_resp_ttft_ms"] == pytest.approx(30, abs=6)
+        assert 29.0 <= x["srv_resp_ttft_ms"] < 60.0  # the stub sleeps 30 ms; a busy machine wakes it later
         # the client's kernel receive time can precede the stub's own stamp, taken after its write returned
-        assert x["ttft_ms"] >= x["srv_ttft_ms"] - 1
+        # (on a busy 2-core machine the stub's thread may stamp a few ms late)
+        assert x["ttft_ms"] >= x["srv_ttft_ms"] - 5
 
 
 def test_relative_slo_needs_a_sweep_from_1_and_quality_under_load_needs_greedy(runner, write, endpoint_matrix, stub):
@@ -198,3 +199,55 @@ def test_relative_slo_needs_a_sweep_from_1_and_quality_under_load_needs_greedy(r
     m.write_text(m.read_text().replace("generation:\n", "generation:\n  quality_under_load: true\n  temperature: 0.5\n"))
     r = runner.invoke(cli, ["matrix", "validate", str(m)])
     assert r.exit_code == 2 and "greedy decoding" in r.output and ":" in r.output.split("greedy")[0]
+
+
+def _samples(db, series: str, points: list[tuple[int | None, float, float]]) -> None:
+    db.insert_server_samples([{"run_id": "r", "variant": "v", "replica": rep, "mono_ms": t, "ts": "", "series": series,
+                               "value": x} for rep, t, x in points])
+
+
+def _req(start: float, e2e: float, replica: int | None = None) -> dict:
+    return {"mono_start_ms": start, "e2e_ms": e2e, "replica": replica}
+
+
+def test_a_levels_preemptions_stop_where_the_next_level_began(db):
+    # level 1 ends at 1,000 ms; level 2 starts at 1,200 ms and preempts 7 times at 1,500 ms
+    _samples(db, "num_preemptions_total", [(None, 0.0, 0.0), (None, 1500.0, 7.0)])
+    got = db.level_counter_delta("r", "v", [_req(0.0, 1000.0)], "num_preemptions_total", until_ms={None: 1200.0},
+                                 margin_ms=5000.0)
+    assert got == 0.0
+
+
+def test_replicas_preemptions_are_summed_not_interleaved(db):
+    # replica 0 counts 0 -> 2, replica 1 counts 10 -> 14: 6 in all (interleaved they read as 2)
+    _samples(db, "num_preemptions_total", [(0, 0.0, 0.0), (1, 1.0, 10.0), (0, 50.0, 2.0), (1, 60.0, 14.0)])
+    assert db.series_delta("r", "v", "num_preemptions_total") == 6.0
+
+
+def test_a_level_on_two_replicas_counts_both(db):
+    _samples(db, "num_preemptions_total", [(0, 0.0, 0.0), (1, 1.0, 10.0), (0, 50.0, 2.0), (1, 60.0, 14.0)])
+    rows = [_req(0.0, 100.0, 0), _req(0.0, 100.0, 1)]
+    assert db.level_counter_delta("r", "v", rows, "num_preemptions_total") == 6.0
+
+
+def test_kv_mean_is_a_mean_over_time_not_over_stored_points():
+    from evalkit.stats import time_weighted_mean
+
+    # 60 s idle at 0 %, then 10 s at 90 % stored as twenty change points
+    pts = [(0.0, 0.0)] + [(60_000.0 + 500.0 * k, 0.9 + 0.001 * (k % 2)) for k in range(20)]
+    assert time_weighted_mean(pts, 70_000.0) == pytest.approx(0.9 * 10 / 70, rel=0.01)
+
+
+def test_a_level_s_wall_time_never_mixes_two_workers_clocks():
+    from evalkit.reporting.capacity import _wall_s
+
+    # replica 0's worker clock starts near 0, replica 1's near 1e6 ms: each ran 2 s
+    rows = [_req(0.0, 500.0, 0), _req(1500.0, 500.0, 0), _req(1e6, 500.0, 1), _req(1e6 + 1500.0, 500.0, 1)]
+    assert _wall_s(rows) == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize(("tokens", "block", "fit"), [(128.5, 128, 4), (128.0, 128, 9), (300.0, 128, 3)])
+def test_requests_that_fit_count_a_part_filled_block_as_whole(tokens, block, fit):
+    from evalkit.engines.budget import requests_that_fit
+
+    assert requests_that_fit(10, block, tokens) == fit

@@ -61,6 +61,50 @@ def test_a_blocked_loop_does_not_bend_the_kernel_stamp_and_the_user_column_shows
     assert r.ttft_user_ms - r.ttft_ms > 25
 
 
+def _stalled_at_the_end(url: str) -> object:
+    """One request whose client loop is blocked for 60 ms from 22 ms after the send: the last
+    chunks and [DONE] arrive while the client is not reading."""
+    async def go():
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.022, time.sleep, 0.06)
+        w = WireClient()
+        try:
+            return await stream_chat_wire(w, url, PAYLOAD, epoch=0.0)
+        finally:
+            w.close()
+
+    r = asyncio.run(go())
+    assert r.ok, r.error
+    return r
+
+
+@pytest.fixture
+def end_stall():
+    with StubServer(StubConfig(ttft_ms=20, itl_ms=5, role_chunk=False, stamp=True, fixed_chunks=4)) as s:
+        r = _stalled_at_the_end(f"{s.base_url}/v1/chat/completions")
+        done = s.cfg.done_stamps[max(s.cfg.done_stamps)]
+    return r, done
+
+
+@pytest.mark.skipif(not wire_mod.kernel_stamps_supported(), reason="kernel receive stamps need Linux")
+def test_kernel_stamped_e2e_ends_within_a_millisecond_of_the_servers_last_write(end_stall):
+    r, done = end_stall
+    end = (r.mono_start_ms + r.e2e_ms) / 1000
+    assert abs(end - done) * 1000 < 1.0, (end - done) * 1000
+
+
+@pytest.mark.skipif(not wire_mod.kernel_stamps_supported(), reason="kernel receive stamps need Linux")
+def test_the_user_space_e2e_beside_it_carries_the_client_stall(end_stall):
+    r, _ = end_stall
+    assert r.e2e_user_ms - r.e2e_ms > 25
+
+
+@pytest.mark.skipif(not wire_mod.kernel_stamps_supported(), reason="kernel receive stamps need Linux")
+def test_tpot_follows_the_kernel_stamped_e2e(end_stall):
+    r, _ = end_stall
+    assert r.tpot_ms == pytest.approx((r.e2e_ms - r.ttft_ms) / (r.completion_tokens - 1))
+
+
 @pytest.mark.skipif(not wire_mod.kernel_stamps_supported(), reason="kernel receive stamps need Linux")
 def test_chunks_merged_while_the_loop_was_late_are_counted_so_the_row_is_marked():
     # chunks 5 ms apart during a 50 ms stall: TCP merges what the client did not read, and the merged
@@ -186,3 +230,41 @@ def test_docs_define_the_new_columns():
     for word in ("timestamp_source", "ttft_user_ms", "first_read_chunks", "client_lag", "timing_suspect",
                  "srv_resp_ttft_ms", "queue_time_ms"):
         assert word in doc, word
+
+
+def test_the_lag_over_a_request_never_takes_a_window_that_began_after_it_ended():
+    from evalkit.measure.looplag import LagProbe
+
+    p = LagProbe.from_windows(0.0, [(100.0, 0.3), (200.0, 0.2), (300.0, 80.0)])
+    assert p.max_between(120.0, 180.0) == pytest.approx(0.2)  # window (100, 200] only; (200, 300] began later
+
+
+def test_the_lag_takes_every_window_a_request_overlapped():
+    from evalkit.measure.looplag import LagProbe
+
+    p = LagProbe.from_windows(0.0, [(100.0, 0.3), (200.0, 0.2), (300.0, 80.0)])
+    assert p.max_between(150.0, 250.0) == pytest.approx(80.0)
+
+
+@pytest.mark.skipif(not wire_mod.kernel_stamps_supported(), reason="kernel receive stamps need Linux")
+def test_the_realtime_offset_is_taken_per_request_on_a_pooled_connection(monkeypatch):
+    taken = []
+
+    def offset() -> int:
+        taken.append(1)
+        return 0
+
+    monkeypatch.setattr(wire_mod, "realtime_offset_ns", offset)
+    with StubServer(StubConfig(ttft_ms=1, itl_ms=1)) as s:
+        async def two():
+            w = WireClient()
+            try:
+                for _ in range(2):
+                    await stream_chat_wire(w, f"{s.base_url}/v1/chat/completions", PAYLOAD, epoch=0.0)
+                return len(w.idle[next(iter(w.idle))])
+            finally:
+                w.close()
+
+        pooled = asyncio.run(two())
+    assert pooled == 1  # one connection served both
+    assert len(taken) == 3  # at connect, then once per request

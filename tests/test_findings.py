@@ -16,23 +16,27 @@ import pytest
 from sqlite_utils import Database
 
 from evalkit.cli import cli
-from evalkit.reporting.findings import attribute_spike, find_spikes, paired, parse_targets, recommend, spikes
+from evalkit.reporting.findings import attribute_spike, find_spikes, parse_targets, recommend, spikes
+from evalkit.reporting.report import paired
 from evalkit.testing.stub_server import StubConfig, StubServer
 
 
 def _row(i: int, ttft: float, **kw) -> dict:
-    base = {"id": i, "seq": i, "variant": "v", "complexity": "short", "case_id": f"c{i}", "repeat": 0,
+    base = {"id": i, "seq": i, "variant": "v", "complexity": "short", "case_id": f"c{i}", "repeat": 0, "concurrency": 1,
             "error_class": None, "ttft_ms": ttft, "e2e_ms": ttft + 1000, "srv_queue_ms": 0.0, "srv_prefill_ms": ttft - 5,
             "srv_preemptions": 0.0, "srv_waiting_start": 0.0, "srv_method": "histogram_delta", "grades": {}}
     base.update(kw)
     return base
 
 
-def test_find_spikes_known_answer():
-    vals = [400, 410, 395, 405, 402, 398, 1740, 401]
-    assert find_spikes(vals) == [6]  # the study's lone 1740 ms spike among ~400 ms
-    assert find_spikes([400.0] * 10) == []  # identical values: no spikes
-    assert find_spikes([1, 2, 3]) == []  # too few to say
+@pytest.mark.parametrize(("values", "spikes_at"), [
+    ([400, 410, 395, 405, 402, 398, 1740, 401], [6]),  # the study's lone 1740 ms spike among ~400 ms
+    ([400.0] * 10, []),  # identical values: no spikes
+    ([1, 2, 3], []),  # too few to say
+    ([21.0, 21.0, 21.1, 21.0, 21.0, 21.8, 21.0, 21.0], []),  # near-zero spread: 0.8 ms above the median is no spike
+])
+def test_find_spikes_known_answer(values, spikes_at):
+    assert find_spikes(values) == spikes_at
 
 
 @pytest.mark.parametrize("kw, cause", [
@@ -68,8 +72,10 @@ def test_paired_comparison_has_ci_and_verdict_only_when_clear():
         rows.append(_row(i, 866.93 + (i % 5), variant="bf16", complexity="long", case_id=f"c{i}"))
         rows.append(_row(100 + i, 1372.12 + (i % 7), variant="fp8", complexity="long", case_id=f"c{i}"))
     p = next(x for x in paired(rows, "bf16", "ttft_ms") if x["complexity"] == "long")
-    assert p["pairs"] == 20 and p["delta_pct"] == pytest.approx(58.5, abs=0.5)  # the study's +58 % TTFT tax
-    assert p["ci95_pct"][0] > 55 and p["verdict"] == "fp8 slower"
+    assert p["pairs"] == 20
+    assert p["delta_pct"] == pytest.approx(58.5, abs=0.5)  # the study's +58 % TTFT tax
+    assert p["ci_pct"][0] > 55
+    assert p["verdict"] == "fp8 slower"
     noisy = [_row(i, 1000 + (-1) ** i * 300, variant="a", case_id=f"c{i}") for i in range(20)]
     noisy += [_row(100 + i, 1000 + (-1) ** (i + 1) * 300, variant="b", case_id=f"c{i}") for i in range(20)]
     q = next(x for x in paired(noisy, "a", "ttft_ms") if x["complexity"] == "all")

@@ -3,7 +3,10 @@ failure, JUnit XML; the old flags still work for one release, with a warning."""
 
 from __future__ import annotations
 
+import json
 import xml.etree.ElementTree as ET
+
+import pytest
 
 from evalkit.cli import cli
 
@@ -47,3 +50,43 @@ def test_old_flags_still_work_with_a_deprecation_line(runner, stub_ledger):
     assert "4 passed, 0 failed" in r.output
     assert "--min-schema is deprecated: use --threshold schema_pass=VALUE" in r.output
     assert "--slo on recommend/check (percentile goals) is deprecated: use --target" in r.output
+
+
+@pytest.fixture
+def swept_ledger(runner, endpoint_matrix, tmp_path):
+    """Two stubs swept at concurrency 1 and 2, the matrix carrying its own margins."""
+    from evalkit.testing.stub_server import StubConfig, StubServer
+
+    with StubServer(StubConfig(ttft_ms=5, itl_ms=1)) as a, StubServer(StubConfig(ttft_ms=25, itl_ms=1)) as b:
+        m = endpoint_matrix(a.base_url, b.base_url, warmup=0, extra="margins: {e2e_mean: +0%}\n")
+        ledger = tmp_path / "sweep.db"
+        r = runner.invoke(cli, ["run", "--matrix", str(m), "--limit", "12", "--sweep", "1,2", "--ledger", str(ledger),
+                                "-q", "--no-grade"])
+        assert r.exit_code == 0, r.output
+    return ledger
+
+
+def test_a_sweep_s_gate_compares_level_with_level(runner, swept_ledger):
+    out = runner.invoke(cli, ["check", "--ledger", str(swept_ledger), "--margins", "e2e_mean=+500%"]).output
+    assert "2 passed, 0 failed" in out  # one margin check per level both variants reached
+
+
+def test_the_gate_and_the_report_agree_at_the_first_level(runner, swept_ledger):
+    rep = json.loads(runner.invoke(cli, ["report", "--ledger", str(swept_ledger), "--json"]).output)
+    reported = rep["findings"]["verdicts"][0]
+    out = runner.invoke(cli, ["check", "--ledger", str(swept_ledger)]).output
+    line = next(x for x in out.splitlines() if "e2e_mean at c=1" in x)
+    assert f"{reported['estimate']:+.3g} %" in line
+
+
+def test_check_without_flags_checks_the_matrix_s_margins(runner, swept_ledger):
+    r = runner.invoke(cli, ["check", "--ledger", str(swept_ledger)])
+    assert r.exit_code == 1  # the candidate is 20 ms slower: inferior against a +0 % margin
+    assert "FAIL cand: e2e_mean at c=1: inferior" in r.output
+
+
+def test_recommend_reads_the_same_first_level_rows_as_the_report(runner, swept_ledger):
+    out = json.loads(runner.invoke(cli, ["recommend", "--ledger", str(swept_ledger), "--target", "ttft_p99=5000",
+                                         "--json"]).output)
+    batch = {o["variant"]: o["n"] for o in out if o["workload"].startswith("batch")}
+    assert batch == {"base": 12, "cand": 12}

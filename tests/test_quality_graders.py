@@ -358,3 +358,38 @@ def test_onnx_embeddings_match_torch_on_the_calibration_texts():
     fast, ref = emb.encode_batch(texts), emb.encode_torch(texts)
     assert fast.shape == ref.shape == (len(texts), 384)
     assert float((fast * ref).sum(axis=1).min()) >= 0.999
+
+
+@pytest.fixture
+def two_repeat_drift():
+    """--repeats 2 with baseline_repeats 2: the baseline sends repeats 0, 1 and a floor pass 2."""
+    import numpy as np
+
+    c = case()
+    texts = {1: "b0", 2: "b1", 3: "b2", 4: "w0", 5: "w1"}
+    vec = {t: np.array([1.0, float(i)]) / np.hypot(1.0, float(i)) for i, t in enumerate(texts.values())}
+    g = DriftGrader(lambda ts: [vec[t] for t in ts])
+    items = [GradedRequest(k, "bf16" if t[0] == "b" else "w8a8", t, "stop", c) for k, t in texts.items()]
+    return g.grade_outputs(items, {1: 0, 2: 1, 3: 2, 4: 0, 5: 1}, "bf16")
+
+
+def test_with_two_repeats_the_reference_is_the_floor_pass(two_repeat_drift):
+    assert two_repeat_drift[3].detail["kind"] == "reference"
+
+
+@pytest.mark.parametrize("request_id", [4, 5])
+def test_each_candidate_repeat_is_compared_with_the_floor_pass_never_with_its_own_seed(two_repeat_drift, request_id):
+    assert two_repeat_drift[request_id].detail["against_request_id"] == 3
+
+
+@pytest.mark.parametrize("request_id", [1, 2])
+def test_each_measured_baseline_repeat_is_a_noise_floor_pair(two_repeat_drift, request_id):
+    assert two_repeat_drift[request_id].detail["kind"] == "noise_floor"
+
+
+def test_load_drift_says_how_often_answers_changed_not_a_restated_p_value():
+    from evalkit.grading.load_drift import LoadDriftGrader
+
+    grades = [{"passed": k >= 5, "detail": {"drift": 0.0 if k >= 5 else 0.1, "level": 4}} for k in range(20)]
+    v = LoadDriftGrader.summarise(grades, None)["load_drift_verdict"]
+    assert v.startswith("5 of 20 answers changed under load (changed share 95 % interval [11, 47] %)")

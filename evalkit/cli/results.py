@@ -9,18 +9,17 @@ import click
 
 from ..errors import UsageError
 from ..execution.load import parse_slo
-from ..host import host_line
 from ..ledger import open_ledger
-from ..reporting.report import COLUMNS, SERVER_COLUMNS, build_report, markdown_table, quality_columns, to_json
+from ..reporting.report import build_report, to_json
 from .common import LEDGER_OPT, RUN_OPT, EvalkitClickError, cli, deprecated_option, ledger_path
-from .console import print_findings, print_report, say
+from .console import print_report, say
 
 
 @cli.command()
 @LEDGER_OPT
 @RUN_OPT
 @click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
-@click.option("--markdown", is_flag=True, help="print the tables as Markdown")
+@click.option("--markdown", is_flag=True, help="print the report as Markdown (the default when output is not a terminal)")
 @click.option("--slo", default=None, help="per-request goodput limits, e.g. ttft=2000,e2e=10000 [default: the run's]")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="also write one self-contained HTML report (plots inline, works offline)")
@@ -52,13 +51,8 @@ def report(ledger: Path | None, run_id: str | None, as_json: bool, markdown: boo
         say(f"wrote {html_path}")
     if as_json:
         click.echo(to_json({**rep, "findings": fnd}))
-    elif markdown:
-        click.echo(host_line(rep.get("host")) + "\n")
-        click.echo("\n\n".join(markdown_table(rep, c) for c in (COLUMNS, SERVER_COLUMNS,
-                                                               quality_columns(rep["graders"]))))
     else:
-        print_report(rep)
-        print_findings(fnd, by.split(",") if by else None)
+        print_report(rep, fnd, by.split(",") if by else None, markdown_out=True if markdown else None)
 
 
 def _target(target: str | None, old_slo: str | None, required: bool) -> str | None:

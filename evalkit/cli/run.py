@@ -13,9 +13,10 @@ from ..execution.signals import Interrupted, graceful_stop
 from ..execution.traces import TraceSpec
 from ..execution.workflow import run_and_grade
 from ..ledger import open_ledger
+from ..reporting.findings import findings
 from ..reporting.report import build_report
 from .common import LEDGER_OPT, EvalkitClickError, cli, deprecated_option, ledger_path
-from .console import RichReporter, print_report
+from .console import RichReporter, print_closing, print_report
 
 
 @cli.command()
@@ -126,7 +127,10 @@ def run(matrix_path: Path | None, dataset_path: Path | None, limit: int | None, 
     for name, why in summary.saturation.items():
         click.echo(f"{name}: {why}")
     if not quiet:
-        print_report(build_report(db, summary.run_id))
+        rep = build_report(db, summary.run_id)
+        fnd = findings(db, summary.run_id, report=rep)
+        print_report(rep, fnd)
+        print_closing(fnd, str(path))
     if summary.failed_variants:
         names = ", ".join(f"{k} ({v})" for k, v in summary.failed_variants.items())
         raise EvalkitClickError(f"variant(s) failed: {names}", 1)

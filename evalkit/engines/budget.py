@@ -85,6 +85,13 @@ def kv_bytes_per_token(model_path: str, served_dtype: str | None, kv_cache_dtype
     return layers * heads * head_dim * 2 * per
 
 
+def requests_that_fit(kv_blocks: int, block_size: int, tokens_per_request: float) -> int:
+    """Requests of this many tokens (prompt + output) a KV cache of ``kv_blocks`` holds at once: a
+    part-filled block is a whole block, and vLLM keeps one block back."""
+    per = max(1, math.ceil(tokens_per_request / block_size))
+    return max(0, kv_blocks - 1) // per
+
+
 @dataclass
 class KvPlan:
     """What a variant's share of the budget buys, predicted before its server starts."""
@@ -98,9 +105,7 @@ class KvPlan:
     kv_tokens: int
 
     def max_concurrency(self, tokens_per_request: float) -> int:
-        """Requests of this many tokens (prompt + output) that fit at once (vLLM keeps one block back)."""
-        per = max(1, math.ceil(tokens_per_request / self.block_size))
-        return max(0, self.kv_blocks - 1) // per
+        return requests_that_fit(self.kv_blocks, self.block_size, tokens_per_request)
 
     def as_row(self) -> dict[str, Any]:
         return {"memory_budget_bytes": self.budget_bytes, "weight_bytes": self.weight_bytes,

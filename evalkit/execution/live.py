@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from ..engines.budget import KvPlan, reported_weight_bytes
+from ..engines.budget import KvPlan, reported_weight_bytes, requests_that_fit
 from ..engines.bundled import resolve_model
 from ..engines.checkpoint import checkpoint_quantization, served_dtype
 from ..engines.vllm_server import VLLMServer, engine_version, server_info, supports_per_request_metrics, tail, vllm_has_option
@@ -92,9 +92,8 @@ class LiveVariant:
         if not v or not v.get("kv_blocks") or not v.get("kv_block_size") or not prompts:
             return
         per = sum(prompts) / len(prompts) + max_tokens
-        blocks_per = -(-int(per) // v["kv_block_size"])
-        self.ledger.update_variant(self.vid, {"tokens_per_request": round(per, 1),
-                                              "max_concurrency_predicted": (v["kv_blocks"] - 1) // max(1, blocks_per)})
+        self.ledger.update_variant(self.vid, {"tokens_per_request": round(per, 1), "max_concurrency_predicted":
+                                              requests_that_fit(v["kv_blocks"], v["kv_block_size"], per)})
 
     def record_scrapes(self, errors: int, last_error: str | None) -> None:
         """How many /metrics scrapes of this server failed (on the variant's row, and the replica's)."""

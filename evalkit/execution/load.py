@@ -278,7 +278,7 @@ def build_plan(matrix: Matrix, variants: list[str], cases: list[Case], repeats: 
 
     def n_rep(v: str) -> int:
         # the baseline is sent more often: its extra repeats are drift's noise floor
-        return max(repeats, gen.baseline_repeats) if v == matrix.baseline else repeats
+        return gen.baseline_passes(repeats) if v == matrix.baseline else repeats
 
     top = max(n_rep(v) for v in variants)
     main = [(rep, c) for rep in range(top) for c in cases]

@@ -68,7 +68,7 @@ def _put(msg: tuple[Any, ...]) -> None:
 async def _child_main(plan: ChildPlan) -> None:
     import aiohttp
 
-    from ..measure.client import stream_chat
+    from ..measure.client import send_stamp, stream_chat
     from ..measure.looplag import LagProbe
     from ..measure.wire import WireClient, stream_chat_wire
 
@@ -79,7 +79,7 @@ async def _child_main(plan: ChildPlan) -> None:
     probe = LagProbe(plan.epoch)
     probe_task = asyncio.create_task(probe.run())
     wire = WireClient() if plan.kernel else None
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), trace_configs=[send_stamp()]) as http:
         async def one(job: Job) -> None:
             for attempt in range(plan.max_retries + 1):
                 if wire is not None and job.url.startswith("http://"):

@@ -32,6 +32,7 @@ def request_row(run_id: str, item: WorkItem, seq: int, attempt: int, final: bool
         "chunk_offsets_ms_json": dumps([round(x, 3) for x in r.chunk_offsets_ms]),
         "http_status": r.http_status, "error_class": r.error_class, "error": redact(r.error),
         "request_json": redact(dumps(body)), "timestamp_source": r.timestamp_source, "ttft_user_ms": r.ttft_user_ms,
+        "e2e_user_ms": r.e2e_user_ms,
         "n_reads": r.n_reads, "first_read_chunks": r.first_read_chunks, "max_read_chunks": r.max_read_chunks,
         "cached_prompt_tokens": r.cached_prompt_tokens,
         **{k: item.case.meta.get(k) for k in TRACE_FIELDS if k in item.case.meta},

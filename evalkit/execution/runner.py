@@ -282,7 +282,7 @@ def start_run(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: P
     else:
         run_id = create_run(ledger, matrix, cases, dataset_path, subset_seed, load, repeats, extra)
     skip = ledger.done_keys(run_id) if resume_run else set()
-    floor = max(repeats, matrix.generation.baseline_repeats)
+    floor = matrix.generation.baseline_passes(repeats)
     reporter.message(f"run {run_id}: {len(matrix.variants)} variants x {len(cases)} cases x {repeats} repeats"
                      + (f" (baseline x{floor}: the extra pass is drift's noise floor)" if floor > repeats else "")
                      + (f" (resuming: {len(skip)} requests already in the ledger)" if resume_run else ""))

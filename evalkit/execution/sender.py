@@ -12,7 +12,7 @@ import aiohttp
 
 from ..errors import EngineError
 from ..ledger import Ledger, utcnow
-from ..measure.client import RequestResult, build_payload, stream_chat
+from ..measure.client import RequestResult, build_payload, send_stamp, stream_chat
 from ..measure.looplag import LagProbe
 from ..measure.telemetry import RESPONSE_FIELDS, SERVER_FIELDS, MetricsScraper, attribute, engine_config, response_timing
 from ..measure.tokens import fill_token_counts
@@ -124,7 +124,7 @@ class Sender:
             row = request_row(self.run_id, item, self.seq, attempt, not will_retry, payload, r,
                               scheduled_ms if attempt == item.attempt0 else None)
             row.update(extra or {})
-            if before is not None and scraper is not None:
+            if before is not None and scraper is not None and r.ok:  # a refused request is not in the histograms
                 key = "e2e_request_latency_seconds_count"
                 after = await scraper.wait_for_count(http, key, before.values.get(key, 0.0) + 1)
                 if after is not None:
@@ -197,7 +197,7 @@ class Sender:
         probe_task = asyncio.create_task(self.probes[0].run())
         stop = STOP.event()
         watch = asyncio.create_task(self._watch(stop))
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), trace_configs=[send_stamp()]) as http:
             tasks = await self._start_scrapers(http)
             try:
                 targets = list(dict.fromkeys(it.target for it in items))

@@ -79,9 +79,8 @@ def fit_budget(budget_s: float, elapsed_s: float, per_request_s: float, requests
 def paired_diffs(ledger: object, run_id: str) -> dict[str, dict[str, list[float]]]:
     """Per candidate variant of a run: its per-case paired differences against the baseline, for
     drift (drift − noise floor, from the drift grader) and E2E mean (% of the baseline's mean),
-    at the run's first load level."""
+    at the run's first load level, each case's repeats averaged."""
     from ..grading.registry import available
-    from ..stats import mean as _mean
 
     base = ledger.baseline(run_id)  # type: ignore[attr-defined]
     rows = ledger.measured_requests(run_id, ok_only=True)  # type: ignore[attr-defined]
@@ -91,24 +90,28 @@ def paired_diffs(ledger: object, run_id: str) -> dict[str, dict[str, list[float]
     rows = [r for r in rows if (r["concurrency"] or 1) == low]
     grades = ledger.latest_grades(run_id)  # type: ignore[attr-defined]
     out: dict[str, dict[str, list[float]]] = {}
-    idx = {(r["variant"], r["case_id"], r["repeat"]): r for r in rows}
     for v in sorted({r["variant"] for r in rows} - {base}):
-        e2e, b_e2e = [], []
-        for (var, case, rep), r in idx.items():
-            b = idx.get((base, case, rep))
-            if var == v and b and r["e2e_ms"] and b["e2e_ms"]:
-                e2e.append(r["e2e_ms"] - b["e2e_ms"])
-                b_e2e.append(b["e2e_ms"])
-        scale = 100.0 / (_mean(b_e2e) or 1.0)
-        d = {"e2e_mean": [x * scale for x in e2e]}
+        reps = {r["repeat"] for r in rows if r["variant"] == v} & {r["repeat"] for r in rows if r["variant"] == base}
+        a, b = _case_means(rows, v, reps), _case_means(rows, base, reps)
+        cases = sorted(set(a) & set(b))
+        scale = 100.0 / (sum(b[c] for c in cases) / len(cases)) if cases else 1.0
+        d = {"e2e_mean": [(a[c] - b[c]) * scale for c in cases]}
         if "drift" in available():
             def g(var: str) -> list[dict]:
-                return [{**grades[r["id"]]["drift"], "case_id": r["case_id"]} for r in rows
+                return [{**grades[r["id"]]["drift"], "case_id": r["case_id"], "repeat": r["repeat"]} for r in rows
                         if r["variant"] == var and "drift" in grades.get(r["id"], {})]
 
             d["drift"] = available()["drift"].margin_pairs(g(v), g(base)).get("drift", [])
         out[v] = d
     return out
+
+
+def _case_means(rows: list[dict], variant: str, repeats: set[int]) -> dict[str, float]:
+    acc: dict[str, list[float]] = {}
+    for r in rows:
+        if r["variant"] == variant and r["e2e_ms"] and r["repeat"] in repeats:
+            acc.setdefault(r["case_id"], []).append(r["e2e_ms"])
+    return {c: sum(x) / len(x) for c, x in acc.items()}
 
 
 def spread(diffs: dict[str, dict[str, list[float]]]) -> dict[str, tuple[float, int]]:
@@ -130,23 +133,35 @@ def spread(diffs: dict[str, dict[str, list[float]]]) -> dict[str, tuple[float, i
 def earlier_spread(ledger: object, matrix_name: str, exclude: str) -> tuple[dict[str, tuple[float, int]], str | None]:
     """The per-case spread of the latest earlier complete run of the same matrix, if any."""
     for rid in reversed(ledger.run_ids(matrix_name)):  # type: ignore[attr-defined]
-        if rid != exclude and ledger.require_run(rid)["status"] in ("complete", "failed"):  # type: ignore[attr-defined]
+        if rid != exclude and ledger.require_run(rid)["status"] == "complete":  # type: ignore[attr-defined]
             s = spread(paired_diffs(ledger, rid))
             if s:
                 return s, rid
     return {}, None
 
 
-def buys(n: int, spreads: dict[str, tuple[float, int]], source: str, n_margins: int = 0) -> str:
+def margin_hypotheses(margins: dict[str, Any]) -> int:
+    """How many hypotheses a matrix's margins bring to each variant's Holm family: the margin and
+    0 each, one when the margin is 0 (reporting.verdicts)."""
+    def zero(v: Any) -> bool:
+        try:
+            return float(re.sub(r"[^0-9.]", "", str(v)) or "0") == 0
+        except ValueError:
+            return False
+
+    return sum(1 if zero(v) else 2 for v in margins.values())
+
+
+def buys(n: int, spreads: dict[str, tuple[float, int]], source: str, n_hypotheses: int = 0) -> str:
     """What n pairs can detect, per metric, and whether they can decide the matrix's margins at all."""
     parts = []
     for metric, unit in (("drift", ""), ("e2e_mean", " %")):
         sd = spreads.get(metric, (PRIORS[metric], 0))[0]
         parts.append(f"{metric} {mde(sd, n):.3g}{unit}")
     line = f"with {n} cases per variant this run can detect (80 % power, 5 % two-sided): {', '.join(parts)} ({source})"
-    if n_margins and n < (need := pairs_for_a_verdict(n_margins)):
-        line += (f"; too few to decide its {n_margins} margins whatever the data (at least {need} cases: "
-                 "a larger --budget)")
+    if n_hypotheses and n < (need := pairs_for_a_verdict(n_hypotheses)):
+        line += (f"; too few to decide its margins whatever the data ({n_hypotheses} hypotheses under Holm need at "
+                 f"least {need} cases: a larger --budget)")
     return line
 
 
@@ -158,7 +173,7 @@ def size_to_budget(ledger: Ledger, run_id: str, matrix: Matrix, cases: list[Case
     assert summary.budget_s is not None
     start_s = max((s.stage_s.get("start", 0.0) for s in servers.values()), default=0.0)
     warm_s = max((summary.stages.get(n, {}).get("warm-up", 0.0) for n in summary.stages), default=0.0)
-    reqs_per_case = sum(max(repeats, matrix.generation.baseline_repeats) if v.name == matrix.baseline else repeats
+    reqs_per_case = sum(matrix.generation.baseline_passes(repeats) if v.name == matrix.baseline else repeats
                         for v in matrix.variants)
     per_req = (est.measure_s / len(main)) if est is not None and main else 10.0
     per_req += 0.03  # grading, per output
@@ -173,7 +188,7 @@ def size_to_budget(ledger: Ledger, run_id: str, matrix: Matrix, cases: list[Case
     reporter.message(f"budget {mmss(summary.budget_s)}: {n} cases fit on this machine "
                      f"(at most {mmss(per_req * reqs_per_case)} per case across {len(matrix.variants)} variants{speeds}); "
                      + buys(n, spreads, f"spread from run {pilot}" if pilot else "shipped priors; `evalkit plan` "
-                            "refines them from this run", len(matrix.margins)))
+                            "refines them from this run", margin_hypotheses(matrix.margins)))
     return {c.id for c in kept}
 
 

@@ -136,15 +136,18 @@ class Grader:
         return cls.headline or tuple(c.key for c in cls.summary_columns[:1])
 
     @classmethod
+    def margin_values(cls, grades: list[dict[str, Any]], baseline_side: bool) -> dict[str, dict[str, float]]:
+        """margin name -> case -> one side's per-case value, from the newest grades of that side
+        (rows with value, passed, detail, case_id, repeat). The default: the mean `value` over the
+        case's repeats, or for a "pp" margin whether the case's first repeat passed (1.0 or 0.0).
+        ``baseline_side``: these are the baseline's grades (drift reads its noise floor there)."""
+        return {m.name: _per_case(grades, m.unit == "pp") for m in cls.margins}
+
+    @classmethod
     def margin_pairs(cls, grades: list[dict[str, Any]], base_grades: list[dict[str, Any]]) -> dict[str, list[float]]:
-        """margin name -> the candidate-minus-baseline differences, one per case both have (by the
-        newest grade of each). The default pairs each Margin by the mean `value` per case (or the
-        pass rate, for a "pp" margin)."""
-        out: dict[str, list[float]] = {}
-        for m in cls.margins:
-            a, b = _per_case(grades, m.unit == "pp"), _per_case(base_grades, m.unit == "pp")
-            out[m.name] = [a[c] - b[c] for c in sorted(set(a) & set(b))]
-        return out
+        """margin name -> candidate-minus-baseline per-case differences, for the cases both have."""
+        a, b = cls.margin_values(grades, False), cls.margin_values(base_grades, True)
+        return {m: [a[m][c] - b[m][c] for c in sorted(set(a[m]) & set(b.get(m, {})))] for m in a}
 
     @classmethod
     def notes(cls, rows: list[dict[str, Any]]) -> list[str]:
@@ -195,10 +198,16 @@ def bare_case(case_id: str = "case", *, formality: int = 3, schema: str = "outre
 
 
 def _per_case(grades: list[dict[str, Any]], pass_rate: bool) -> dict[str, float]:
-    """case -> mean value of its newest grades (or pass rate in %, for a percentage-point metric)."""
+    """case -> mean value of its newest grades; for a pass rate, 1.0 or 0.0 from its first repeat."""
+    if pass_rate:
+        first: dict[str, tuple[int, float]] = {}
+        for g in grades:
+            rep = g.get("repeat") or 0
+            if g["passed"] is not None and (g["case_id"] not in first or rep < first[g["case_id"]][0]):
+                first[g["case_id"]] = (rep, float(bool(g["passed"])))
+        return {k: v for k, (_, v) in first.items()}
     acc: dict[str, list[float]] = {}
     for g in grades:
-        v = (100.0 * g["passed"] if g["passed"] is not None else None) if pass_rate else g["value"]
-        if v is not None:
-            acc.setdefault(g["case_id"], []).append(float(v))
+        if g["value"] is not None:
+            acc.setdefault(g["case_id"], []).append(float(g["value"]))
     return {k: sum(v) / len(v) for k, v in acc.items()}

@@ -1,13 +1,13 @@
 """Semantic drift between each candidate variant and the baseline on the same case, next to the
 baseline's own noise floor.
 
-Like is compared with like. The reference is the baseline's output under a *different* seed from
-the candidates' (repeat 1, when the baseline was sent twice). The noise-floor pair is the
-baseline's repeat 0 vs that reference; the drift pair is a candidate's repeat 0 (the same seed as
-the baseline's repeat 0) vs that reference. Both pairs then differ by one seed; the only other
-difference is which model wrote the seed-0 output. (Comparing a candidate with the baseline under
-the *same* seed would share the sampler's random stream and understate drift against a floor
-that does not.) Without a second baseline repeat, the reference is repeat 0 and there is no floor.
+Like is compared with like. The reference is the baseline's first noise-floor pass: a pass sent
+after the run's R repeats, under a sampling seed no candidate uses (seed + R). The noise-floor
+pairs are the baseline's repeats 0..R-1 against that reference; the drift pairs are each
+candidate's repeats 0..R-1 against it. Both pairs then differ by one seed; the only other
+difference is which model wrote the first output. (Comparing a candidate with a baseline output of
+the *same* seed would share the sampler's random stream and understate drift against a floor that
+does not.) Without a floor pass, the reference is the baseline's repeat 0 and there is no floor.
 
 Each pair stores cosine similarity of sentence embeddings, ROUGE-L F1 (lexical), and for JSON
 outputs a field-by-field comparison. Drift means 1 - cosine; the report compares drift with the
@@ -62,7 +62,7 @@ class DriftGrader(Grader):
     """Per-pair grader: needs the baseline's outputs for the same cases, so it grades a run at once."""
 
     name = "drift"
-    version = "2"  # 2: the reference is the baseline under another seed (v1 used the same seed)
+    version = "3"  # 3: the reference is the first floor pass after the run's repeats (2: repeat 1; 1: the same seed)
     kind = "pair"
     description = "1 - cosine of MiniLM embeddings vs the baseline's output, next to the baseline's own noise floor"
     view_columns = (("drift_cosine", "value"),)
@@ -82,9 +82,9 @@ class DriftGrader(Grader):
     canned_queries = (CannedQuery("worst_drift", "Largest drift from the baseline", "lowest", "drift_cosine"),)
 
     @classmethod
-    def margin_pairs(cls, grades: list[dict[str, Any]], base_grades: list[dict[str, Any]]) -> dict[str, list[float]]:
-        drift, floor = _per_case(grades, "drift"), _per_case(base_grades, "noise_floor")
-        return {"drift": [drift[c] - floor[c] for c in sorted(set(drift) & set(floor))]}
+    def margin_values(cls, grades: list[dict[str, Any]], baseline_side: bool) -> dict[str, dict[str, float]]:
+        """A candidate's drift per case, set against the baseline's own noise floor per case."""
+        return {"drift": _per_case(grades, "noise_floor" if baseline_side else "drift")}
 
     def __init__(self, embed: Callable[[list[str]], Any]) -> None:
         self.embed = embed
@@ -123,18 +123,29 @@ class DriftGrader(Grader):
             return {}
         # like with like: a candidate is compared with the baseline at the same load level (phase)
         base = {(i.phase, i.case.id, repeats[i.request_id]): i for i in items if i.variant == baseline}
-        refs = {(ph, case): base.get((ph, case, 1)) or base[(ph, case, 0)] for ph, case, rep in base if rep in (0, 1)}
+        # the run's repeats per case: what the candidates sent (a baseline-only run: one)
+        n_rep: dict[tuple[str, str], int] = {}
+        for i in items:
+            if i.variant != baseline:
+                k = (i.phase, i.case.id)
+                n_rep[k] = max(n_rep.get(k, 1), repeats[i.request_id] + 1)
+        refs = {}
+        for ph, case, _ in base:
+            r = n_rep.get((ph, case), 1)
+            refs[(ph, case)] = (base.get((ph, case, r)) or base.get((ph, case, 0)), r)
         pairs: list[tuple[GradedRequest, GradedRequest, str]] = []
         out: dict[int, Score] = {}
         for i in items:
-            ref = refs.get((i.phase, i.case.id))
+            ref, r = refs.get((i.phase, i.case.id), (None, 1))
             if ref is None:
                 continue
             if i is ref:
                 out[i.request_id] = Score(1.0, None, f"reference output for drift on {i.case.id}",
                                           {"kind": "reference"})
-            else:
-                pairs.append((i, ref, "noise_floor" if i.variant == baseline else "drift"))
+            elif i.variant != baseline:
+                pairs.append((i, ref, "drift"))
+            elif repeats[i.request_id] < r:  # a measured repeat of the baseline against the floor pass
+                pairs.append((i, ref, "noise_floor"))
         if not pairs:
             return out
         texts = [prose(t.text) for p in pairs for t in p[:2]]

@@ -190,16 +190,12 @@ class FormalityGrader(Grader):
     scatter = ("formality", "requested level", "predicted level")
 
     @classmethod
-    def margin_pairs(cls, grades: list[dict[str, Any]], base_grades: list[dict[str, Any]]) -> dict[str, list[float]]:
-        def per_case(gs: list[dict[str, Any]]) -> dict[str, float]:
-            acc: dict[str, list[float]] = {}
-            for g in gs:
-                if "error" in g["detail"]:
-                    acc.setdefault(g["case_id"], []).append(abs(g["detail"]["error"]))
-            return {k: sum(v) / len(v) for k, v in acc.items()}
-
-        a, b = per_case(grades), per_case(base_grades)
-        return {"formality_mae": [a[c] - b[c] for c in sorted(set(a) & set(b))]}
+    def margin_values(cls, grades: list[dict[str, Any]], baseline_side: bool) -> dict[str, dict[str, float]]:
+        acc: dict[str, list[float]] = {}
+        for g in grades:
+            if "error" in g["detail"]:
+                acc.setdefault(g["case_id"], []).append(abs(g["detail"]["error"]))
+        return {"formality_mae": {k: sum(v) / len(v) for k, v in acc.items()}}
 
     @classmethod
     def notes(cls, rows: list[dict[str, Any]]) -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..stats import bootstrap_ci, mean, sign_flip_p
+from ..stats import bootstrap_ci, mean, wilson
 from .base import CannedQuery, GradedRequest, Grader, GraderContext, Score, SummaryColumn, Threshold, pass_pct
 from .text import prose
 
@@ -72,12 +72,13 @@ class LoadDriftGrader(Grader):
             return {}
         drift = [g["detail"]["drift"] for g in grades]
         ci = bootstrap_ci(drift)
-        p = sign_flip_p(drift, 0.0, "greater") if any(drift) else 1.0
         n_changed = sum(not g["passed"] for g in grades)
+        # at greedy decoding any change is load's doing: what the data can say is how often it happens
+        share = wilson(n_changed, len(grades))
         verdict = (f"{n_changed} of {len(grades)} answers changed under load" if n_changed else
                    f"all {len(grades)} answers unchanged under load")
-        if n_changed and p is not None:
-            verdict += f" (drift {'above 0' if p < 0.05 else 'not distinguishable from 0'}, one-sided p {p:.3f})"
+        if share is not None:
+            verdict += f" (changed share 95 % interval [{100 * share[0]:.0f}, {100 * share[1]:.0f}] %)"
         return {"load_level": max(g["detail"]["level"] for g in grades), "load_identical_pct": pass_pct(grades),
                 "load_drift_mean": mean(drift), "load_drift_ci95": list(ci) if ci else None,
                 "load_drift_verdict": verdict, "load_pairs": len(grades)}

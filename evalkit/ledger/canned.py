@@ -26,8 +26,8 @@ FIXED: dict[str, dict[str, str]] = {
                  "sql": "select run_id, name as variant, weight_bytes, kv_bytes, kv_blocks, kv_block_size, kv_tokens, "
                         "max_concurrency_predicted, status from variants order by run_id, rowid"},
     "verdicts": {"title": "Non-inferiority verdicts per variant and metric",
-                 "sql": "select run_id, variant, metric, margin, estimate, ci_low, ci_high, verdict from derived_verdicts "
-                        "order by run_id, variant, metric"},
+                 "sql": "select run_id, variant, concurrency, metric, margin, unit, pairs, estimate, ci_low, ci_high, "
+                        "ci_level, verdict, why from derived_verdicts order by run_id, variant, concurrency, metric"},
     "client_lag": {"title": "The client's own event-loop lag over each run (was the client the bottleneck?)",
                    "sql": "select run_id, round(max(lag_ms), 1) as max_lag_ms, count(*) as samples, "
                           "sum(lag_ms > 10) as samples_over_10ms from client_lag group by run_id"},

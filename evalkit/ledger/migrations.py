@@ -267,3 +267,16 @@ def m013_traffic(db: Database) -> None:
         db["requests"].add_column(col, typ)
     db["runs"].add_column("source", str)
     db["runs"].add_column("trace_json", str)
+
+
+@migration("m014_verdicts_and_clocks")
+def m014_verdicts_and_clocks(db: Database) -> None:
+    # E2E ends at the receive time of the read that ended the stream (the clock TTFT uses); the
+    # moment the event loop got round to it stays beside it.
+    db["requests"].add_column("e2e_user_ms", float)
+    # The verdicts, one row per variant, load level and margin, for Datasette's canned query: it
+    # exists on every ledger, empty for runs without margins.
+    db["derived_verdicts"].create({"run_id": str, "variant": str, "concurrency": int, "metric": str, "margin": float,
+                                   "unit": str, "pairs": int, "estimate": float, "ci_low": float, "ci_high": float,
+                                   "ci_level": float, "p_margin": float, "p_margin_holm": float, "verdict": str,
+                                   "why": str, "method": str})

@@ -215,41 +215,55 @@ class Ledger:
             self._db["server_samples"].insert_all(rows)
 
     def server_series(self, run_id: str, series: str, variant: str | None = None) -> list[dict[str, Any]]:
-        """(variant, mono_ms, value) points of one /metrics series, in time order."""
-        sql = "select variant, mono_ms, value from server_samples where run_id = ? and series = ?"
+        """(variant, replica, mono_ms, value) points of one /metrics series, in time order per server
+        (values are stored when they change, so a point holds until the next one)."""
+        sql = "select variant, replica, mono_ms, value from server_samples where run_id = ? and series = ?"
         params: list[Any] = [run_id, series]
         if variant is not None:
             sql += " and variant = ?"
             params.append(variant)
-        return list(self._db.query(sql + " order by variant, mono_ms", params))
+        return list(self._db.query(sql + " order by variant, replica, mono_ms", params))
 
     def series_delta(self, run_id: str, variant: str, series: str, start_ms: float | None = None,
-                     end_ms: float | None = None) -> float | None:
-        """How much a server counter grew between two moments on the run's clock (the whole run
-        when not given): the last stored value at or before `end_ms` minus the one at or before
-        `start_ms` (values are stored when they change, so "at or before" is the value then)."""
-        pts = self.server_series(run_id, series, variant)
-        if not pts:
+                     end_ms: float | None = None, replica: int | None = None, every_replica: bool = True
+                     ) -> float | None:
+        """How much a server counter grew between two moments on its server's clock (the whole run
+        when not given), summed over the variant's servers (each replica's counter is its own
+        series: interleaved they would count each other's values as growth). ``replica`` with
+        ``every_replica=False``: one server only."""
+        by: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+        for p in self.server_series(run_id, series, variant):
+            if every_replica or p["replica"] == replica:
+                by[p["replica"]].append(p)
+        if not by:
             return None
 
-        def at(t: float | None, default: float) -> float:
+        def at(pts: list[dict[str, Any]], t: float | None, default: float) -> float:
             if t is None:
                 return default
             before = [p["value"] for p in pts if p["mono_ms"] <= t]
             return before[-1] if before else pts[0]["value"]
 
-        return at(end_ms, pts[-1]["value"]) - at(start_ms, pts[0]["value"])
+        return sum(at(pts, end_ms, pts[-1]["value"]) - at(pts, start_ms, pts[0]["value"]) for pts in by.values())
 
     def level_counter_delta(self, run_id: str, variant: str, rows: list[dict[str, Any]], series: str,
-                            margin_ms: float = 5000.0) -> float | None:
-        """A server counter's growth over one load level: from its first send to ``margin_ms`` after
-        its last request ended (the scraper's last sample of the level comes just after it)."""
-        spans = [(r["mono_start_ms"], r["mono_start_ms"] + (r["e2e_ms"] or 0.0)) for r in rows
-                 if r["mono_start_ms"] is not None]
-        if not spans:
-            return None
-        return self.series_delta(run_id, variant, series, min(a for a, _ in spans) - 1,
-                                 max(b for _, b in spans) + margin_ms)
+                            until_ms: dict[Any, float] | None = None, margin_ms: float = 1000.0) -> float | None:
+        """A server counter's growth over one load level, per server, summed: from the level's first
+        send on that server to ``margin_ms`` after its last request ended (the scraper samples just
+        after), but never past ``until_ms[replica]``, when the next level began on that server."""
+        spans: dict[Any, list[tuple[float, float]]] = defaultdict(list)
+        for r in rows:
+            if r["mono_start_ms"] is not None:
+                spans[r["replica"]].append((r["mono_start_ms"], r["mono_start_ms"] + (r["e2e_ms"] or 0.0)))
+        total, seen = 0.0, False
+        for rep, sp in spans.items():
+            end = max(b for _, b in sp) + margin_ms
+            if until_ms and rep in until_ms:
+                end = min(end, until_ms[rep] - 1e-3)
+            d = self.series_delta(run_id, variant, series, min(a for a, _ in sp) - 1, end, rep, every_replica=False)
+            if d is not None:
+                total, seen = total + d, True
+        return total if seen else None
 
     @_write
     def insert_client_lag(self, rows: list[dict[str, Any]]) -> None:
@@ -295,10 +309,11 @@ class Ledger:
 
     @_write
     def replace_derived(self, spikes: list[dict[str, Any]], summary: list[dict[str, Any]],
-                        cost: list[dict[str, Any]] | None = None) -> None:
+                        cost: list[dict[str, Any]] | None = None, verdicts: list[dict[str, Any]] | None = None) -> None:
         """Findings that need Python (robust statistics), recomputed for Datasette in one transaction."""
         with self._db.conn:
-            for table, rows in (("derived_spikes", spikes), ("derived_summary", summary), ("derived_cost", cost or [])):
+            for table, rows in (("derived_spikes", spikes), ("derived_summary", summary), ("derived_cost", cost or []),
+                                ("derived_verdicts", verdicts or [])):
                 self._db[table].delete_where()
                 if rows:
                     self._db[table].insert_all(rows)

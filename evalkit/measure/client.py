@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
@@ -42,6 +44,7 @@ class RequestResult:
     # (the clock when the event loop ran the read); the user-space first-token time is kept beside it
     timestamp_source: str = "user"
     ttft_user_ms: float | None = None
+    e2e_user_ms: float | None = None  # send to when the event loop got round to the end (E2E is the end's receive time)
     n_reads: int = 0
     first_read_chunks: int | None = None  # content chunks sharing the first token's receive time (1: exact)
     max_read_chunks: int = 0  # the most content chunks that shared one receive time
@@ -110,6 +113,7 @@ class StreamParser:
         self.buf = b""
         self.buf_at: tuple[float, float | None] = (t0, None)  # when the partial line in buf began arriving
         self.done = False
+        self.end_at: float | None = None  # receive time of the read that carried [DONE] (else the last event)
 
     def feed(self, data: bytes, now: float, user_s: float | None = None) -> bool:
         """Apply one read; True at `data: [DONE]`. An event is timed by the read that brought its
@@ -136,9 +140,13 @@ class StreamParser:
         return self.done
 
     def finish(self, now: float) -> None:
+        """The stream ended at ``now`` (user space): E2E runs to the receive time of the read that
+        ended it, the same clock TTFT uses; the user-space end stays beside it (e2e_user_ms)."""
         if not self.done and self.buf.strip():
             self.done = self._line(self.buf.strip(), self.buf_at[0])
         res = self.res
+        res.e2e_user_ms = (now - self.t0) * 1000
+        res.e2e_ms = ((self.end_at if self.end_at is not None else now) - self.t0) * 1000
         res.text = "".join(self.parts)
         # Content events that share one receive time arrived (or were merged by TCP while the
         # client did not read) together: a first token sharing its time with later ones may be late.
@@ -161,6 +169,7 @@ class StreamParser:
         data = line[5:].strip()
         if res.first_chunk_ms is None:
             res.first_chunk_ms = (now - self.t0) * 1000
+        self.end_at = now
         if data == b"[DONE]":
             return True
         try:
@@ -227,19 +236,22 @@ async def stream_chat(
 ) -> RequestResult:
     res = RequestResult(started_at=utcnow())
     t0 = time.perf_counter()
-    if epoch is not None:
-        res.mono_start_ms = (t0 - epoch) * 1000
+    sent = SimpleNamespace(at=None)
     parser = StreamParser(res, t0)
     try:
         timeout = aiohttp.ClientTimeout(total=timeout_s)
-        async with http.post(url, json=payload, headers=headers or {}, timeout=timeout) as resp:
+        async with http.post(url, json=payload, headers=headers or {}, timeout=timeout, trace_request_ctx=sent) as resp:
+            if sent.at is not None:  # the session stamps the moment its connection was ready (SEND_STAMP)
+                t0 = parser.t0 = sent.at
             res.http_status = resp.status
             if resp.status != 200:
                 res.retry_after_s = retry_after(resp.headers.get("Retry-After"))
                 body = await resp.text(errors="replace")
                 res.error_class = f"http_{resp.status}"
                 res.error = body[:2000]
-                res.e2e_ms = (time.perf_counter() - t0) * 1000
+                res.e2e_ms = res.e2e_user_ms = (time.perf_counter() - t0) * 1000
+                if epoch is not None:
+                    res.mono_start_ms = (t0 - epoch) * 1000
                 return res
             # Read whatever bytes have arrived: one await per network read instead of one per SSE
             # line. Events that arrived in the same read get the same arrival time.
@@ -260,7 +272,27 @@ async def stream_chat(
         # failed to connect
         res.error_class = "stream_cut" if res.http_status is not None else "connect_error"
         res.error = f"{type(e).__name__}: {e}"[:500]
-    res.e2e_ms = (time.perf_counter() - t0) * 1000
+    if epoch is not None:
+        res.mono_start_ms = (t0 - epoch) * 1000
     parser.finish(time.perf_counter())
     classify_end(res, parser.done)
     return res
+
+
+def _stamp(session: object, ctx: SimpleNamespace, params: object) -> Awaitable[None]:
+    if isinstance(ctx.trace_request_ctx, SimpleNamespace):
+        ctx.trace_request_ctx.at = time.perf_counter()
+
+    async def done() -> None:
+        return None
+
+    return done()
+
+
+def send_stamp() -> aiohttp.TraceConfig:
+    """A trace for aiohttp sessions: each request's send instant is stamped when its connection is
+    ready (new or reused), as the kernel-stamped client stamps it, so connecting is not TTFT."""
+    tc = aiohttp.TraceConfig()
+    tc.on_connection_create_end.append(_stamp)  # type: ignore[arg-type]
+    tc.on_connection_reuseconn.append(_stamp)  # type: ignore[arg-type]
+    return tc

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 
 
 class LagProbe:
@@ -42,10 +42,12 @@ class LagProbe:
         self._stop.set()
 
     def max_between(self, start_ms: float, end_ms: float) -> float | None:
-        """The worst lag in the windows that overlap [start, end] (a window ends at its time)."""
+        """The worst lag in the windows that overlap [start, end]. Window k runs from the previous
+        window's end to its own time: it overlaps when it ends at or after start and began at or
+        before end (never a window that began after the request ended)."""
         i = bisect_left(self.times, start_ms)
-        j = bisect_left(self.times, end_ms + self.window_s * 1000.0)
-        vals = self.lags[i:j + 1] if i < len(self.lags) else []
+        j = bisect_right(self.times, end_ms)  # window j began at times[j - 1] <= end
+        vals = self.lags[i:j + 1]
         return max(vals) if vals else None
 
     def rows(self, run_id: str, phase: str, proc: int = 0) -> list[dict]:

@@ -299,6 +299,7 @@ class WireClient:
             conn, reused = await self._conn(key)
             loop = asyncio.get_running_loop()
             conn.read_size = READ_PRECISE  # until this response's first token
+            conn.offset_ns = realtime_offset_ns()  # per request: a clock step must not shift every later stamp
             try:
                 # stamped before the send: the send wakes the server, which may take this core before
                 # the call returns, and a stamp after it would then start TTFT after the server did
@@ -368,8 +369,7 @@ async def stream_chat_wire(wire: WireClient, url: str, payload: dict[str, Any], 
         wire.release(resp.conn, reusable)
     if epoch is not None and res.mono_start_ms is None:
         res.mono_start_ms = (t0 - epoch) * 1000
-    res.e2e_ms = (end - t0) * 1000
-    parser.finish(end)
+    parser.finish(end)  # E2E: to the kernel receive time of the read that ended the stream
     classify_end(res, parser.done)
     return res
 

@@ -5,10 +5,10 @@ keeps the SLO up to concurrency 8 vs 4"); and cost per token at each level."""
 from __future__ import annotations
 
 import json
-import math
 from collections import defaultdict
 from typing import Any
 
+from ..engines.budget import requests_that_fit
 from ..execution.load import SLO_METRICS, reference_latencies, slowdowns
 from ..ledger import Ledger
 from ..spec.sizes import human
@@ -46,12 +46,18 @@ def load_levels(rows: list[dict[str, Any]], load: dict[str, Any], ledger: Ledger
     for r in rows:
         groups[(r["variant"], r["phase"] or "main")].append(r)
     refs = {v: reference_latencies(rs) for (v, _), rs in groups.items() if max((r["concurrency"] or 1) for r in rs) == 1}
+    starts = {k: _first_sends(rs) for k, rs in groups.items()}
     out = []
     for (v, phase), rs in groups.items():
         ok = [r for r in rs if r["error_class"] is None]
-        spans = [(r["mono_start_ms"], r["mono_start_ms"] + (r["e2e_ms"] or 0.0)) for r in rs
-                 if r["mono_start_ms"] is not None]
-        wall_s = (max(b for _, b in spans) - min(a for a, _ in spans)) / 1000.0 if spans else None
+        wall_s = _wall_s(rs)
+        # the next level on each server began when its first request went: the counter stops there
+        until: dict[Any, float] = {}
+        for (v2, ph2), st in starts.items():
+            if v2 == v and ph2 != phase:
+                for rep, t in st.items():
+                    if t > starts[(v, phase)].get(rep, float("inf")):
+                        until[rep] = min(until.get(rep, float("inf")), t)
         out_tok = sum(r["completion_tokens"] or 0 for r in ok)
         in_tok = sum(r["prompt_tokens"] or 0 for r in ok)
         ref = refs.get(v, {})
@@ -66,7 +72,7 @@ def load_levels(rows: list[dict[str, Any]], load: dict[str, Any], ledger: Ledger
             "output_tps": out_tok / wall_s if wall_s else None, "requests_per_s": len(ok) / wall_s if wall_s else None,
             "kv_peak": _peak(rs, "srv_kv_cache_usage_peak"), "running_peak": _peak(rs, "srv_running_peak"),
             "waiting_peak": _peak(rs, "srv_waiting_peak"),
-            "preemptions": ledger.level_counter_delta(run_id, v, rs, "num_preemptions_total") if ledger and run_id
+            "preemptions": ledger.level_counter_delta(run_id, v, rs, "num_preemptions_total", until) if ledger and run_id
             else None,
             "slowdown_p99": p99_rel or None,
             "meets_slo": (not (len(rs) - len(ok)) and all(p99[k] is not None and p99[k] <= absolute[k] for k in absolute)
@@ -76,6 +82,27 @@ def load_levels(rows: list[dict[str, Any]], load: dict[str, Any], ledger: Ledger
             "goodput_ci95_pct": [100 * x for x in ci] if slo and (ci := wilson(good, len(rs))) else None,
         })
     return sorted(out, key=lambda x: (x["variant"], x["concurrency"], x["phase"]))
+
+
+def _first_sends(rows: list[dict[str, Any]]) -> dict[Any, float]:
+    """replica -> when the level's first request went to that server (its own clock)."""
+    out: dict[Any, float] = {}
+    for r in rows:
+        if r["mono_start_ms"] is not None:
+            out[r["replica"]] = min(out.get(r["replica"], float("inf")), r["mono_start_ms"])
+    return out
+
+
+def _wall_s(rows: list[dict[str, Any]]) -> float | None:
+    """A level's wall time: the longest span of one server's requests. Each server's rows are on
+    the clock of the process that sent them (a Ray worker has its own), so spans are never mixed."""
+    spans: dict[Any, list[tuple[float, float]]] = defaultdict(list)
+    for r in rows:
+        if r["mono_start_ms"] is not None:
+            spans[r["replica"]].append((r["mono_start_ms"], r["mono_start_ms"] + (r["e2e_ms"] or 0.0)))
+    if not spans:
+        return None
+    return max(max(b for _, b in sp) - min(a for a, _ in sp) for sp in spans.values()) / 1000.0
 
 
 def _peak(rows: list[dict[str, Any]], col: str) -> float | None:
@@ -111,7 +138,7 @@ def capacity(variants: list[dict[str, Any]], rows: list[dict[str, Any]], levels:
             p = mean([r["prompt_tokens"] for r in rows if r["variant"] == v["name"] and r["complexity"] == cx
                       and r["prompt_tokens"]])
             if p:
-                per[cx] = (blocks - 1) // max(1, math.ceil((p + max_tokens) / bs))
+                per[cx] = requests_that_fit(blocks, bs, p + max_tokens)
         vrows = [r for r in rows if r["variant"] == v["name"]]
         sat = [r["concurrency"] for r in vrows if (r["srv_kv_cache_usage_peak"] or 0) >= stop_kv
                or (r["srv_preemptions"] or 0) > 0]

@@ -9,15 +9,23 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from scipy.stats import t as student_t
+
 from ..errors import UsageError
 from ..host import hosts_differ
 from ..ledger import Ledger
-from ..stats import bootstrap_ci, mean
+from ..stats import PairedTest, mean
 from .findings import request_rows
-from .report import first_level
-from .verdicts import LATENCY, _pairs, known_metrics, parse_margins
+from .selection import first_level
+from .verdicts import known_metrics, paired_test, parse_margins
 
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+
+def _se(t: PairedTest) -> float | None:
+    """The standard error the test's own 95 % interval implies (its half-width / 1.96)."""
+    iv = t.interval(0.05) if t.n >= 2 else None
+    if not iv or not all(math.isfinite(x) for x in iv):
+        return None
+    return (iv[1] - iv[0]) / (2 * 1.959964)
 
 
 def default_metrics() -> list[str]:
@@ -28,8 +36,7 @@ def default_metrics() -> list[str]:
 def compare(ledger: Ledger, run_ids: list[str] | None, metrics: list[str] | None = None) -> dict[str, Any]:
     if not run_ids:
         latest = ledger.require_run(None)
-        run_ids = [r for r in ledger.run_ids(latest["matrix_name"])
-                   if ledger.require_run(r)["status"] in ("complete", "failed")]
+        run_ids = [r for r in ledger.run_ids(latest["matrix_name"]) if ledger.require_run(r)["status"] == "complete"]
     runs = [ledger.require_run(r) for r in run_ids]
     if len(runs) < 2:
         raise UsageError(f"compare: give at least two runs of one matrix (found {len(runs)})")
@@ -56,14 +63,12 @@ def compare(ledger: Ledger, run_ids: list[str] | None, metrics: list[str] | None
         base = ledger.baseline(r["id"])
         for v in sorted({x["variant"] for x in reqs} - {base}):
             for ms in specs:
-                diffs, base_mean = _pairs(reqs, base, v, ms)
-                if ms.metric in LATENCY and base_mean:
-                    diffs = [100.0 * d / base_mean for d in diffs]
-                ci = bootstrap_ci(diffs)
-                sd = math.sqrt(sum((x - mean(diffs)) ** 2 for x in diffs) / (len(diffs) - 1)) if len(diffs) > 1 else None
-                rows.append({"run": r["id"], "variant": v, "metric": ms.metric, "pairs": len(diffs),
-                             "estimate": mean(diffs), "ci95": list(ci) if ci else None, "sd": sd,
-                             "unit": "%" if ms.metric in LATENCY else ms.unit})
+                t = paired_test(reqs, base, v, ms)
+                iv = t.interval(0.05) if t.n >= 2 else None
+                se = _se(t)
+                rows.append({"run": r["id"], "variant": v, "metric": ms.metric, "pairs": t.n,
+                             "estimate": t.estimate, "ci95": list(iv) if iv else None, "se": se,
+                             "unit": ms.unit})
     pooled = []
     for v, metric in dict.fromkeys((x["variant"], x["metric"]) for x in rows):
         xs = [x for x in rows if x["variant"] == v and x["metric"] == metric and x["estimate"] is not None]
@@ -72,8 +77,8 @@ def compare(ledger: Ledger, run_ids: list[str] | None, metrics: list[str] | None
         ests = [x["estimate"] for x in xs]
         mu = sum(ests) / len(ests)
         sd_between = math.sqrt(sum((e - mu) ** 2 for e in ests) / (len(ests) - 1))
-        half = T975.get(len(ests) - 1, 2.0) * sd_between / math.sqrt(len(ests))
-        within = mean([x["sd"] / math.sqrt(x["pairs"]) for x in xs if x["sd"] is not None and x["pairs"]])
+        half = float(student_t.ppf(0.975, len(ests) - 1)) * sd_between / math.sqrt(len(ests))
+        within = mean([x["se"] for x in xs])
         pooled.append({"variant": v, "metric": metric, "runs": len(xs), "pooled": mu,
                        "between_run_ci95": [mu - half, mu + half], "between_run_sd": sd_between,
                        "within_run_se": within, "unit": xs[0]["unit"]})

@@ -12,10 +12,11 @@ from typing import Any
 from ..errors import UsageError
 from ..grading.registry import available
 from ..ledger import Ledger
-from ..stats import mean, percentile
+from ..stats import mean, percentile, time_weighted_mean
 from .capacity import capacity, capacity_statement, cost, load_levels
 from .plots import quality_vs_cost
-from .report import build_report, first_level, paired, quality
+from .report import build_report, quality
+from .selection import first_level, level_of
 from .traffic import conversations, prefix_sharing, trace_fidelity, traffic_lines
 from .under_load import lines as ul_lines
 from .under_load import quality_under_load
@@ -73,14 +74,21 @@ def mad(xs: list[float]) -> float:
     return percentile([abs(x - m) for x in xs], 50) or 0.0
 
 
+# A spike must also stand out in absolute terms: 10 % and 1 ms above its slice's median. Where the
+# spread is near zero (a stub server, a cached answer) the robust z of a 1 ms wiggle is large, but
+# the request was not slow.
+SPIKE_MIN_EXCESS = (0.10, 1.0)
+
+
 def find_spikes(values: list[float], k: float = 3.5) -> list[int]:
-    """Indices of values above median + k * 1.4826 * MAD (a robust z-score over k). The scale is
-    floored at 1 % of the median, so identical values do not make every wiggle a spike."""
+    """Indices of values above median + k * 1.4826 * MAD (a robust z-score over k) that are also
+    at least 10 % and 1 ms above the median. The scale is floored at 1 % of the median."""
     if len(values) < 5:
         return []
     med = percentile(values, 50) or 0.0
     scale = max(1.4826 * mad(values), 0.01 * abs(med), 1e-9)
-    return [i for i, v in enumerate(values) if v > med + k * scale]
+    floor = max(med * (1 + SPIKE_MIN_EXCESS[0]), med + SPIKE_MIN_EXCESS[1])
+    return [i for i, v in enumerate(values) if v > med + k * scale and v >= floor]
 
 
 def attribute_spike(r: dict[str, Any], slice_rows: list[dict[str, Any]], metric: str,
@@ -109,24 +117,25 @@ def attribute_spike(r: dict[str, Any], slice_rows: list[dict[str, Any]], metric:
 
 def spikes(rows: list[dict[str, Any]], metric: str = "ttft_ms", k: float = 3.5) -> list[dict[str, Any]]:
     out = []
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for r in rows:
+    groups: dict[tuple[str, int, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:  # like with like: a request is compared with its own slice at its own load level
         if r["error_class"] is None and r[metric] is not None:
-            groups[(r["variant"], r["complexity"])].append(r)
+            groups[(r["variant"], level_of(r), r["complexity"])].append(r)
     firsts = {v: min(r["seq"] for r in rows if r["variant"] == v) for v in {r["variant"] for r in rows}}
-    for (v, cx), rs in sorted(groups.items()):
+    for (v, level, cx), rs in sorted(groups.items()):
         vals = [r[metric] for r in rs]
         med = percentile(vals, 50) or 0.0
         scale = max(1.4826 * mad(vals), 0.01 * abs(med), 1e-9)
         for i in find_spikes(vals, k):
             r = rs[i]
             cause, why = attribute_spike(r, rs, metric, firsts[v])
+            z = (r[metric] - med) / scale
+            where = f"{v} {cx}" + ("" if level == 1 else f" c={level}")
             out.append({"request_id": r["id"], "variant": v, "complexity": cx, "case_id": r["case_id"],
-                        "metric": metric, "value": r[metric], "slice_median": med,
-                        "robust_z": (r[metric] - med) / scale, "cause": cause, "evidence": why,
-                        "line": f"{v} {cx} {r['case_id']}: {metric.removesuffix('_ms').upper()} {r[metric]:,.0f} ms "
-                                f"(slice median {med:,.0f} ms, robust z {(r[metric] - med) / scale:.1f}): "
-                                f"{cause}: {why}"})
+                        "concurrency": level, "metric": metric, "value": r[metric], "slice_median": med,
+                        "robust_z": z, "cause": cause, "evidence": why,
+                        "line": f"{where} {r['case_id']}: {metric.removesuffix('_ms').upper()} {r[metric]:,.0f} ms "
+                                f"(slice median {med:,.0f} ms, robust z {z:.1f}): {cause}: {why}"})
     return out
 
 
@@ -162,9 +171,11 @@ def parse_targets(text: str) -> dict[tuple[str, float], float]:
 
 def recommend(rows: list[dict[str, Any]], targets: dict[tuple[str, float], float]) -> list[dict[str, Any]]:
     """Per workload class: which variants meet every SLO, with a bootstrap interval on each
-    percentile so a pass or a miss that is within noise says so."""
+    percentile so a pass or a miss that is within noise says so. Each variant at its first load
+    level: the rows the report's tables and verdicts use."""
     import random
 
+    rows = first_level(rows)
     out = []
     variants = sorted({r["variant"] for r in rows})
     for wl, pick in WORKLOADS.items():
@@ -190,35 +201,51 @@ def recommend(rows: list[dict[str, Any]], targets: dict[tuple[str, float], float
     return out
 
 
-def study_summary(ledger: Ledger, run_id: str, rows: list[dict[str, Any]], baseline: str) -> list[dict[str, Any]]:
+def study_summary(ledger: Ledger, run_id: str, rows: list[dict[str, Any]], baseline: str,
+                  pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The study's table: TTFT tax by complexity, E2E delta on medium generations, KV-cache
-    peak and mean, preemptions, and the quality ledger, for each variant against the baseline."""
+    peak and time-weighted mean, preemptions, and the quality ledger, for each variant against the
+    baseline, at each variant's first load level (the report's own comparisons, ``pairs``)."""
     out = []
     first = first_level(rows)
-    ttft = {(p["variant"], p["complexity"]): p for p in paired(first, baseline, "ttft_ms")}
-    e2e = {(p["variant"], p["complexity"]): p for p in paired(first, baseline, "e2e_ms")}
+    ttft = {(p["variant"], p["complexity"]): p for p in pairs if p["metric"] == "ttft_ms"}
+    e2e = {(p["variant"], p["complexity"]): p for p in pairs if p["metric"] == "e2e_ms"}
+    base_ok = [r for r in first if r["variant"] == baseline and r["error_class"] is None]
     for v in sorted({r["variant"] for r in rows}):
-        kv = [x["value"] for x in ledger.server_series(run_id, "kv_cache_usage_perc", v)]
-        vr = [r for r in rows if r["variant"] == v]
+        vr = [r for r in first if r["variant"] == v]
         ok = [r for r in vr if r["error_class"] is None]
         entry: dict[str, Any] = {"variant": v, "is_baseline": v == baseline, "n": len(vr), "errors": len(vr) - len(ok)}
         for cx in ("short", "medium", "long"):
             t = ttft.get((v, cx))
             entry[f"ttft_mean_{cx}_ms"] = mean([r["ttft_ms"] for r in ok if r["complexity"] == cx])
             entry[f"ttft_tax_{cx}_pct"] = t["delta_pct"] if t else None
-            entry[f"ttft_tax_{cx}_ci95_pct"] = t["ci95_pct"] if t else None
+            entry[f"ttft_tax_{cx}_ci_pct"] = t["ci_pct"] if t else None
         m = e2e.get((v, "medium"))
         entry["e2e_mean_medium_ms"] = mean([r["e2e_ms"] for r in ok if r["complexity"] == "medium"])
         entry["e2e_delta_medium_pct"] = m["delta_pct"] if m else None
-        entry["e2e_delta_medium_ci95_pct"] = m["ci95_pct"] if m else None
+        entry["e2e_delta_medium_ci_pct"] = m["ci_pct"] if m else None
         entry["ttft_max_ms"] = max((r["ttft_ms"] for r in ok if r["ttft_ms"] is not None), default=None)
-        entry["kv_cache_peak_pct"] = 100 * max(kv) if kv else None
-        entry["kv_cache_mean_pct"] = 100 * mean(kv) if kv else None
+        entry.update(kv_use(ledger, run_id, v, [r for r in rows if r["variant"] == v]))
         entry["preemptions"] = ledger.series_delta(run_id, v, "num_preemptions_total") or 0.0
-        entry.update(quality(ok, None if v == baseline else [r for r in rows if r["variant"] == baseline
-                                                              and r["error_class"] is None]))
+        entry.update(quality(ok, None if v == baseline else base_ok))
         out.append(entry)
     return out
+
+
+def kv_use(ledger: Ledger, run_id: str, variant: str, rows: list[dict[str, Any]]) -> dict[str, float | None]:
+    """KV-cache use over the whole run of a variant: the peak, and the mean over time (each
+    server's step series up to its last request, averaged over its servers)."""
+    by: dict[Any, list[tuple[float, float]]] = defaultdict(list)
+    for x in ledger.server_series(run_id, "kv_cache_usage_perc", variant):
+        by[x["replica"]].append((x["mono_ms"], x["value"]))
+    ends: dict[Any, float] = {}
+    for r in rows:
+        if r["mono_start_ms"] is not None:
+            ends[r["replica"]] = max(ends.get(r["replica"], 0.0), r["mono_start_ms"] + (r["e2e_ms"] or 0.0))
+    means = [time_weighted_mean(pts, ends.get(rep)) for rep, pts in by.items()]
+    peak = max((v for pts in by.values() for _, v in pts), default=None)
+    return {"kv_cache_peak_pct": None if peak is None else 100 * peak,
+            "kv_cache_mean_pct": None if not means else 100 * (mean(means) or 0.0)}
 
 
 def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = None, k: float = 3.5,
@@ -242,7 +269,7 @@ def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = N
     costs = cost(variants, levels, json.loads(run["matrix_json"]).get("reference_price"))
     return {
         "run_id": run_id, "baseline": baseline,
-        "slices": slices(rows, by or ["complexity"]),
+        "slices": slices(first_level(rows), by or ["complexity"]),
         "paired": report["paired"],
         "multiplicity": report["multiplicity"],
         "verdicts": (vs := verdicts(first_level(rows), baseline, specs)),
@@ -252,7 +279,7 @@ def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = N
         "capacity_statement": capacity_lines,
         "load_levels": levels,
         "cost": costs,
-        "study_summary": study_summary(ledger, run_id, rows, baseline) if baseline else [],
+        "study_summary": study_summary(ledger, run_id, rows, baseline, report["paired"]) if baseline else [],
         "quality_under_load": qul,
         "quality_vs_cost": quality_vs_cost(rows, levels, costs),
         **(traffic := {"trace_fidelity": trace_fidelity(rows), "prefix_sharing": prefix_sharing(ledger, run_id, rows),

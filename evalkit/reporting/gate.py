@@ -3,7 +3,7 @@ a model or engine upgrade can be gated the way prompt changes are."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
@@ -15,7 +15,8 @@ from ..ledger import Ledger
 from ..stats import percentile
 from .findings import parse_targets, request_rows
 from .report import build_report
-from .verdicts import MarginSpec, parse_margins, verdicts
+from .selection import by_level, first_level, is_swept
+from .verdicts import MarginSpec, fmt_estimate, level_text, parse_margins, verdicts
 
 
 @dataclass
@@ -57,12 +58,8 @@ class GateSpec:
             th = known[name][1]
             if th.scale == 100.0 and not 0 <= out[name] <= 1:
                 raise UsageError(f"--threshold: '{item}': {name} is a share, 0-1")
-        spec = cls(out, max_error_rate, parse_targets(target) if target else {}, parse_margins(margins),
+        return cls(out, max_error_rate, parse_targets(target) if target else {}, parse_margins(margins),
                    max_client_lag_ms)
-        if spec.empty():
-            raise UsageError("check: give at least one threshold (e.g. --threshold schema_pass=0.9, --margins "
-                             "drift=0.05, --target ttft_p99=2000, --max-error-rate 0)")
-        return spec
 
     def empty(self) -> bool:
         return (not self.thresholds and self.max_error_rate is None and not self.targets and not self.margins
@@ -91,11 +88,21 @@ def threshold_check(variant: str, row: dict[str, Any], name: str, th: Threshold,
 
 
 def run_checks(ledger: Ledger, run_id: str | None, spec: GateSpec) -> tuple[str, list[Check]]:
+    """Every check of a gate on one run. Thresholds and targets read each variant's first load
+    level (the report's rows); margins compare the variants level by level, so a sweep's gate never
+    sets one variant's high level against another's low one. With no margins given, the matrix's
+    own `margins:` are checked."""
     rep = build_report(ledger, run_id)
     rid = rep["run"]["id"]
     base = rep["baseline"]
+    if not spec.margins:
+        spec = replace(spec, margins=parse_margins(rep["matrix_margins"], "matrix margins"))
+    if spec.empty():
+        raise UsageError("check: give at least one threshold (e.g. --threshold schema_pass=0.9, --margins "
+                         "drift=0.05, --target ttft_p99=2000, --max-error-rate 0), or margins in the matrix")
     rows = {r["variant"]: r for r in rep["rows"] if r["complexity"] == "all"}
     reqs = request_rows(ledger, rid) if spec.targets or spec.margins or spec.max_client_lag_ms is not None else []
+    first = first_level(reqs)
     known = registry_thresholds()
     out: list[Check] = []
     for v, r in rows.items():
@@ -110,7 +117,7 @@ def run_checks(ledger: Ledger, run_id: str | None, spec: GateSpec) -> tuple[str,
                 continue
             out.append(threshold_check(v, r, name, th, limit))
         for (metric, q), limit in spec.targets.items():
-            xs = [x[metric] for x in reqs if x["variant"] == v and x["error_class"] is None and x[metric] is not None]
+            xs = [x[metric] for x in first if x["variant"] == v and x["error_class"] is None and x[metric] is not None]
             est = percentile(xs, q)
             label = f"{metric.removesuffix('_ms')} p{q:g}"
             out.append(_check(v, label, est, limit, None if est is None else est <= limit,
@@ -124,10 +131,14 @@ def run_checks(ledger: Ledger, run_id: str | None, spec: GateSpec) -> tuple[str,
                               None if p99 is None else p99 <= spec.max_client_lag_ms,
                               f"client event-loop lag p99 {p99 or 0:,.1f} ms over its requests (max "
                               f"{spec.max_client_lag_ms:g} ms; {'kernel' if kernel else 'user-space'} stamps)"))
-    for e in verdicts(reqs, base, spec.margins):
-        est = "-" if e["estimate"] is None else f"{e['estimate']:+.4g}"
-        out.append(Check(e["variant"], f"margin {e['metric']}", e["estimate"], e["margin"], e["verdict"] != "inferior",
-                         f"{e['metric']}: {e['verdict']} (estimate {est}, margin {e['margin_text']}; {e['why']})"))
+    levels = by_level(reqs, base) if is_swept(reqs) else [(None, first)]
+    for level, rs in levels:
+        at = "" if level is None else f" at c={level}"
+        for e in verdicts(rs, base, spec.margins):
+            out.append(Check(e["variant"], f"margin {e['metric']}{at}", e["estimate"], e["margin"],
+                             e["verdict"] != "inferior",
+                             f"{e['metric']}{at}: {e['verdict']} ({fmt_estimate(e)} at {level_text(e['ci_level'])}, "
+                             f"margin {e['margin_text']}; {e['why']})"))
     return rid, out
 
 
@@ -144,10 +155,6 @@ def junit_xml(run_id: str, checks: list[Check]) -> str:
 
 def summary_line(checks: list[Check]) -> str:
     return f"{sum(c.passed for c in checks)} passed, {sum(not c.passed for c in checks)} failed"
-
-
-def as_dicts(checks: list[Check]) -> list[dict[str, Any]]:
-    return [c.__dict__ for c in checks]
 
 
 def write_junit(path: Path, run_id: str, checks: list[Check]) -> None:

@@ -46,12 +46,15 @@ def _verdicts(f: dict[str, Any]) -> list[str]:
     parts = []
     if f["verdict_lines"]:
         parts.append("<h2>Verdicts</h2><p class='note'>Each metric against the margin the team chose (candidate − "
-                     "baseline, paired by case): superior, non-inferior, inferior or inconclusive; one-sided sign-flip "
-                     "tests, Holm-adjusted within each variant (docs/verdicts.md).</p>")
+                     "baseline, paired by case): superior, non-inferior, inferior or inconclusive, read from the "
+                     "interval at the level of Holm's last step within each variant, so verdict and interval agree "
+                     "(docs/verdicts.md).</p>")
         parts += [f"<p><b>{escape(line)}</b></p>" for line in f["verdict_lines"]]
-        parts.append(_table(["variant", "metric", "margin", "pairs", "estimate", "95% CI", "Holm p", "verdict"],
+        parts.append(_table(["variant", "metric", "margin", "pairs", "estimate", "interval", "level", "Holm p at margin",
+                             "verdict"],
                             [[e["variant"], e["metric"], e["margin_text"], e["pairs"], _f(e["estimate"], 3),
-                              _f(e["ci95"], 3), _f(e["p_holm"], 3), e["verdict"]] for e in f["verdicts"]]))
+                              _f(e["ci"], 3), f"{100 * e['ci_level']:.3g} %", _f(e["p_margin_holm"], 3), e["verdict"]]
+                             for e in f["verdicts"]]))
     for line in (f.get("multiplicity_notes") or []):
         parts.append(f"<p class='note'>{escape(line)}</p>")
     return parts
@@ -116,12 +119,12 @@ def render_html(ledger: Ledger, run_id: str | None = None) -> str:
     parts.append("<h2>Summary (as in the study)</h2>")
     heads = headline_columns(report["graders"])
     parts.append(_table(
-        ["variant", "n", "err", "TTFT tax short %", "medium %", "long % [95% CI]", "E2E Δ medium % [95% CI]",
+        ["variant", "n", "err", "TTFT tax short %", "medium %", "long % [interval]", "E2E Δ medium % [interval]",
          "TTFT max ms", "KV peak %", "KV mean %", "preempt", *(c.label for c in heads)],
         [[s["variant"] + (" (baseline)" if s["is_baseline"] else ""), s["n"], s["errors"],
           _f(s["ttft_tax_short_pct"], 1), _f(s["ttft_tax_medium_pct"], 1),
-          f"{_f(s['ttft_tax_long_pct'], 1)} {_f(s['ttft_tax_long_ci95_pct'], 1)}",
-          f"{_f(s['e2e_delta_medium_pct'], 1)} {_f(s['e2e_delta_medium_ci95_pct'], 1)}", _f(s["ttft_max_ms"]),
+          f"{_f(s['ttft_tax_long_pct'], 1)} {_f(s['ttft_tax_long_ci_pct'], 1)}",
+          f"{_f(s['e2e_delta_medium_pct'], 1)} {_f(s['e2e_delta_medium_ci_pct'], 1)}", _f(s["ttft_max_ms"]),
           _f(s["kv_cache_peak_pct"], 1), _f(s["kv_cache_mean_pct"], 1), _f(s["preemptions"]),
           *(_f(s.get(c.key), c.digits or 0) for c in heads)] for s in f["study_summary"]]))
     parts.append("<h2>Plots</h2><div class='plots'>")
@@ -135,12 +138,14 @@ def render_html(ledger: Ledger, run_id: str | None = None) -> str:
     if not report["graders"]:
         parts.append("<p class='note'>No grades for this run yet (it ran with --no-grade): `evalkit grade` adds them.</p>")
     parts.append("<h2>Paired comparisons against the baseline (same case, same seed)</h2>"
-                 "<p class='note'>Mean difference with a 95% bootstrap interval; a verdict only where the "
-                 "interval excludes 0 and the Holm-adjusted sign-flip p-value is below 5 %.</p>")
-    parts.append(_table(["variant", "slice", "metric", "pairs", "baseline mean", "Δ", "Δ %", "95% CI (%)", "Holm p",
-                         "verdict"],
+                 "<p class='note'>Difference of the means in % (ratio of means, repeats averaged per case), with "
+                 "the interval of its sign-flip test at the level of Holm's last step over every comparison of the "
+                 "variant; a verdict only where that interval excludes 0.</p>")
+    parts.append(_table(["variant", "slice", "metric", "pairs", "baseline mean", "Δ", "Δ %", "interval (%)", "level",
+                         "Holm p", "verdict"],
                         [[p["variant"], p["complexity"], p["metric"], p["pairs"], _f(p["baseline_mean"], 1),
-                          _f(p["delta"], 1), _f(p["delta_pct"], 1), _f(p["ci95_pct"], 1), _f(p.get("p_holm"), 3),
+                          _f(p["delta"], 1), _f(p["delta_pct"], 1), _f(p.get("ci_pct"), 1),
+                          f"{100 * p['ci_level']:.3g} %" if p.get("ci_level") else "-", _f(p.get("p_holm"), 3),
                           p["verdict"]] for p in f["paired"]]))
     parts.append("<h2>Spikes (median + 3.5 × MAD per variant × complexity)</h2>")
     parts.append("".join(f"<div class='spike'>{escape(s['line'])}</div>" for s in f["spikes"]) or

@@ -6,6 +6,7 @@ one run however large. Time per case comes from the pilot's own request times.""
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -13,6 +14,8 @@ from ..errors import UsageError
 from ..execution.sizing import PRIORS, cases_needed, mde, mmss, paired_diffs, spread
 from ..host import host_line, this_host
 from ..ledger import Ledger
+from ..stats import pairs_for_a_verdict
+from .verdicts import hypotheses, parse_margins
 
 METRICS = {"drift": "", "e2e_mean": " %"}
 
@@ -36,24 +39,26 @@ def parse_detect(text: str) -> dict[str, float]:
 
 
 def between_run_sd(ledger: Ledger, matrix_name: str) -> tuple[dict[str, float], int]:
-    """The SD of the per-run mean differences across complete runs of one matrix, less what
-    each run's own sampling explains (0 when the runs agree within it); and how many runs."""
-    means: dict[str, list[tuple[float, float]]] = {}
-    runs = [r for r in ledger.run_ids(matrix_name) if ledger.require_run(r)["status"] in ("complete", "failed")]
+    """The SD of one candidate's per-run mean difference across complete runs of one matrix, less
+    what each run's own sampling explains (0 when the runs agree within it), pooled over the
+    candidates that ran at least twice; and how many complete runs there are. Two candidates of one
+    run are two questions, not two runs: their spread is never taken for the machine's drift."""
+    means: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    runs = [r for r in ledger.run_ids(matrix_name) if ledger.require_run(r)["status"] == "complete"]
     for rid in runs:
-        for d in paired_diffs(ledger, rid).values():
+        for variant, d in paired_diffs(ledger, rid).items():
             for metric, xs in d.items():
                 if len(xs) >= 2:
                     m = sum(xs) / len(xs)
                     var = sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
-                    means.setdefault(metric, []).append((m, var / len(xs)))
-    out = {}
-    for metric, ms in means.items():
+                    means.setdefault((variant, metric), []).append((m, var / len(xs)))
+    pooled: dict[str, list[float]] = {}
+    for (_, metric), ms in means.items():
         if len(ms) >= 2:
             mu = sum(m for m, _ in ms) / len(ms)
             between = sum((m - mu) ** 2 for m, _ in ms) / (len(ms) - 1)
-            out[metric] = math.sqrt(max(0.0, between - sum(v for _, v in ms) / len(ms)))
-    return out, len(runs)
+            pooled.setdefault(metric, []).append(max(0.0, between - sum(v for _, v in ms) / len(ms)))
+    return {metric: math.sqrt(sum(v) / len(v)) for metric, v in pooled.items()}, len(runs)
 
 
 def seconds_per_case(ledger: Ledger, run_id: str) -> tuple[float, float]:
@@ -76,6 +81,8 @@ def plan(ledger: Ledger, run_id: str | None, detect: dict[str, float], cases: in
     out: dict[str, Any] = {"pilot_run": rid, "matrix": run["matrix_name"], "runs_of_matrix": n_runs,
                            "pilot_host": host_line(ledger.host(run.get("host_id"))), "this_host": host_line(this_host()),
                            "seconds_per_case": per_case, "fixed_seconds": fixed, "metrics": []}
+    hyp = hypotheses(parse_margins(json.loads(run["matrix_json"] or "{}").get("margins"), "matrix margins"))
+    floor = pairs_for_a_verdict(hyp) if hyp else 2
     for metric in sorted(set(detect) | (set(METRICS) if cases else set())):
         sd, n = spreads.get(metric, (PRIORS[metric], 0))
         tau = between.get(metric, 0.0)
@@ -83,6 +90,8 @@ def plan(ledger: Ledger, run_id: str | None, detect: dict[str, float], cases: in
                              "source": f"pilot run {rid} ({n} pairs)" if n else "shipped prior (the pilot has none)"}
         if metric in detect:
             need = cases_needed(sd, detect[metric], tau)
+            if need is not None and need < floor:
+                need, e["floor"] = floor, floor  # fewer pairs could never reach a verdict on the matrix's margins
             e.update({"detect": detect[metric], "cases": need,
                       "seconds": fixed + need * per_case if need else None})
         if cases:
@@ -108,7 +117,9 @@ def plan_lines(p: dict[str, Any]) -> list[str]:
             else:
                 lines.append(f"{e['metric']}: to detect {e['detect']:g}{unit} at 80 % power (5 % two-sided): "
                              f"{e['cases']} cases, about {mmss(e['seconds'])} here (per-case SD {e['sd']:.3g}{unit} "
-                             f"from {e['source']}{tau})")
+                             f"from {e['source']}{tau})"
+                             + (f"; raised to {e['floor']}, the fewest with which the matrix's margins can reach a "
+                                "verdict under Holm" if e.get("floor") else ""))
         if "mde" in e:
             lines.append(f"{e['metric']}: {e['cases_given']} cases can detect {e['mde']:.3g}{unit} (80 % power; SD "
                          f"{e['sd']:.3g}{unit} from {e['source']}{tau})")

@@ -11,8 +11,9 @@ from ..grading.registry import available, summary_columns
 from ..host import hosts_differ
 from ..ledger import Ledger
 from ..spec.dataset import COMPLEXITIES
-from ..stats import bootstrap_ci, mean, pct_delta, percentile, sign_flip_p, verdict
-from .verdicts import apply_holm, multiplicity_notes
+from ..stats import SignFlipRatio, mean, pct_delta, percentile
+from .selection import first_level, is_swept, level_note, sweep_levels
+from .verdicts import apply_holm, case_means, flag, multiplicity_notes, shared_repeats
 
 SLICES = (*COMPLEXITIES, "all")
 
@@ -80,55 +81,32 @@ def _slice_stats(rows: list[dict[str, Any]], slo: dict[str, float]) -> dict[str,
 
 
 def paired(rows: list[dict[str, Any]], baseline: str, metric: str, by: str = "complexity") -> list[dict[str, Any]]:
-    """Candidate minus baseline on the same case and repeat, per slice, with a bootstrap CI of the
-    mean difference and a verdict only where the interval excludes 0."""
-    index = {(r["variant"], r["case_id"], r["repeat"]): r for r in rows if r["error_class"] is None}
+    """Candidate against baseline on the same cases (repeats averaged), per slice: the % difference
+    of the means, tested by a sign-flip test of the ratio of means. Each entry keeps its test
+    (``_test``) until `verdicts.apply_holm` prints its interval at the family's Holm level."""
     out = []
-    variants = sorted({r["variant"] for r in rows} - {baseline})
-    for v in variants:
-        groups: dict[str, list[tuple[float, float]]] = defaultdict(list)
-        for (var, case, rep), r in index.items():
-            b = index.get((baseline, case, rep))
-            if var != v or b is None or r[metric] is None or b[metric] is None:
-                continue
-            groups[str(r[by])].append((r[metric], b[metric]))
-            groups["all"].append((r[metric], b[metric]))
-        for s, pairs in sorted(groups.items(), key=lambda kv: (kv[0] == "all", kv[0])):
-            diffs = [a - b for a, b in pairs]
-            base_mean = mean([b for _, b in pairs])
-            ci = bootstrap_ci(diffs)
-            p = sign_flip_p(diffs)
+    shared = {v: shared_repeats(rows, baseline, v) for v in {r["variant"] for r in rows} - {baseline}}
+    base = {(r["case_id"], r["repeat"]) for r in rows if r["variant"] == baseline}
+    for v in sorted(shared):
+        slices: dict[str, set[str]] = defaultdict(set)
+        for r in rows:
+            if r["variant"] == v and (r["case_id"], r["repeat"]) in base:
+                slices[str(r[by])].add(r["case_id"])
+                slices["all"].add(r["case_id"])
+        a = case_means(rows, v, metric, shared[v])
+        b = case_means(rows, baseline, metric, shared[v])
+        for s, cases in sorted(slices.items(), key=lambda kv: (kv[0] == "all", kv[0])):
+            cs = sorted(c for c in cases if c in a and c in b)
+            t = SignFlipRatio([a[c] for c in cs], [b[c] for c in cs])
+            bm, vm = mean([b[c] for c in cs]), mean([a[c] for c in cs])
             out.append({
-                "variant": v, by: s, "metric": metric, "pairs": len(pairs), "baseline_mean": base_mean,
-                "variant_mean": mean([a for a, _ in pairs]), "delta": mean(diffs),
-                "delta_pct": 100 * mean(diffs) / base_mean if base_mean else None,
-                "ci95": list(ci) if ci else None, "p": p,
-                "ci95_pct": [100 * c / base_mean for c in ci] if ci and base_mean else None,
-                "verdict": verdict(ci, f"{v} slower" if metric != "out_tps" else f"{v} faster",
-                                   f"{v} faster" if metric != "out_tps" else f"{v} slower", "no clear difference"),
+                "variant": v, by: s, "metric": metric, "pairs": t.n, "baseline_mean": bm, "variant_mean": vm,
+                "delta": None if bm is None or vm is None else vm - bm, "delta_pct": t.estimate,
+                "p": t.p(0.0) if t.n >= 2 else None, "method": t.method, "_test": t,
             })
+            iv = t.interval(0.05, (0.0,)) if t.n >= 2 else None  # alone: 95 %; apply_holm sets the family's level
+            out[-1].update({"ci_pct": list(iv) if iv else None, "ci_level": 0.95, "verdict": flag(iv, v, metric)})
     return out
-
-
-def sweep_levels(rows: list[dict[str, Any]]) -> dict[str, set[int]]:
-    """The concurrency levels each variant's rows were sent at."""
-    out: dict[str, set[int]] = defaultdict(set)
-    for r in rows:
-        out[r["variant"]].add(r["concurrency"] or 1)
-    return dict(out)
-
-
-def first_level(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each variant's rows at its lowest concurrency (a sweep's first level; the one phase otherwise)."""
-    low = {v: min(ls) for v, ls in sweep_levels(rows).items()}
-    return [r for r in rows if (r["concurrency"] or 1) == low[r["variant"]]]
-
-
-def level_note(levels: dict[str, set[int]]) -> str:
-    first = sorted({min(ls) for ls in levels.values()})
-    n = max(len(ls) for ls in levels.values())
-    return (f"latency and quality tables: each variant's first load level (concurrency {', '.join(map(str, first))}) "
-            f"only; the run swept {n} levels, and the load-levels table shows each of them")
 
 
 def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float] | None = None) -> dict[str, Any]:
@@ -147,7 +125,7 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
     # the variant's latency. The tables keep each variant's first level; the load-levels table
     # in the findings has every level.
     levels = sweep_levels(rows)
-    swept = any(len(v) > 1 for v in levels.values())
+    swept = is_swept(rows)
     first = first_level(rows)
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in first:
@@ -196,6 +174,7 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
         "table_level": {v: min(ls) for v, ls in levels.items()} if swept else None,
         "client": client,
         "paired": pairs,
+        "matrix_margins": json.loads(run["matrix_json"] or "{}").get("margins") or {},
         "multiplicity": multiplicity,
         "graders": sorted({g for r in rows for g in r["grades"]}),
         "host": ledger.host(run.get("host_id")),

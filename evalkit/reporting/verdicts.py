@@ -2,11 +2,19 @@
 margin the team chose: *superior*, *non-inferior*, *inferior* or *inconclusive*.
 
 A margin is how much worse (in the metric's own unit: candidate minus baseline, paired by case)
-the team accepts. Each metric gives one one-sided sign-flip test: against the margin from the
-side its estimate falls on (non-inferior: the difference is better than the margin; inferior:
-worse). The tests of one variant form a family, adjusted by Holm, so the chance that any verdict
-of a variant is wrong stays at or below 5 %. Superior additionally needs the difference to be
-better than 0 (its own Holm family). Definitions: docs/verdicts.md.
+the team accepts. Each margin brings two hypotheses, "the true difference is the margin" and "it
+is 0" (one when the margin is 0), each tested two-sided; every hypothesis of one variant is in one
+Holm family, so the chance that any verdict of the variant is wrong stays at or below 5 %. Each
+metric's interval is printed at the level Holm's last step used (`stats.holm_level`), and the
+verdict is read from that interval, so the two never disagree:
+
+- non-inferior: the whole interval is better than the margin; superior: better than 0 too;
+- inferior: the whole interval is worse than the margin; inconclusive: it reaches across it.
+
+The test depends on the metric's kind: a ratio of means for % margins and a mean difference for
+ms and absolute ones (exact sign-flip tests), an exact unconditional score test for pass rates
+(pp). Repeats of a case are averaged (a pass rate takes the case's first repeat) before any test.
+Definitions and the simulations that prove the error rate: docs/verdicts.md.
 """
 
 from __future__ import annotations
@@ -19,13 +27,15 @@ from typing import Any
 from ..errors import UsageError
 from ..grading.registry import available
 from ..grading.registry import margins as grader_margins
-from ..stats import bootstrap_ci, holm, mean, pairs_for_a_verdict, sign_flip_p
+from ..stats import PairedProportions, PairedTest, SignFlipMean, SignFlipRatio, holm, holm_level, pairs_for_a_verdict
+from .selection import level_of
 
 ALPHA = 0.05
-# latency margins: paired by (case, repeat), lower is better except throughput
+# latency margins: paired by case (repeats averaged), lower is better except throughput
 LATENCY = {"ttft_mean": ("ttft_ms", False), "tpot_mean": ("tpot_ms", False), "e2e_mean": ("e2e_ms", False),
            "itl_mean": ("itl_mean_ms", False), "out_tps_mean": ("out_tps", True)}
 _VALUE = re.compile(r"^\s*([+-]?)\s*(\d+(?:\.\d+)?)\s*(pp|%|ms)?\s*$")
+UNIT = {"pp": " pp", "abs": "", "%": " %", "ms": " ms"}
 
 
 @dataclass
@@ -37,8 +47,7 @@ class MarginSpec:
     text: str
 
     def describe(self) -> str:
-        u = {"pp": " pp", "abs": "", "%": " %", "ms": " ms"}[self.unit]
-        return f"{self.value:+g}{u}"
+        return f"{self.value:+g}{UNIT[self.unit]}"
 
 
 def known_metrics() -> dict[str, tuple[str, bool]]:
@@ -84,82 +93,124 @@ def parse_margins(spec: dict[str, Any] | str | None, where: str = "--margins") -
     return out
 
 
-def _pairs(rows: list[dict[str, Any]], baseline: str, variant: str, ms: MarginSpec) -> tuple[list[float], float | None]:
-    """Per-case differences (candidate − baseline) for one margin, and the scale a % margin takes."""
+def case_means(rows: list[dict[str, Any]], variant: str, field: str, repeats: set[int] | None = None
+               ) -> dict[str, float]:
+    """case -> the mean of one field over a variant's successful rows of that case (its repeats
+    averaged: repeats of one case are not independent pairs)."""
+    acc: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        if r["variant"] == variant and r["error_class"] is None and r[field] is not None \
+                and (repeats is None or r["repeat"] in repeats):
+            acc[r["case_id"]].append(r[field])
+    return {c: sum(v) / len(v) for c, v in acc.items()}
+
+
+def shared_repeats(rows: list[dict[str, Any]], baseline: str, variant: str) -> set[int]:
+    """The repeats both variants sent (the baseline's extra noise-floor passes are not cases)."""
+    def reps(v: str) -> set[int]:
+        return {r["repeat"] for r in rows if r["variant"] == v}
+
+    return reps(baseline) & reps(variant)
+
+
+def grader_values(rows: list[dict[str, Any]], variant: str, grader: str) -> list[dict[str, Any]]:
+    """A variant's newest grades of one grader, each with its case and repeat."""
+    return [{**r["grades"][grader], "case_id": r["case_id"], "repeat": r["repeat"]} for r in rows
+            if r["variant"] == variant and grader in r.get("grades", {})]
+
+
+def paired_test(rows: list[dict[str, Any]], baseline: str, variant: str, ms: MarginSpec) -> PairedTest:
+    """The test that decides one margin, on the cases both variants have."""
     if ms.metric in LATENCY:
+        reps = shared_repeats(rows, baseline, variant)
         field = LATENCY[ms.metric][0]
-        idx = {(r["variant"], r["case_id"], r["repeat"]): r for r in rows if r["error_class"] is None}
-        diffs, base = [], []
-        for (v, case, rep), r in idx.items():
-            b = idx.get((baseline, case, rep))
-            if v == variant and b is not None and r[field] is not None and b[field] is not None:
-                diffs.append(r[field] - b[field])
-                base.append(b[field])
-        return diffs, mean(base)
+        a, b = case_means(rows, variant, field, reps), case_means(rows, baseline, field, reps)
+        cases = sorted(set(a) & set(b))
+        if ms.unit == "%":
+            return SignFlipRatio([a[c] for c in cases], [b[c] for c in cases])
+        return SignFlipMean([a[c] - b[c] for c in cases])
     grader, _ = grader_margins()[ms.metric]
     cls = available()[grader]
+    a = cls.margin_values(grader_values(rows, variant, grader), baseline_side=False).get(ms.metric, {})
+    b = cls.margin_values(grader_values(rows, baseline, grader), baseline_side=True).get(ms.metric, {})
+    cases = sorted(set(a) & set(b))
+    if ms.unit == "pp":
+        return PairedProportions.from_pairs([bool(a[c]) for c in cases], [bool(b[c]) for c in cases])
+    return SignFlipMean([a[c] - b[c] for c in cases])
 
-    def grades(v: str) -> list[dict[str, Any]]:
-        return [{**r["grades"][grader], "case_id": r["case_id"]} for r in rows
-                if r["variant"] == v and grader in r["grades"]]
 
-    return cls.margin_pairs(grades(variant), grades(baseline)).get(ms.metric, []), None
+def hypotheses(specs: list[MarginSpec]) -> int:
+    """How many hypotheses a variant's margins bring: the margin and 0 each (one when the margin is 0)."""
+    return sum(1 if ms.value == 0 else 2 for ms in specs)
 
 
-def verdicts(rows: list[dict[str, Any]], baseline: str | None, specs: list[MarginSpec]) -> list[dict[str, Any]]:
-    """One entry per candidate variant and margin: estimate, 95 % interval, the Holm-adjusted
-    p-value behind the verdict, and the verdict."""
+def _decide(iv: tuple[float, float], ms: MarginSpec) -> tuple[str, str]:
+    """The verdict an interval gives against a margin, and a note on where it lies against 0."""
+    s = 1.0 if ms.higher_is_better else -1.0  # goodness = s x difference
+    lo, hi = sorted((s * iv[0], s * iv[1]))
+    m = s * ms.value
+    if lo > m:
+        if lo > 0:
+            return "superior", "better than the baseline and than the margin"
+        return "non-inferior", ("worse than the baseline, within the margin" if hi < 0 else
+                                "better than the margin; not shown better than the baseline")
+    if hi < m:
+        return "inferior", "worse than the margin"
+    return "inconclusive", "the interval reaches across the margin"
+
+
+def verdicts(rows: list[dict[str, Any]], baseline: str | None, specs: list[MarginSpec],
+             alpha: float = ALPHA) -> list[dict[str, Any]]:
+    """One entry per candidate variant and margin: estimate, the interval at the level Holm's last
+    step used, the p-values at the margin and at 0 (raw and Holm-adjusted), and the verdict."""
     if not baseline or not specs:
         return []
     out: list[dict[str, Any]] = []
     for variant in sorted({r["variant"] for r in rows} - {baseline}):
-        fam = []
-        for ms in specs:
-            diffs, base_mean = _pairs(rows, baseline, variant, ms)
-            scale = (100.0 / base_mean) if ms.unit == "%" and base_mean else 1.0
-            if ms.unit == "%" and not base_mean:
-                diffs = []
-            d = [x * scale for x in diffs]  # in the margin's unit
-            est, ci = mean(d), bootstrap_ci(d)
-            good = "greater" if ms.higher_is_better else "less"
-            bad = "less" if ms.higher_is_better else "greater"
-            better_than_margin = est is not None and ((est > ms.value) if ms.higher_is_better else (est < ms.value))
-            p = sign_flip_p(d, ms.value, good if better_than_margin else bad)
-            fam.append({"variant": variant, "metric": ms.metric, "margin": ms.value, "margin_text": ms.describe(),
-                        "unit": ms.unit, "higher_is_better": ms.higher_is_better, "pairs": len(d), "estimate": est,
-                        "ci95": list(ci) if ci else None, "p": p, "direction": "non-inferior" if better_than_margin
-                        else "inferior", "p_superior": sign_flip_p(d, 0.0, good)})
-        adj = holm([e["p"] for e in fam])
-        adj_sup = holm([e["p_superior"] for e in fam])
-        for e, a, s in zip(fam, adj, adj_sup, strict=True):
-            e["p_holm"], e["p_superior_holm"] = a, s
-            if a is None:
-                e["verdict"] = "inconclusive"
-                e["why"] = "too few pairs"
-            elif a < ALPHA:
-                e["verdict"] = "superior" if e["direction"] == "non-inferior" and s is not None and s < ALPHA \
-                    else e["direction"]
-                e["why"] = f"Holm-adjusted p {a:.3f}"
-            elif e["pairs"] < (need := pairs_for_a_verdict(len(fam))):
-                e["verdict"] = "inconclusive"
-                e["why"] = (f"{e['pairs']} pairs cannot decide: the smallest p they allow is {2.0 ** -e['pairs']:.3f}, "
-                            f"and Holm over {len(fam)} margins needs below {ALPHA / len(fam):.4f}: at least {need} pairs")
+        tests = [paired_test(rows, baseline, variant, ms) for ms in specs]
+        hyp = [(k, d) for k, ms in enumerate(specs) for d in dict.fromkeys((ms.value, 0.0))]
+        pvals = [tests[k].p(d) if tests[k].n >= 2 else None for k, d in hyp]
+        _, level = holm_level(pvals, alpha)
+        adj = holm(pvals)
+        m = max(1, sum(p is not None for p in pvals))  # hypotheses with data: Holm's family
+        need = pairs_for_a_verdict(m, alpha)
+        for k, ms in enumerate(specs):
+            t = tests[k]
+            p_of = {d: (p, a) for (kk, d), p, a in zip(hyp, pvals, adj, strict=True) if kk == k}
+            iv = t.interval(level, tuple(p_of)) if t.n >= 2 else None
+            e: dict[str, Any] = {
+                "variant": variant, "metric": ms.metric, "margin": ms.value, "margin_text": ms.describe(),
+                "unit": ms.unit, "higher_is_better": ms.higher_is_better, "pairs": t.n, "estimate": t.estimate,
+                "ci": list(iv) if iv else None, "ci_level": 1 - level, "method": t.method,
+                "p_margin": p_of[ms.value][0], "p_margin_holm": p_of[ms.value][1],
+                "p_zero": p_of[0.0][0], "p_zero_holm": p_of[0.0][1], "hypotheses": m,
+                "concurrency": min((level_of(r) for r in rows if r["variant"] == variant), default=None)}
+            if iv is None:
+                e["verdict"], e["why"] = "inconclusive", ("too few pairs" if t.n < 2 else
+                                                          f"{t.n} pairs cannot bound the difference at this level")
             else:
-                e["verdict"] = "inconclusive"
-                e["why"] = f"Holm-adjusted p {a:.3f} ≥ {ALPHA}: the interval reaches across the margin"
+                e["verdict"], e["why"] = _decide(iv, ms)
+            if e["verdict"] == "inconclusive" and t.n >= 2 and t.min_p() > alpha / m:
+                    e["why"] = (f"{t.n} pairs cannot decide: the smallest p they allow is {t.min_p():.3f}, and Holm "
+                                f"over {m} hypotheses needs {alpha / m:.4f} or less: at least {need} pairs")
             out.append(e)
     return out
 
 
-def _fmt(e: dict[str, Any]) -> str:
-    u = {"pp": " pp", "abs": "", "%": " %", "ms": " ms"}[e["unit"]]
-    ci = e["ci95"]
+def fmt_estimate(e: dict[str, Any]) -> str:
+    u = UNIT[e["unit"]]
+    ci = e["ci"]
     est = "-" if e["estimate"] is None else f"{e['estimate']:+.3g}{u}"
     return est + (f" [{ci[0]:+.3g}, {ci[1]:+.3g}]" if ci else "")
 
 
+def level_text(level: float) -> str:
+    """0.99375 -> '99.4 %'."""
+    return f"{100 * level:.3g} %"
+
+
 def sentences(vs: list[dict[str, Any]], baseline: str) -> list[str]:
-    """The one-sentence verdict per variant that opens the findings."""
+    """The one-sentence verdict per variant that opens the report."""
     by: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for e in vs:
         by[e["variant"]].append(e)
@@ -169,48 +220,74 @@ def sentences(vs: list[dict[str, Any]], baseline: str) -> list[str]:
         for verdict in ("superior", "non-inferior", "inferior", "inconclusive"):
             xs = [e for e in es if e["verdict"] == verdict]
             if xs:
-                parts.append(f"{verdict} on " + ", ".join(f"{e['metric']} {_fmt(e)} (margin {e['margin_text']})"
+                parts.append(f"{verdict} on " + ", ".join(f"{e['metric']} {fmt_estimate(e)} (margin {e['margin_text']})"
                                                          for e in xs))
-        most, need = max((e["pairs"] for e in es), default=0), pairs_for_a_verdict(len(es))
-        tail = f"; {most} pairs cannot decide {len(es)} margins: at least {need} needed" if es and most < need else ""
-        out.append(f"{v} vs {baseline}: " + "; ".join(parts) + tail + " (each verdict Holm-adjusted within the "
-                   "variant, 5 % family-wise)")
+        most, need = max((e["pairs"] for e in es), default=0), pairs_for_a_verdict(es[0]["hypotheses"])
+        tail = f"; {most} pairs cannot decide {len(es)} margins: at least {need} needed" if most < need else ""
+        out.append(f"{v} vs {baseline}: " + "; ".join(parts) + tail + f" (intervals at {level_text(es[0]['ci_level'])}, "
+                   f"the level of Holm's last step over {es[0]['hypotheses']} hypotheses: 5 % family-wise)")
     return out
 
 
 def apply_holm(table: list[dict[str, Any]], pairs: list[dict[str, Any]], baseline: str | None,
                alpha: float = ALPHA) -> dict[str, dict[str, Any]]:
-    """Chance controlled: every test in the report that can flag a difference between a variant
-    and the baseline (latency per metric x slice, drift per slice) is one family per variant,
-    adjusted by Holm. A flag whose adjusted p-value is not below ``alpha`` is shown as not
-    surviving, never as a finding. Returns per variant: tests, flags that survive, flags that
-    would have been raised unadjusted, and how many chance alone would give at that size."""
+    """Chance controlled in the report's comparison tables: every test that can flag a difference
+    between a variant and the baseline (latency per metric x slice, drift per slice) is one family
+    per variant under Holm. Each latency comparison's interval is printed at the level Holm's
+    last step used, and its flag read from it; a drift flag that does not survive is shown as not
+    a finding. Returns per variant: tests, flags that survive, flags raised unadjusted, and how
+    many chance alone would give at that size."""
     out: dict[str, dict[str, Any]] = {}
     for v in dict.fromkeys([p["variant"] for p in pairs] + [r["variant"] for r in table if r["variant"] != baseline]):
-        fam: list[tuple[dict[str, Any], str, str]] = [(p, "p", "verdict") for p in pairs if p["variant"] == v]
-        fam += [(r, "drift_p", "drift_verdict") for r in table if r["variant"] == v and r.get("drift_p") is not None]
-        adj = holm([e[k] for e, k, _ in fam])
+        fam: list[tuple[dict[str, Any], str]] = [(p, "p") for p in pairs if p["variant"] == v]
+        fam += [(r, "drift_p") for r in table if r["variant"] == v and r.get("drift_p") is not None]
+        ps = [e[k] for e, k in fam]
+        adj = holm(ps)
+        _, level = holm_level(ps, alpha)
         raw_flags = held = 0
-        for (e, k, vk), a in zip(fam, adj, strict=True):
+        for (e, k), a in zip(fam, adj, strict=True):
             e[f"{k}_holm"] = a
-            claims = bool(e.get(vk)) and (e[vk].startswith(("drift above", "drift below")) or
-                                         (vk == "verdict" and e[vk] not in ("no clear difference",)
-                                          and not e[vk].startswith("n/a")))
-            if not claims:
+            if k == "p":
+                raw_flags += e["p"] is not None and e["p"] <= alpha
+                e["ci_level"] = 1 - level
+                t = e.get("_test")
+                if t is None:
+                    continue
+                iv = t.interval(level, (0.0,)) if t.n >= 2 else None
+                e["ci_pct"] = list(iv) if iv else None
+                e["verdict"] = flag(iv, v, e["metric"])
+                held += e["verdict"] not in ("no clear difference", "n/a (too few pairs)")
+                continue
+            if not str(e.get("drift_verdict") or "").startswith(("drift above", "drift below")):
                 continue
             raw_flags += 1
-            if a is not None and a < alpha:
+            if a is not None and a <= alpha:
                 held += 1
             else:
-                e[vk] = (f"not a finding: {e[vk]} by its interval, but Holm-adjusted p "
-                         f"{'-' if a is None else f'{a:.2f}'} ≥ {alpha:g} (raw p {e[k]:.3f}) in a family of {len(fam)}")
-        out[v] = {"tests": len(fam), "flags": held, "flags_unadjusted": raw_flags,
+                e["drift_verdict"] = (f"not a finding: {e['drift_verdict']} by its 95 % interval, but Holm-adjusted p "
+                                      f"{'-' if a is None else f'{a:.2f}'} > {alpha:g} (raw p {e[k]:.3f}) in a "
+                                      f"family of {len(fam)}")
+        for e, _ in fam:
+            e.pop("_test", None)
+        out[v] = {"tests": len(fam), "flags": held, "flags_unadjusted": raw_flags, "level": 1 - level,
                   "expected_by_chance": alpha * len(fam), "method": "Holm, two-sided sign-flip tests"}
     return out
+
+
+def flag(iv: tuple[float, float] | None, v: str, metric: str) -> str:
+    if iv is None:
+        return "n/a (too few pairs)"
+    up, down = (f"{v} faster", f"{v} slower") if metric == "out_tps" else (f"{v} slower", f"{v} faster")
+    if iv[0] > 0:
+        return up
+    if iv[1] < 0:
+        return down
+    return "no clear difference"
 
 
 def multiplicity_notes(m: dict[str, dict[str, Any]]) -> list[str]:
     return [f"{v}: {x['tests']} difference tests against the baseline in this report (latency metrics x slices, "
             f"drift x slices); with no true difference chance alone would flag {x['expected_by_chance']:.1f} of them "
-            f"unadjusted; {x['method']} keeps the chance of any false flag at {ALPHA:.0%}: {x['flags']} flag(s) "
-            f"survive of {x['flags_unadjusted']} raised by their intervals" for v, x in m.items() if x["tests"]]
+            f"unadjusted; {x['method']} keep the chance of any false flag at {ALPHA:.0%} (latency intervals at "
+            f"{level_text(x['level'])}): {x['flags']} flag(s) survive of {x['flags_unadjusted']} raised unadjusted"
+            for v, x in m.items() if x["tests"]]

@@ -52,14 +52,23 @@ SPIKE_FIELDS = ("request_id", "variant", "complexity", "case_id", "metric", "val
 def refresh_derived(ledger: Ledger) -> None:
     """Recompute the Python-only findings (spikes, summary) for every run into derived tables, and
     the `requests_joined` view's grader columns from the registry."""
-    spikes, summary, cost = [], [], []
+    spikes, summary, cost, verdicts = [], [], [], []
     for run_id in ledger.run_ids():
         f = findings(ledger, run_id)
         spikes += [{**{k: s[k] for k in SPIKE_FIELDS}, "run_id": run_id} for s in f["spikes"]]
         summary += [{"run_id": run_id, "variant": s["variant"], "json": json.dumps(s)} for s in f["study_summary"]]
         cost += [{"run_id": run_id, **{k: c.get(k) for k in COST_FIELDS}} for c in f["cost"]]
-    ledger.replace_derived(spikes, summary, cost)
+        verdicts += [verdict_row(run_id, e) for e in f["verdicts"]]
+    ledger.replace_derived(spikes, summary, cost, verdicts)
     refresh_view(ledger)
+
+
+def verdict_row(run_id: str, e: dict[str, Any]) -> dict[str, Any]:
+    ci = e["ci"] or [None, None]
+    return {"run_id": run_id, "variant": e["variant"], "concurrency": e.get("concurrency"), "metric": e["metric"],
+            "margin": e["margin"], "unit": e["unit"], "pairs": e["pairs"], "estimate": e["estimate"],
+            "ci_low": ci[0], "ci_high": ci[1], "ci_level": e["ci_level"], "p_margin": e["p_margin"],
+            "p_margin_holm": e["p_margin_holm"], "verdict": e["verdict"], "why": e["why"], "method": e["method"]}
 
 
 def queries() -> dict[str, Any]:

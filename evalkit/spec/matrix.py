@@ -51,7 +51,8 @@ class Generation(BaseModel):
     warmup: int = Field(1, ge=0, description="requests sent first, stored flagged, excluded from stats")
     warmup_max_tokens: int = Field(16, ge=2, description="output tokens of a warm-up (enough to time decode)")
     baseline_repeats: int = Field(
-        2, ge=1, description="times the baseline is sent per case: repeats beyond the first are drift's noise floor")
+        2, ge=1, description="passes of the baseline per repeat-set: beyond the run's --repeats, the baseline is sent "
+                             "baseline_repeats - 1 more times per case, under seeds no candidate uses: drift's noise floor")
     timeout_s: float = Field(600.0, gt=0)
     extra_body: dict[str, Any] = Field(default_factory=dict, description="merged into each request body")
     shared_prefix: str | None = Field(None, description="a system prompt every case shares (the platform's long "
@@ -59,6 +60,10 @@ class Generation(BaseModel):
     quality_under_load: bool = Field(
         False, description="also compare each case's output at the highest concurrency reached with its output at "
                            "concurrency 1 (greedy decoding): does batching or preemption change answers?")
+
+    def baseline_passes(self, repeats: int) -> int:
+        """How often the baseline is sent per case: the run's repeats, then the noise-floor passes."""
+        return repeats + self.baseline_repeats - 1
 
     @model_validator(mode="after")
     def _greedy_for_load_quality(self) -> Generation:

@@ -39,6 +39,7 @@ class StubConfig:
     fixed_chunks: int | None = None  # benchmarks: exactly this many 1-token chunks of text
     stamp: bool = False  # benchmarks: first content chunk starts "R<n>|", its send time kept in stamps
     stamps: dict[int, float] = field(default_factory=dict)
+    done_stamps: dict[int, float] = field(default_factory=dict)  # with stamp: when [DONE] was written
     arrivals: list[float] = field(default_factory=list)
     # fault name -> apply to every Nth request (1 = all); None = no faults
     fault: str | None = None
@@ -313,6 +314,8 @@ def make_app(cfg: StubConfig) -> web.Application:
             if cfg.per_request_metrics:
                 final["metrics"] = _request_metrics(times, len(pieces))
             await resp.write(b"data: " + json.dumps(final).encode() + b"\n\n")
+        if cfg.stamp:
+            cfg.done_stamps[n] = time.perf_counter()
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp

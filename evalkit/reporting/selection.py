@@ -1,0 +1,52 @@
+"""Like with like: which rows a comparison uses. A sweep's levels are not one population (pooled,
+the higher levels' queueing would read as a variant's latency), so every table, verdict, gate and
+recommendation compares each variant at its first load level, or level by level when asked. The
+report, `check`, `recommend`, the findings, the HTML report and the dataset card all call these."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+
+def level_of(r: dict[str, Any]) -> int:
+    return r.get("concurrency") or 1
+
+
+def sweep_levels(rows: list[dict[str, Any]]) -> dict[str, set[int]]:
+    """The concurrency levels each variant's rows were sent at."""
+    out: dict[str, set[int]] = defaultdict(set)
+    for r in rows:
+        out[r["variant"]].add(level_of(r))
+    return dict(out)
+
+
+def first_level(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each variant's rows at its lowest concurrency (a sweep's first level; the one level otherwise)."""
+    low = {v: min(ls) for v, ls in sweep_levels(rows).items()}
+    return [r for r in rows if level_of(r) == low[r["variant"]]]
+
+
+def by_level(rows: list[dict[str, Any]], baseline: str | None) -> list[tuple[int, list[dict[str, Any]]]]:
+    """(level, rows) for every level the baseline and at least one other variant both reached:
+    what a comparison level by level uses."""
+    groups: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        groups[level_of(r)].append(r)
+    out = []
+    for level, rs in sorted(groups.items()):
+        names = {r["variant"] for r in rs}
+        if baseline is None or (baseline in names and len(names) > 1):
+            out.append((level, rs))
+    return out
+
+
+def is_swept(rows: list[dict[str, Any]]) -> bool:
+    return any(len(v) > 1 for v in sweep_levels(rows).values())
+
+
+def level_note(levels: dict[str, set[int]]) -> str:
+    first = sorted({min(ls) for ls in levels.values()})
+    n = max(len(ls) for ls in levels.values())
+    return (f"tables, verdicts and findings compare each variant at its first load level (concurrency "
+            f"{', '.join(map(str, first))}); the run swept {n} levels, and the load-levels table shows each of them")
