@@ -5,8 +5,4 @@ spec (inputs) → execution (runs, using engines and measure) → ledger (SQLite
 reporting → sharing; `cli` parses and prints.
 """
 
-from . import _compat
-
-__version__ = "0.2.0"
-
-_compat.install()  # old flat import paths keep working for one release, with a warning
+__version__ = "0.3.0"

@@ -43,15 +43,3 @@ class EngineError(EvalkitError):
 
 class EndpointError(EngineError):
     """An endpoint could not be reached or answered badly."""
-
-
-class EvalkitDeprecationWarning(FutureWarning):
-    """An old spelling that still works for one release (shown to users: a FutureWarning)."""
-
-
-def deprecated(old: str, new: str) -> None:
-    """Warn once per call site that ``old`` is spelled ``new`` now (CHANGELOG.md)."""
-    import warnings
-
-    warnings.warn(f"{old} is deprecated: use {new} (the old spelling goes away in the next release)",
-                  EvalkitDeprecationWarning, stacklevel=3)

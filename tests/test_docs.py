@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from evalkit.cli.reference import render
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,3 +47,31 @@ def test_each_definition_lives_in_measuring_md_once():
         if page.name != "measuring.md":
             text = page.read_text(encoding="utf-8")
             assert "| **TTFT** |" not in text and "| **noise floor** |" not in text, page.name
+
+
+def _hooks(cls: type) -> set[str]:
+    return {n for n in vars(cls) if not n.startswith("_")} | set(getattr(cls, "__annotations__", {}))
+
+
+@pytest.mark.parametrize("kind", ["Grader", "Aggregate"])
+def test_every_grader_hook_is_documented_in_the_plugin_tutorial(kind):
+    import evalkit.grading as g
+
+    doc = (DOCS / "plugins.md").read_text(encoding="utf-8")
+    missing = sorted(h for h in _hooks(getattr(g, kind)) if f"`{h}" not in doc)
+    assert not missing, f"docs/plugins.md does not document {kind} hooks: {missing}"
+
+
+def test_the_plugin_tutorial_imports_only_from_evalkit_grading():
+    doc = (DOCS / "plugins.md").read_text(encoding="utf-8")
+    imports = set(re.findall(r"^from (evalkit[\w.]*) import", doc, re.M))
+    assert imports == {"evalkit.grading"}
+
+
+def test_the_versions_agree():
+    import tomllib
+
+    import evalkit
+
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert meta["project"]["version"] == evalkit.__version__

@@ -44,12 +44,9 @@ def test_drift_gate_and_usage_errors(runner, stub_ledger):
     assert r.exit_code == 2 and "unknown name 'nope'" in r.output and "schema_pass" in r.output
 
 
-def test_old_flags_still_work_with_a_deprecation_line(runner, stub_ledger):
-    r = runner.invoke(cli, ["check", "--ledger", str(stub_ledger), "--min-schema", "0.9", "--slo", "ttft_p99=5000"])
-    assert r.exit_code == 0, r.output
-    assert "4 passed, 0 failed" in r.output
-    assert "--min-schema is deprecated: use --threshold schema_pass=VALUE" in r.output
-    assert "--slo on recommend/check (percentile goals) is deprecated: use --target" in r.output
+def test_the_old_check_flags_are_gone(runner, stub_ledger):
+    r = runner.invoke(cli, ["check", "--ledger", str(stub_ledger), "--min-schema", "0.9"])
+    assert r.exit_code == 2
 
 
 @pytest.fixture

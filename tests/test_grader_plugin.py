@@ -82,3 +82,34 @@ def test_plugin_grades_reach_report_html_datasette_and_card(plugin_site, runner,
     finally:
         p.terminate()
         p.wait(timeout=10)
+
+
+def test_the_built_ins_need_no_entry_points(monkeypatch):
+    """A checkout on PYTHONPATH (no installed entry points) still has every built-in grader."""
+    monkeypatch.setattr(registry, "entry_points", lambda group: [])
+    registry.available.cache_clear()
+    try:
+        assert set(registry.BUILTINS) <= set(registry.available())
+    finally:
+        registry.available.cache_clear()
+
+
+def test_a_grader_in_a_local_module_registers_by_module_and_class(tmp_path, monkeypatch):
+    (tmp_path / "replylen.py").write_text(
+        "from evalkit.grading import Grader, Score\n\n"
+        "class ReplyLength(Grader):\n    name = 'replylen'\n    version = '1'\n    default = False\n\n"
+        "    def grade(self, item):\n        return Score(float(len(item.text)), None, 'chars')\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert registry.resolve(["replylen:ReplyLength"]) == ["replylen"]
+        assert "replylen" in registry.available()
+    finally:
+        registry._LOCAL.pop("replylen", None)
+        registry.available.cache_clear()
+
+
+def test_an_unknown_grader_says_how_to_register_one():
+    from evalkit.errors import UsageError
+
+    with pytest.raises(UsageError, match="module:Class"):
+        registry.resolve(["nope"])

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Any
 
 import click
 
 from .. import __version__
-from ..errors import EvalkitDeprecationWarning, EvalkitError
+from ..errors import EvalkitError
 from ..paths import default_ledger_path
 
 
@@ -19,31 +18,19 @@ class EvalkitClickError(click.ClickException):
         self.exit_code = exit_code
 
 
-def _show_deprecation(message: Warning | str, category: type[Warning], *rest: Any, **kw: Any) -> None:
-    click.echo(f"evalkit: warning: {message}", err=True)
-
-
 class Group(click.Group):
-    """Turns library errors into one-line click errors with the library's exit code, and old
-    spellings into one-line warnings."""
+    """Turns library errors into one-line click errors with the library's exit code."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        with warnings.catch_warnings():
-            warnings.simplefilter("always", EvalkitDeprecationWarning)
-            old = warnings.showwarning
-            warnings.showwarning = lambda m, c, *a, **k: (_show_deprecation(m, c) if issubclass(c, EvalkitDeprecationWarning)
-                                                          else old(m, c, *a, **k))
-            try:
-                return super().invoke(ctx)
-            except EvalkitError as e:
-                raise EvalkitClickError(str(e).splitlines()[0], e.exit_code) from None
-            except click.UsageError as e:
-                # one line, no usage banner: bad flags read like every other bad input
-                if isinstance(e, click.NoSuchOption | click.BadParameter | click.MissingParameter | click.BadOptionUsage):
-                    raise EvalkitClickError(e.format_message().replace("\n", " "), 2) from None
-                raise
-            finally:
-                warnings.showwarning = old
+        try:
+            return super().invoke(ctx)
+        except EvalkitError as e:
+            raise EvalkitClickError(str(e).splitlines()[0], e.exit_code) from None
+        except click.UsageError as e:
+            # one line, no usage banner: bad flags read like every other bad input
+            if isinstance(e, click.NoSuchOption | click.BadParameter | click.MissingParameter | click.BadOptionUsage):
+                raise EvalkitClickError(e.format_message().replace("\n", " "), 2) from None
+            raise
 
 
 LEDGER_OPT = click.option(
@@ -55,12 +42,6 @@ RUN_OPT = click.option("--run", "run_id", default=None, help="run id [default: t
 
 def ledger_path(p: Path | None) -> Path:
     return p or default_ledger_path()
-
-
-def deprecated_option(old: str, new: str) -> None:
-    from ..errors import deprecated
-
-    deprecated(old, new)
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

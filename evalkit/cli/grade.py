@@ -40,14 +40,14 @@ def graders_list() -> None:
     summary columns, the thresholds `check --threshold` takes, its margins, canned queries and
     calibration file."""
     for name, cls in available().items():
-        cols = ", ".join(c.key for c in cls.summary_columns)
+        cols = ", ".join(c.key for c in cls.aggregate.columns)
         click.echo(f"{name} v{cls.version} ({cls.kind}{', default' if cls.default else ''}): {cls.description} [{cols}]")
-        for t in cls.thresholds:
+        for t in cls.aggregate.thresholds:
             click.echo(f"  threshold {t.name} ({t.direction}): {t.description}")
-        for m in cls.margins:
+        for m in cls.aggregate.margins:
             click.echo(f"  margin {m.name} ({m.unit}, {'higher' if m.higher_is_better else 'lower'} is better): "
                        f"{m.description}")
-        for q in cls.canned_queries:
+        for q in cls.aggregate.canned_queries:
             click.echo(f"  canned query {q.name}: {q.title}")
         if cls.calibration_file:
             click.echo(f"  calibration: rubrics/{cls.calibration_file}")

@@ -11,7 +11,7 @@ from ..errors import UsageError
 from ..execution.load import parse_slo
 from ..ledger import open_ledger
 from ..reporting.report import build_report, to_json
-from .common import LEDGER_OPT, RUN_OPT, EvalkitClickError, cli, deprecated_option, ledger_path
+from .common import LEDGER_OPT, RUN_OPT, EvalkitClickError, cli, ledger_path
 from .console import print_report, say
 
 
@@ -55,33 +55,24 @@ def report(ledger: Path | None, run_id: str | None, as_json: bool, markdown: boo
         print_report(rep, fnd, by.split(",") if by else None, markdown_out=True if markdown else None)
 
 
-def _target(target: str | None, old_slo: str | None, required: bool) -> str | None:
-    if old_slo:
-        deprecated_option("--slo on recommend/check (percentile goals)", "--target")
-    t = target or old_slo
-    if required and not t:
-        raise UsageError("give --target, e.g. --target ttft_p99=2000,e2e_p50=8000")
-    return t
-
-
 TARGET_OPT = click.option("--target", default=None, help="percentile goals, e.g. ttft_p99=2000,e2e_p50=8000 (ms)")
-OLD_SLO_OPT = click.option("--slo", "old_slo", default=None, hidden=True)
 
 
 @cli.command()
 @LEDGER_OPT
 @RUN_OPT
 @TARGET_OPT
-@OLD_SLO_OPT
 @click.option("--json", "as_json", is_flag=True)
-def recommend(ledger: Path | None, run_id: str | None, target: str | None, old_slo: str | None, as_json: bool) -> None:
+def recommend(ledger: Path | None, run_id: str | None, target: str | None, as_json: bool) -> None:
     """Which variant meets the percentile goals per workload class (interactive long-input,
     interactive short/medium, batch), with a bootstrap interval on every percentile: a verdict
     that is within noise says 'borderline' instead of guessing."""
     from ..reporting.findings import parse_targets, recommend_lines, request_rows
     from ..reporting.findings import recommend as rec
 
-    targets = parse_targets(_target(target, old_slo, True))
+    if not target:
+        raise UsageError("give --target, e.g. --target ttft_p99=2000,e2e_p50=8000")
+    targets = parse_targets(target)
     db = open_ledger(ledger_path(ledger), create=False)
     rid = db.require_run(run_id)["id"]
     out = rec(request_rows(db, rid), targets)
@@ -96,31 +87,19 @@ def recommend(ledger: Path | None, run_id: str | None, target: str | None, old_s
                    "schema_pass=0.9, drift_above_floor=0, formality_mae=1")
 @click.option("--max-error-rate", type=click.FloatRange(0, 1), default=None, help="maximum failed-request rate, 0-1")
 @TARGET_OPT
-@OLD_SLO_OPT
 @click.option("--margins", default=None,
               help="non-inferiority margins, e.g. drift=0.05,schema_pass=-2pp,e2e_mean=+0%: an inferior verdict fails")
 @click.option("--max-client-lag", type=click.FloatRange(min=0), default=None,
               help="fail a variant whose client event-loop lag p99 over its requests is above this many ms")
 @click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="also write the checks as JUnit XML")
-@click.option("--max-drift-above-floor", "old_drift", type=float, default=None, hidden=True)
-@click.option("--min-schema", "old_schema", type=float, default=None, hidden=True)
-@click.option("--max-formality-mae", "old_formality", type=float, default=None, hidden=True)
 def check(ledger: Path | None, run_id: str | None, thresholds: tuple[str, ...], max_error_rate: float | None,
-          target: str | None, old_slo: str | None, margins: str | None, max_client_lag: float | None,
-          junit_path: Path | None, old_drift: float | None, old_schema: float | None,
-          old_formality: float | None) -> None:
+          target: str | None, margins: str | None, max_client_lag: float | None, junit_path: Path | None) -> None:
     """Gate a run: exit 1 when any variant fails a threshold, a percentile goal or a margin, one
     line per failure (JUnit XML with --junit), so a model or engine upgrade can be gated in CI."""
     from ..reporting.gate import GateSpec, run_checks, summary_line, write_junit
 
-    given = list(thresholds)
-    for old, new, v in (("--max-drift-above-floor", "drift_above_floor", old_drift),
-                        ("--min-schema", "schema_pass", old_schema), ("--max-formality-mae", "formality_mae", old_formality)):
-        if v is not None:
-            deprecated_option(old, f"--threshold {new}=VALUE")
-            given.append(f"{new}={v}")
-    spec = GateSpec.from_options(given, max_error_rate, _target(target, old_slo, False), margins, max_client_lag)
+    spec = GateSpec.from_options(list(thresholds), max_error_rate, target, margins, max_client_lag)
     db = open_ledger(ledger_path(ledger), create=False)
     rid, checks = run_checks(db, run_id, spec)
     if junit_path:

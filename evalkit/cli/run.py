@@ -15,7 +15,7 @@ from ..execution.workflow import run_and_grade
 from ..ledger import open_ledger
 from ..reporting.findings import findings
 from ..reporting.report import build_report
-from .common import LEDGER_OPT, EvalkitClickError, cli, deprecated_option, ledger_path
+from .common import LEDGER_OPT, EvalkitClickError, cli, ledger_path
 from .console import RichReporter, print_closing, print_report
 
 
@@ -39,7 +39,6 @@ from .console import RichReporter, print_closing, print_report
 @click.option("--trace-limit", type=click.IntRange(min=1), default=None, help="replay only the first N rows")
 @click.option("--subset-seed", type=int, default=None, help="which cases --limit picks, and the --interleave order [0]")
 @click.option("--arrival-seed", type=int, default=None, help="the Poisson arrival schedule of --rate [0]")
-@click.option("--seed", "old_seed", type=int, default=None, hidden=True)
 @click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
               help="send each case this many times per variant (sampling seed + repeat index)")
 @click.option("--mode", type=click.Choice(["sequential", "concurrency", "rate"]), default=None,
@@ -80,7 +79,7 @@ from .console import RichReporter, print_closing, print_report
 def run(matrix_path: Path | None, dataset_path: Path | None, limit: int | None, budget: str | None,
         trace_path: Path | None, trace_format: str | None, speedup: float, trace_limit: int | None,
         subset_seed: int | None,
-        arrival_seed: int | None, old_seed: int | None, repeats: int, mode: str | None, concurrency: int | None,
+        arrival_seed: int | None, repeats: int, mode: str | None, concurrency: int | None,
         rate: float | None, arrival: str | None, max_concurrency: int | None, sweep: str | None, stop_kv: float | None,
         slo: str | None, client_procs: int | None, interleave: bool, ray_address: str | None, resume_id: str | None,
         retry_failed: str | None, max_error_rate: float | None, stop_on_failure: bool, ledger: Path | None,
@@ -91,12 +90,10 @@ def run(matrix_path: Path | None, dataset_path: Path | None, limit: int | None, 
     variants are called as they are. Rows are written as requests finish, and each server's
     /metrics is scraped alongside so every request carries what the server did around it.
     """
-    if old_seed is not None:
-        deprecated_option("--seed", "--subset-seed and --arrival-seed")
     req = RunRequest(matrix_path, dataset_path, limit, budget,
                      TraceSpec(str(trace_path), trace_format or "", speedup, trace_limit) if trace_path else None,
-                     subset_seed if subset_seed is not None else (old_seed or 0),
-                     arrival_seed if arrival_seed is not None else (old_seed or 0), repeats, mode, concurrency, rate,
+                     subset_seed or 0,
+                     arrival_seed or 0, repeats, mode, concurrency, rate,
                      arrival, max_concurrency, sweep, stop_kv, slo, client_procs, interleave, max_error_rate,
                      stop_on_failure, resume_id, retry_failed, ray_address is not None)
     if trace_path is not None and trace_format is None:

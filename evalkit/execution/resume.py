@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 import os
 import socket
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import EvalkitDeprecationWarning, UsageError
+from ..errors import UsageError
 from ..ledger import Ledger
 from ..spec.dataset import Case, dataset_hash, load_cases
 from ..spec.matrix import Matrix
@@ -75,9 +74,7 @@ def resume_context(ledger: Ledger, run_id: str) -> ResumeContext:
     if dataset_hash(dpath) != run["dataset_hash"]:
         raise UsageError(f"--resume: {dpath} changed since run {run_id} started (hash differs)")
     try:
-        with warnings.catch_warnings():  # a stored matrix in an old spelling is no news to the user
-            warnings.simplefilter("ignore", EvalkitDeprecationWarning)
-            matrix = Matrix.model_validate_json(run["matrix_json"])
+        matrix = Matrix.model_validate(stored_matrix(run["matrix_json"]))
     except ValueError as e:
         raise UsageError(f"--resume: run {run_id}'s matrix does not load in this evalkit version "
                          f"({str(e).splitlines()[0]})") from None
@@ -92,6 +89,16 @@ def resume_context(ledger: Ledger, run_id: str) -> ResumeContext:
     by_id = {c.id: c for c in cases}
     cases = [by_id[i] for i in json.loads(run["case_ids_json"])]
     return ResumeContext(matrix, cases, dpath, *load_of_run(run))
+
+
+def stored_matrix(text: str) -> dict:
+    """A run's stored matrix as this evalkit reads it: a ledger written by evalkit 0.1 stored the
+    sampling seed as `generation.seed`."""
+    m = json.loads(text)
+    gen = m.get("generation") or {}
+    if "seed" in gen:
+        gen["sampling_seed"] = gen.pop("seed")
+    return m
 
 
 def load_of_run(run: dict) -> tuple[LoadSpec, int]:

@@ -80,6 +80,7 @@ def paired_diffs(ledger: object, run_id: str) -> dict[str, dict[str, list[float]
     """Per candidate variant of a run: its per-case paired differences against the baseline, for
     drift (drift − noise floor, from the drift grader) and E2E mean (% of the baseline's mean),
     at the run's first load level, each case's repeats averaged."""
+    from ..grading import paired_differences
     from ..grading.registry import available
 
     base = ledger.baseline(run_id)  # type: ignore[attr-defined]
@@ -101,7 +102,7 @@ def paired_diffs(ledger: object, run_id: str) -> dict[str, dict[str, list[float]
                 return [{**grades[r["id"]]["drift"], "case_id": r["case_id"], "repeat": r["repeat"]} for r in rows
                         if r["variant"] == var and "drift" in grades.get(r["id"], {})]
 
-            d["drift"] = available()["drift"].margin_pairs(g(v), g(base)).get("drift", [])
+            d["drift"] = paired_differences(available()["drift"].aggregate, g(v), g(base)).get("drift", [])
         out[v] = d
     return out
 

@@ -1,9 +1,9 @@
 """Graders read the ledger and append grade rows; re-grading adds rows, never overwrites.
 
-Which graders exist is the registry's business (`evalkit.grading.registry`: entry points in the
-`evalkit.graders` group, the built-ins included); each grader declares its own report columns,
-gate thresholds, margins, canned queries and calibration data. This module runs them over a
-run's outputs.
+The public API for writing and running graders: `Grader` (scoring) and `Aggregate` (what its
+grades become in reports, gates and margins) with their declaration types, and the functions that
+find and run graders. Which graders exist is the registry's business (`registry.py`: built-ins by
+import, plugins by entry point or `module:Class`). docs/plugins.md documents every hook.
 
 May import: the root modules, `spec`, `ledger`. Never `measure`, `engines` or `execution`.
 """
@@ -13,13 +13,27 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..catalogue import Metric
 from ..ledger import Ledger, dumps, utcnow
 from ..spec.dataset import Case
-from .base import GradedRequest, Grader, GraderContext, Score, SummaryColumn
-from .registry import available, default_names, make_graders, view_columns
+from ..stats import mean
+from .base import (
+    Aggregate,
+    CannedQuery,
+    GradedRequest,
+    Grader,
+    GraderContext,
+    Margin,
+    Score,
+    Threshold,
+    paired_differences,
+    pass_pct,
+)
+from .registry import add_path, available, default_names, make_graders, register, resolve, view_columns
 
-__all__ = ["GradedRequest", "Grader", "GraderContext", "Score", "SummaryColumn", "available", "default_names",
-           "grade_run", "graded_requests", "make_graders", "refresh_view"]
+__all__ = ["Aggregate", "CannedQuery", "GradedRequest", "Grader", "GraderContext", "Margin", "Metric", "Score",
+           "Threshold", "add_path", "available", "default_names", "grade_run", "graded_requests", "make_graders",
+           "mean", "paired_differences", "pass_pct", "refresh_view", "register", "resolve"]
 
 
 def case_from_row(row: dict[str, Any]) -> Case:
@@ -46,17 +60,6 @@ def graded_requests(ledger: Ledger, run_id: str) -> tuple[list[GradedRequest], d
     return items, {r["id"]: r["repeat"] for r in rows}
 
 
-def _outputs(g: Grader) -> Any:
-    """A plugin written for evalkit 0.1 named its whole-run method `grade_run` (the same name as
-    this module's function): still called, with a deprecation warning, for one release."""
-    if hasattr(g, "grade_run"):
-        from ..errors import deprecated
-
-        deprecated(f"{type(g).__name__}.grade_run()", "grade_outputs()")
-        return g.grade_run  # type: ignore[attr-defined]
-    return g.grade_outputs
-
-
 def refresh_view(ledger: Ledger) -> None:
     """Datasette's `requests_joined` lists one column per registered grader."""
     ledger.define_requests_view(view_columns())
@@ -77,7 +80,7 @@ def grade_run(ledger: Ledger, run_id: str, graders: list[Grader] | None = None) 
         if g.kind == "request":
             scores = list(zip(todo, g.grade_batch(todo), strict=True))
         else:  # per pair / per run: sees every output, grades the ones not yet graded
-            all_scores = _outputs(g)(items, repeats, baseline)
+            all_scores = g.grade_outputs(items, repeats, baseline)
             scores = [(i, all_scores[i.request_id]) for i in todo if i.request_id in all_scores]
         now = utcnow()
         ledger.insert_grades([

@@ -1,6 +1,7 @@
-"""What a grader is (after inspect_ai's Score and llm's plugin hooks): a class that declares its
-name, version, kind, the columns it adds and how it is summarised, and returns a value, pass/fail,
-an explanation and raw detail per request. The registry finds graders through entry points."""
+"""What a grader is (after inspect_ai's scorers and llm's plugin hooks): a `Grader` class that
+scores outputs (a value, pass/fail, an explanation and raw detail per request), and beside it an
+`Aggregate` that declares what its grades become: report columns, gates, margins, Datasette
+views and queries, plots. docs/plugins.md documents every hook; a test keeps it so."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from ..catalogue import Metric
 from ..spec.dataset import Case
 from ..stats import mean
 
@@ -37,16 +39,6 @@ class GradedRequest:
 
 
 @dataclass(frozen=True)
-class SummaryColumn:
-    """One column a grader adds to the report's quality table (and the HTML, card, Datasette)."""
-
-    key: str
-    label: str
-    digits: int | None = 2
-    description: str = ""
-
-
-@dataclass(frozen=True)
 class Threshold:
     """A gate a grader offers to `evalkit check --threshold NAME=VALUE`: the summary value ``key``
     (on each variant's "all" slice) divided by ``scale`` must be at least (``min``) or at most
@@ -67,7 +59,7 @@ class Margin:
     """A paired, per-case metric a grader offers to non-inferiority margins (`margins:` in a matrix,
     `evalkit check --margins`): the candidate's value minus the baseline's on the same case, with
     its unit ("pp": percentage points of a pass rate; "abs": the metric's own unit) and which way is
-    better. ``Grader.margin_pairs`` supplies the per-case differences."""
+    better. ``Aggregate.margin_values`` supplies each side's per-case values."""
 
     name: str
     unit: Literal["pp", "abs"]
@@ -96,26 +88,66 @@ class GraderContext:
     quality_under_load: bool = False  # the run's matrix asked to compare outputs across load levels
 
 
+class Aggregate:
+    """What a grader declares beside its scoring: how its grades are summarised per slice
+    (``columns``, ``summarise``), which summary a study table leads with (``headline``), how a run
+    is gated on it (``thresholds``), compared with the baseline (``margins``, ``margin_values``),
+    browsed (``view_columns``, ``canned_queries``), plotted (``scatter``) and explained (``notes``).
+    Nothing here grades: a grader points at its declarations with ``Grader.aggregate``."""
+
+    columns: ClassVar[tuple[Metric, ...]] = ()  # report columns; the first is the headline unless `headline`
+    headline: ClassVar[tuple[str, ...]] = ()
+    thresholds: ClassVar[tuple[Threshold, ...]] = ()
+    margins: ClassVar[tuple[Margin, ...]] = ()
+    view_columns: ClassVar[tuple[tuple[str, str], ...]] = ()  # (column in requests_joined, "value"|"passed")
+    canned_queries: ClassVar[tuple[CannedQuery, ...]] = ()
+    # plot the newest grade's value against a case field, per variant: (case field, x label, y label)
+    scatter: ClassVar[tuple[str, str, str] | None] = None
+
+    @classmethod
+    def headline_keys(cls) -> tuple[str, ...]:
+        return cls.headline or tuple(c.key for c in cls.columns[:1])
+
+    @classmethod
+    def summarise(cls, grades: list[dict[str, Any]], base_grades: list[dict[str, Any]] | None) -> dict[str, Any]:
+        """Aggregate the grader's newest grades of one slice (rows with value, passed, detail,
+        case_id, repeat) into the keys of ``columns``. ``base_grades`` is the baseline's same slice
+        (None when the slice is the baseline's own). The default: the mean value, as the first column."""
+        if not cls.columns:
+            return {}
+        return {cls.columns[0].key: mean([g["value"] for g in grades if g["value"] is not None])}
+
+    @classmethod
+    def margin_values(cls, grades: list[dict[str, Any]], baseline_side: bool) -> dict[str, dict[str, float]]:
+        """margin name -> case -> one side's per-case value, from the newest grades of that side.
+        The default: the mean `value` over the case's repeats, or for a "pp" margin whether the
+        case's first repeat passed (1.0 or 0.0). ``baseline_side``: these are the baseline's grades
+        (drift reads its noise floor there)."""
+        return {m.name: _per_case(grades, m.unit == "pp") for m in cls.margins}
+
+    @classmethod
+    def notes(cls, rows: list[dict[str, Any]]) -> list[str]:
+        """Lines for the report about individual outputs (rows carry `grades`, `id`, `variant`,
+        `case_id`), e.g. where two estimators disagree. None by default."""
+        return []
+
+
 class Grader:
-    """Base class. Per-request graders implement `grade` (or `grade_batch`); per-pair and per-run
-    graders implement `grade_outputs`, which sees every output of the run at once."""
+    """Scoring only. Per-request graders implement `grade` (or `grade_batch`); per-pair and per-run
+    graders implement `grade_outputs`, which sees every output of the run at once. What the grades
+    become in reports, gates and margins is declared beside it, in ``aggregate``."""
 
     name: ClassVar[str]
     version: ClassVar[str]
     kind: ClassVar[Kind] = "request"
-    default: ClassVar[bool] = True  # run by `evalkit run` / `evalkit grade` without --grader
+    default: ClassVar[bool] = True  # run by `evalkit run` / `evalkit grade` when the matrix names no graders
     description: ClassVar[str] = ""
-    view_columns: ClassVar[tuple[tuple[str, str], ...]] = ()  # (column in requests_joined, "value"|"passed")
-    summary_columns: ClassVar[tuple[SummaryColumn, ...]] = ()
-    # the first summary column is the grader's headline (study summary, card, Datasette); more here
-    headline: ClassVar[tuple[str, ...]] = ()
-    thresholds: ClassVar[tuple[Threshold, ...]] = ()
-    margins: ClassVar[tuple[Margin, ...]] = ()
-    canned_queries: ClassVar[tuple[CannedQuery, ...]] = ()
+    # case attributes the grader reads (beyond id, messages and text): a run whose cases lack them
+    # skips the grader with one line instead of grading into meaningless numbers
+    requires: ClassVar[tuple[str, ...]] = ()
+    aggregate: ClassVar[type[Aggregate]] = Aggregate
     # a labelled file (relative to the rubrics folder) that `evalkit graders calibrate` checks it on
     calibration_file: ClassVar[str | None] = None
-    # plot the newest grade's value against a case field, per variant: (case field, x label, y label)
-    scatter: ClassVar[tuple[str, str, str] | None] = None
 
     @classmethod
     def from_context(cls, ctx: GraderContext) -> Grader:
@@ -132,28 +164,10 @@ class Grader:
         return {i.request_id: s for i, s in zip(items, self.grade_batch(items), strict=True)}
 
     @classmethod
-    def headline_keys(cls) -> tuple[str, ...]:
-        return cls.headline or tuple(c.key for c in cls.summary_columns[:1])
-
-    @classmethod
-    def margin_values(cls, grades: list[dict[str, Any]], baseline_side: bool) -> dict[str, dict[str, float]]:
-        """margin name -> case -> one side's per-case value, from the newest grades of that side
-        (rows with value, passed, detail, case_id, repeat). The default: the mean `value` over the
-        case's repeats, or for a "pp" margin whether the case's first repeat passed (1.0 or 0.0).
-        ``baseline_side``: these are the baseline's grades (drift reads its noise floor there)."""
-        return {m.name: _per_case(grades, m.unit == "pp") for m in cls.margins}
-
-    @classmethod
-    def margin_pairs(cls, grades: list[dict[str, Any]], base_grades: list[dict[str, Any]]) -> dict[str, list[float]]:
-        """margin name -> candidate-minus-baseline per-case differences, for the cases both have."""
-        a, b = cls.margin_values(grades, False), cls.margin_values(base_grades, True)
-        return {m: [a[m][c] - b[m][c] for c in sorted(set(a[m]) & set(b.get(m, {})))] for m in a}
-
-    @classmethod
-    def notes(cls, rows: list[dict[str, Any]]) -> list[str]:
-        """Lines for the report about individual outputs (rows carry `grades`, `id`, `variant`,
-        `case_id`), e.g. where two estimators disagree. None by default."""
-        return []
+    def validate_rubrics(cls, rubrics: Any) -> str | None:
+        """Load this grader's rubric files from the folder ``rubrics``; a short description of
+        what was loaded, or None when the grader has none. Errors are RubricError (file:line)."""
+        return None
 
     @classmethod
     def calibrate(cls, path: Any = None) -> dict[str, Any]:
@@ -164,20 +178,12 @@ class Grader:
         """A calibration result as text lines (the CLI prints them)."""
         return [f"{k}: {v}" for k, v in result.items()]
 
-    @classmethod
-    def validate_rubrics(cls, rubrics: Any) -> str | None:
-        """Load this grader's rubric files from the folder ``rubrics``; a short description of
-        what was loaded, or None when the grader has none. Errors are RubricError (file:line)."""
-        return None
 
-    @classmethod
-    def summarise(cls, grades: list[dict[str, Any]], base_grades: list[dict[str, Any]] | None) -> dict[str, Any]:
-        """Aggregate this grader's newest grades of one slice (rows with value, passed, detail,
-        case_id) into the keys of `summary_columns`. ``base_grades`` is the baseline's same slice
-        (None when the slice is the baseline's own)."""
-        if not cls.summary_columns:
-            return {}
-        return {cls.summary_columns[0].key: mean([g["value"] for g in grades if g["value"] is not None])}
+def paired_differences(agg: type[Aggregate], grades: list[dict[str, Any]],
+                       base_grades: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """margin name -> candidate-minus-baseline per-case differences, for the cases both have."""
+    a, b = agg.margin_values(grades, False), agg.margin_values(base_grades, True)
+    return {m: [a[m][c] - b[m][c] for c in sorted(set(a[m]) & set(b.get(m, {})))] for m in a}
 
 
 def pass_pct(grades: list[dict[str, Any]]) -> float | None:

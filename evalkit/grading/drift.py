@@ -19,8 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..stats import bootstrap_ci, mean, min_detectable, sign_flip_p, verdict
-from .base import CannedQuery, GradedRequest, Grader, GraderContext, Margin, Score, SummaryColumn, Threshold
+from ..catalogue import Metric
+from ..stats import SignFlipMean, mean, min_detectable, verdict
+from .base import Aggregate, CannedQuery, GradedRequest, Grader, GraderContext, Margin, Score, Threshold
 from .text import json_fields, prose
 
 
@@ -58,20 +59,14 @@ def field_diff(a: str, b: str) -> dict[str, Any] | None:
     }
 
 
-class DriftGrader(Grader):
-    """Per-pair grader: needs the baseline's outputs for the same cases, so it grades a run at once."""
-
-    name = "drift"
-    version = "3"  # 3: the reference is the first floor pass after the run's repeats (2: repeat 1; 1: the same seed)
-    kind = "pair"
-    description = "1 - cosine of MiniLM embeddings vs the baseline's output, next to the baseline's own noise floor"
-    view_columns = (("drift_cosine", "value"),)
-    summary_columns = (
-        SummaryColumn("drift_mean", "drift", 3, "mean 1 - cosine vs the baseline's output"),
-        SummaryColumn("floor_mean", "noise floor", 3, "mean 1 - cosine between two baseline runs (other seed)"),
-        SummaryColumn("drift_minus_floor", "drift − floor", 3, "paired by case"),
-        SummaryColumn("drift_minus_floor_ci95", "95% CI", 3, "bootstrap 95% interval of drift - floor"),
-        SummaryColumn("drift_verdict", "verdict", None, "a verdict only where the interval excludes 0"),
+class DriftAggregate(Aggregate):
+    columns = (
+        Metric("drift_mean", "drift", 3, "mean 1 - cosine vs the baseline's output", "1-cos"),
+        Metric("floor_mean", "noise floor", 3, "mean 1 - cosine between two baseline passes (other seed)", "1-cos"),
+        Metric("drift_minus_floor", "drift − floor", 3, "drift minus the noise floor, paired by case", "1-cos",
+               signed=True),
+        Metric("drift_minus_floor_ci95", "95% CI", 3, "95 % interval of drift − floor (its sign-flip test)", "1-cos"),
+        Metric("drift_verdict", "verdict", None, "a verdict only where the interval excludes 0"),
     )
     headline = ("drift_minus_floor",)
     thresholds = (Threshold("drift_above_floor", "drift_minus_floor", "max", "fail a variant whose drift − noise floor "
@@ -79,12 +74,53 @@ class DriftGrader(Grader):
                             candidates_only=True),)
     margins = (Margin("drift", "abs", False, "drift (1 − cosine vs the baseline) minus the baseline's own noise floor, "
                       "per case"),)
+    view_columns = (("drift_cosine", "value"),)
     canned_queries = (CannedQuery("worst_drift", "Largest drift from the baseline", "lowest", "drift_cosine"),)
 
     @classmethod
     def margin_values(cls, grades: list[dict[str, Any]], baseline_side: bool) -> dict[str, dict[str, float]]:
         """A candidate's drift per case, set against the baseline's own noise floor per case."""
         return {"drift": _per_case(grades, "noise_floor" if baseline_side else "drift")}
+
+    @classmethod
+    def summarise(cls, grades: list[dict[str, Any]], base_grades: list[dict[str, Any]] | None) -> dict[str, Any]:
+        """Drift next to the baseline's own noise floor, paired by case, with the 95 % interval of
+        its sign-flip test (the p-value the report's Holm family takes is the same test's). For the
+        baseline's own slice (``base_grades`` None) only the floor."""
+        if base_grades is None:
+            drift, floor = {}, _per_case(grades, "noise_floor")
+        else:
+            drift, floor = _per_case(grades, "drift"), _per_case(base_grades, "noise_floor")
+        paired = sorted(set(drift) & set(floor))
+        diffs = [drift[c] - floor[c] for c in paired]
+        t = SignFlipMean(diffs)
+        ci = t.interval(0.05, (0.0,)) if t.n >= 2 else None
+        mdd = min_detectable(diffs)
+        v = verdict(ci, "drift above the noise floor", "drift below the noise floor", "within the noise floor") \
+            if drift else None
+        if floor and not any(floor.values()):
+            # every baseline pass was the same text: greedy decoding, or a deterministic server
+            v = ("no noise floor (the baseline's passes were identical, as at temperature 0): any change counts; "
+                 "the divergence grader measures token-level difference") if drift else None
+        elif v == "within the noise floor" and mdd is not None:
+            v += f" (could detect ≥ {mdd:.3f} here)"  # a "no difference" says what difference it could see
+        return {
+            "drift_p": t.p(0.0) if drift and t.n >= 2 else None,  # two-sided, for the report's Holm family
+            "drift_mean": mean(list(drift.values())), "floor_mean": mean(list(floor.values())),
+            "drift_minus_floor": mean(diffs), "drift_minus_floor_ci95": list(ci) if ci else None,
+            "drift_pairs": len(paired), "drift_min_detectable": mdd if drift else None,
+            "drift_verdict": v,
+        }
+
+
+class DriftGrader(Grader):
+    """Per-pair grader: needs the baseline's outputs for the same cases, so it grades a run at once."""
+
+    name = "drift"
+    version = "3"  # 3: the reference is the first floor pass after the run's repeats (2: repeat 1; 1: the same seed)
+    kind = "pair"
+    description = "1 - cosine of MiniLM embeddings vs the baseline's output, next to the baseline's own noise floor"
+    aggregate = DriftAggregate
 
     def __init__(self, embed: Callable[[list[str]], Any]) -> None:
         self.embed = embed
@@ -93,30 +129,6 @@ class DriftGrader(Grader):
     def from_context(cls, ctx: GraderContext) -> DriftGrader:
         assert ctx.embed is not None
         return cls(ctx.embed)
-
-    @classmethod
-    def summarise(cls, grades: list[dict[str, Any]], base_grades: list[dict[str, Any]] | None) -> dict[str, Any]:
-        """Drift next to the baseline's own noise floor, paired by case, with a bootstrap CI. For the
-        baseline's own slice (``base_grades`` None) only the floor."""
-        if base_grades is None:
-            drift, floor = {}, _per_case(grades, "noise_floor")
-        else:
-            drift, floor = _per_case(grades, "drift"), _per_case(base_grades, "noise_floor")
-        paired = sorted(set(drift) & set(floor))
-        diffs = [drift[c] - floor[c] for c in paired]
-        ci = bootstrap_ci(diffs)
-        mdd = min_detectable(diffs)
-        v = verdict(ci, "drift above the noise floor", "drift below the noise floor", "within the noise floor") \
-            if drift else None
-        if v == "within the noise floor" and mdd is not None:
-            v += f" (could detect ≥ {mdd:.3f} here)"  # a "no difference" says what difference it could see
-        return {
-            "drift_p": sign_flip_p(diffs) if drift else None,  # two-sided, for the report's Holm family
-            "drift_mean": mean(list(drift.values())), "floor_mean": mean(list(floor.values())),
-            "drift_minus_floor": mean(diffs), "drift_minus_floor_ci95": list(ci) if ci else None,
-            "drift_pairs": len(paired), "drift_min_detectable": mdd if drift else None,
-            "drift_verdict": v,
-        }
 
     def grade_outputs(self, items: list[GradedRequest], repeats: dict[int, int], baseline: str | None) -> dict[int, Score]:
         if baseline is None:

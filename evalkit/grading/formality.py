@@ -11,11 +11,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ..catalogue import Metric
 from ..errors import RubricError
 from ..paths import rubrics_dir
 from ..spec.config import load_yaml_model as _load
 from ..stats import mean
-from .base import GradedRequest, Grader, GraderContext, Margin, Score, SummaryColumn, Threshold
+from .base import Aggregate, GradedRequest, Grader, GraderContext, Margin, Score, Threshold
 from .text import prose, sentences, terms, words
 
 FEATURES = (
@@ -170,23 +171,18 @@ def classify(vecs: Any, feats: list[dict[str, float]], clf: dict[str, Any]) -> l
                                                                                                   strict=True)]
 
 
-class FormalityGrader(Grader):
-    name = "formality"
-    version = "2"  # 2: markers derived from the tune file only; a second, embedding-based estimator
-    description = ("formality level 1-5 by two estimators fitted on the tune file (markers; embeddings), "
-                   "vs the requested level")
+class FormalityAggregate(Aggregate):
     view_columns = (("formality_predicted", "value"),)
-    summary_columns = (SummaryColumn("formality_mae", "formality MAE", 2, "mean |predicted - requested| level"),
-                       SummaryColumn("formality_within1_pct", "formality ±1 %", 0, "share within one level"),
-                       SummaryColumn("formality_embed_mae", "formality MAE (emb.)", 2,
+    columns = (Metric("formality_mae", "formality MAE", 2, "mean |predicted - requested| level"),
+                       Metric("formality_within1_pct", "formality ±1 %", 0, "share within one level"),
+                       Metric("formality_embed_mae", "formality MAE (emb.)", 2,
                                      "the same with the embedding estimator"),
-                       SummaryColumn("formality_agree_pct", "estimators agree %", 0,
+                       Metric("formality_agree_pct", "estimators agree %", 0,
                                      "share where both estimators give the same level"),
-                       SummaryColumn("formality_disagree_n", "disagree ≥2", 0,
+                       Metric("formality_disagree_n", "disagree ≥2", 0,
                                      "outputs whose two estimates differ by two levels or more"))
     thresholds = (Threshold("formality_mae", "formality_mae", "max", "maximum mean |predicted - requested| level"),)
     margins = (Margin("formality_mae", "abs", False, "|predicted - requested| level, candidate minus baseline"),)
-    calibration_file = "formality_test.jsonl"
     scatter = ("formality", "requested level", "predicted level")
 
     @classmethod
@@ -206,6 +202,28 @@ class FormalityGrader(Grader):
                 out.append(f"formality estimators disagree by ≥2 on request {r['id']} ({r['variant']}, {r['case_id']}): "
                            f"markers {d['predicted']}, embeddings {d['embed_level']}, requested {d['requested']}")
         return out
+
+    @classmethod
+    def summarise(cls, grades: list[dict[str, Any]], base_grades: list[dict[str, Any]] | None) -> dict[str, Any]:
+        errs = [abs(g["detail"]["error"]) for g in grades if "error" in g["detail"]]
+        emb = [g["detail"] for g in grades if g["detail"].get("embed_level") is not None]
+        return {"formality_mae": mean(errs),
+                "formality_within1_pct": 100.0 * sum(e <= 1 for e in errs) / len(errs) if errs else None,
+                "formality_n": len(errs),
+                "formality_embed_mae": mean([abs(d["embed_level"] - d["requested"]) for d in emb]),
+                "formality_agree_pct": 100.0 * sum(d["embed_level"] == d["predicted"] for d in emb) / len(emb)
+                if emb else None,
+                "formality_disagree_n": sum(abs(d["embed_level"] - d["predicted"]) >= 2 for d in emb) if emb else None}
+
+
+class FormalityGrader(Grader):
+    name = "formality"
+    version = "2"  # 2: markers derived from the tune file only; a second, embedding-based estimator
+    description = ("formality level 1-5 by two estimators fitted on the tune file (markers; embeddings), "
+                   "vs the requested level")
+    aggregate = FormalityAggregate
+    calibration_file = "formality_test.jsonl"
+
 
     @classmethod
     def calibrate(cls, path: Any = None) -> dict[str, Any]:
@@ -241,17 +259,6 @@ class FormalityGrader(Grader):
     def from_context(cls, ctx: GraderContext) -> FormalityGrader:
         return cls(embed=ctx.embed)
 
-    @classmethod
-    def summarise(cls, grades: list[dict[str, Any]], base_grades: list[dict[str, Any]] | None) -> dict[str, Any]:
-        errs = [abs(g["detail"]["error"]) for g in grades if "error" in g["detail"]]
-        emb = [g["detail"] for g in grades if g["detail"].get("embed_level") is not None]
-        return {"formality_mae": mean(errs),
-                "formality_within1_pct": 100.0 * sum(e <= 1 for e in errs) / len(errs) if errs else None,
-                "formality_n": len(errs),
-                "formality_embed_mae": mean([abs(d["embed_level"] - d["requested"]) for d in emb]),
-                "formality_agree_pct": 100.0 * sum(d["embed_level"] == d["predicted"] for d in emb) / len(emb)
-                if emb else None,
-                "formality_disagree_n": sum(abs(d["embed_level"] - d["predicted"]) >= 2 for d in emb) if emb else None}
 
     def grade_batch(self, items: list[GradedRequest]) -> list[Score]:
         texts = [prose(i.text) for i in items]

@@ -10,9 +10,10 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from ..catalogue import Metric
 from ..errors import UsageError
 from ..redact import redact
-from .base import GradedRequest, Grader, GraderContext, Margin, Score, SummaryColumn, Threshold
+from .base import Aggregate, GradedRequest, Grader, GraderContext, Margin, Score, Threshold
 from .text import prose
 
 GRADE = re.compile(r"(?i)\bscore\s*[:=]\s*([1-5])\b")
@@ -24,15 +25,19 @@ PROMPT = (
 )
 
 
+class JudgeAggregate(Aggregate):
+    view_columns = (("judge_mean", "value"),)
+    columns = (Metric("judge_mean", "judge /5", 2, "mean judge grade over criteria"),)
+    thresholds = (Threshold("judge_mean", "judge_mean", "min", "minimum mean judge grade, 1-5"),)
+    margins = (Margin("judge", "abs", True, "mean judge grade, candidate minus baseline"),)
+
+
 class JudgeGrader(Grader):
     name = "judge"
     version = "1"
     default = False  # only when the run's matrix has a `judge:` section
     description = "an LLM judge (the matrix's `judge:` endpoint) grades each criterion 1-5"
-    view_columns = (("judge_mean", "value"),)
-    summary_columns = (SummaryColumn("judge_mean", "judge /5", 2, "mean judge grade over criteria"),)
-    thresholds = (Threshold("judge_mean", "judge_mean", "min", "minimum mean judge grade, 1-5"),)
-    margins = (Margin("judge", "abs", True, "mean judge grade, candidate minus baseline"),)
+    aggregate = JudgeAggregate
 
     @classmethod
     def from_context(cls, ctx: GraderContext) -> JudgeGrader:

@@ -9,9 +9,43 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..catalogue import Metric
 from ..stats import bootstrap_ci, mean, wilson
-from .base import CannedQuery, GradedRequest, Grader, GraderContext, Score, SummaryColumn, Threshold, pass_pct
+from .base import Aggregate, CannedQuery, GradedRequest, Grader, GraderContext, Score, Threshold, pass_pct
 from .text import prose
+
+
+class LoadDriftAggregate(Aggregate):
+    view_columns = (("load_cosine", "value"), ("load_identical", "passed"))
+    columns = (
+        Metric("load_level", "load level", None, "the concurrency compared with concurrency 1"),
+        Metric("load_identical_pct", "identical under load %", 0, "outputs byte-identical to the sequential ones"),
+        Metric("load_drift_mean", "drift under load", 3, "mean 1 - cosine vs the same case at concurrency 1"),
+        Metric("load_drift_ci95", "95% CI", 3, "bootstrap 95% interval of that mean"),
+        Metric("load_drift_verdict", "under load", None, "changed answers only where the data shows it"),
+    )
+    headline = ("load_identical_pct",)
+    thresholds = (Threshold("load_identical", "load_identical_pct", "min", "minimum share of outputs unchanged under "
+                            "load, 0-1", scale=100.0),)
+    canned_queries = (CannedQuery("changed_under_load", "Outputs that changed under load (vs concurrency 1)",
+                                  "failures"),)
+
+    @classmethod
+    def summarise(cls, grades: list[dict[str, Any]], base_grades: list[dict[str, Any]] | None) -> dict[str, Any]:
+        if not grades:
+            return {}
+        drift = [g["detail"]["drift"] for g in grades]
+        ci = bootstrap_ci(drift)
+        n_changed = sum(not g["passed"] for g in grades)
+        # at greedy decoding any change is load's doing: what the data can say is how often it happens
+        share = wilson(n_changed, len(grades))
+        verdict = (f"{n_changed} of {len(grades)} answers changed under load" if n_changed else
+                   f"all {len(grades)} answers unchanged under load")
+        if share is not None:
+            verdict += f" (changed share 95 % interval [{100 * share[0]:.0f}, {100 * share[1]:.0f}] %)"
+        return {"load_level": max(g["detail"]["level"] for g in grades), "load_identical_pct": pass_pct(grades),
+                "load_drift_mean": mean(drift), "load_drift_ci95": list(ci) if ci else None,
+                "load_drift_verdict": verdict, "load_pairs": len(grades)}
 
 
 class LoadDriftGrader(Grader):
@@ -20,19 +54,7 @@ class LoadDriftGrader(Grader):
     kind = "pair"
     description = ("each case's output at the highest load level reached vs its own output at concurrency 1 "
                    "(greedy): byte-identical, and 1 - cosine")
-    view_columns = (("load_cosine", "value"), ("load_identical", "passed"))
-    summary_columns = (
-        SummaryColumn("load_level", "load level", None, "the concurrency compared with concurrency 1"),
-        SummaryColumn("load_identical_pct", "identical under load %", 0, "outputs byte-identical to the sequential ones"),
-        SummaryColumn("load_drift_mean", "drift under load", 3, "mean 1 - cosine vs the same case at concurrency 1"),
-        SummaryColumn("load_drift_ci95", "95% CI", 3, "bootstrap 95% interval of that mean"),
-        SummaryColumn("load_drift_verdict", "under load", None, "changed answers only where the data shows it"),
-    )
-    headline = ("load_identical_pct",)
-    thresholds = (Threshold("load_identical", "load_identical_pct", "min", "minimum share of outputs unchanged under "
-                            "load, 0-1", scale=100.0),)
-    canned_queries = (CannedQuery("changed_under_load", "Outputs that changed under load (vs concurrency 1)",
-                                  "failures"),)
+    aggregate = LoadDriftAggregate
 
     def __init__(self, embed: Callable[[list[str]], Any] | None, enabled: bool) -> None:
         self.embed, self.enabled = embed, enabled
@@ -66,19 +88,3 @@ class LoadDriftGrader(Grader):
                                        "against_request_id": ref.request_id})
         return out
 
-    @classmethod
-    def summarise(cls, grades: list[dict[str, Any]], base_grades: list[dict[str, Any]] | None) -> dict[str, Any]:
-        if not grades:
-            return {}
-        drift = [g["detail"]["drift"] for g in grades]
-        ci = bootstrap_ci(drift)
-        n_changed = sum(not g["passed"] for g in grades)
-        # at greedy decoding any change is load's doing: what the data can say is how often it happens
-        share = wilson(n_changed, len(grades))
-        verdict = (f"{n_changed} of {len(grades)} answers changed under load" if n_changed else
-                   f"all {len(grades)} answers unchanged under load")
-        if share is not None:
-            verdict += f" (changed share 95 % interval [{100 * share[0]:.0f}, {100 * share[1]:.0f}] %)"
-        return {"load_level": max(g["detail"]["level"] for g in grades), "load_identical_pct": pass_pct(grades),
-                "load_drift_mean": mean(drift), "load_drift_ci95": list(ci) if ci else None,
-                "load_drift_verdict": verdict, "load_pairs": len(grades)}

@@ -11,10 +11,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ..catalogue import Metric
 from ..paths import rubrics_dir
 from ..spec.dataset import Case
 from ..stats import mean
-from .base import CannedQuery, GradedRequest, Grader, GraderContext, Margin, Score, SummaryColumn, Threshold, pass_pct
+from .base import Aggregate, CannedQuery, GradedRequest, Grader, GraderContext, Margin, Score, Threshold, pass_pct
 from .formality import load_yaml_model
 from .text import json_fields, prose, sentences, words
 
@@ -172,18 +173,26 @@ def check(rule_name: str, rule: Rule, case: Case, text: str, raw: str) -> tuple[
     raise AssertionError(rule_name)
 
 
-class PersonaGrader(Grader):
-    name = "persona"
-    version = "2"  # 2: salutation and sign-off also apply from the requested formality (min_formality)
-    description = "persona rubric (rubrics/persona.yaml): weighted rules, required ones decide pass"
+class PersonaAggregate(Aggregate):
     view_columns = (("persona_score", "value"),)
-    summary_columns = (SummaryColumn("persona_score", "persona score", 2, "weighted share of rubric rules met"),
-                       SummaryColumn("persona_pass_pct", "persona pass %", 0, "share passing every required rule"))
+    columns = (Metric("persona_score", "persona score", 2, "weighted share of rubric rules met"),
+                       Metric("persona_pass_pct", "persona pass %", 0, "share passing every required rule"))
     thresholds = (Threshold("persona_pass", "persona_pass_pct", "min", "minimum share passing every required persona "
                             "rule, 0-1", scale=100.0),
                   Threshold("persona_score", "persona_score", "min", "minimum mean persona score, 0-1"))
     margins = (Margin("persona_pass", "pp", True, "persona pass rate, candidate minus baseline, percentage points"),)
     canned_queries = (CannedQuery("persona_failures", "Outputs that failed a required persona rule", "failures"),)
+
+    @classmethod
+    def summarise(cls, grades: list[dict[str, Any]], base_grades: list[dict[str, Any]] | None) -> dict[str, Any]:
+        return {"persona_score": mean([g["value"] for g in grades]), "persona_pass_pct": pass_pct(grades)}
+
+
+class PersonaGrader(Grader):
+    name = "persona"
+    version = "2"  # 2: salutation and sign-off also apply from the requested formality (min_formality)
+    description = "persona rubric (rubrics/persona.yaml): weighted rules, required ones decide pass"
+    aggregate = PersonaAggregate
     calibration_file = "persona_labels.jsonl"
 
     @classmethod
@@ -213,9 +222,6 @@ class PersonaGrader(Grader):
     def from_context(cls, ctx: GraderContext) -> PersonaGrader:
         return cls(embed=ctx.embed)
 
-    @classmethod
-    def summarise(cls, grades: list[dict[str, Any]], base_grades: list[dict[str, Any]] | None) -> dict[str, Any]:
-        return {"persona_score": mean([g["value"] for g in grades]), "persona_pass_pct": pass_pct(grades)}
 
     def grade(self, item: GradedRequest, similarity: float | None = None) -> Score:
         text = prose(item.text)

@@ -1,49 +1,109 @@
-"""The grader registry: every grader is a class behind an entry point in the `evalkit.graders`
-group (how llm and datasette take plugins). Adding a grader is one file plus one entry point:
-the report, the HTML, Datasette (its view columns and canned queries), the dataset card, the
-gate (`check --threshold`), margins and `graders calibrate` all ask this registry."""
+"""The grader registry (how llm and datasette take plugins): evalkit's own graders are registered
+by importing them, third-party graders by an entry point in the `evalkit.graders` group, and a
+grader in a local module by `module:Class` (a matrix's `graders:`, `--grader module:Class`, with
+`--grader-path DIR` for a folder not on the import path). The report, the HTML, Datasette (its view
+columns and canned queries), the dataset card, the gate (`check --threshold`), margins and
+`graders calibrate` all ask this registry, through each grader's `aggregate` declarations."""
 
 from __future__ import annotations
 
+import sys
 from functools import lru_cache
+from importlib import import_module
 from importlib.metadata import entry_points
+from pathlib import Path
 
+from ..catalogue import Metric
 from ..errors import UsageError
-from .base import CannedQuery, Grader, GraderContext, Margin, SummaryColumn, Threshold
+from .base import CannedQuery, Grader, GraderContext, Margin, Threshold
 
 ENTRY_POINT_GROUP = "evalkit.graders"
 OWN_DIST = "evalkit"
+# evalkit's own graders: registered by import, so a checkout on PYTHONPATH has them too
+BUILTINS = {
+    "schema": "evalkit.grading.schema:SchemaGrader",
+    "persona": "evalkit.grading.persona:PersonaGrader",
+    "formality": "evalkit.grading.formality:FormalityGrader",
+    "drift": "evalkit.grading.drift:DriftGrader",
+    "judge": "evalkit.grading.judge:JudgeGrader",
+    "load_drift": "evalkit.grading.load_drift:LoadDriftGrader",
+}
+HOW_TO_REGISTER = ("a grader is registered by an entry point in the `evalkit.graders` group of an installed package, "
+                   "or named as module:Class (e.g. `graders: [mymodule:ReplyLength]` in the matrix, with "
+                   "`--grader-path DIR` when the module is not importable): docs/plugins.md")
+_LOCAL: dict[str, str] = {}  # name -> module:Class registered in this process
 
 
-def _load(name: str, target: str) -> type[Grader]:
-    from importlib import import_module
-
-    module, _, attr = target.partition(":")
+def load_class(target: str, name: str | None = None) -> type[Grader]:
+    """The Grader class behind `module:Class`; a broken plugin names itself, it never takes
+    evalkit down."""
+    module, sep, attr = target.partition(":")
+    if not sep or not module or not attr:
+        raise UsageError(f"grader '{target}': expected module:Class")
     try:
         cls = getattr(import_module(module), attr)
-    except Exception as e:  # a broken plugin names itself, it does not take evalkit down
-        raise UsageError(f"grader plugin '{name}' ({target}) failed to load: {e}") from None
+    except Exception as e:  # noqa: BLE001 - any import error of a plugin becomes one line
+        raise UsageError(f"grader plugin '{name or target}' ({target}) failed to load: {e}") from None
     if not (isinstance(cls, type) and issubclass(cls, Grader)):
-        raise UsageError(f"grader plugin '{name}' ({target}) is not an evalkit.grading.Grader subclass")
-    if getattr(cls, "name", None) != name:
+        raise UsageError(f"grader plugin '{name or target}' ({target}) is not an evalkit.grading.Grader subclass")
+    if name is not None and getattr(cls, "name", None) != name:
         raise UsageError(f"grader plugin '{name}' ({target}) declares name '{getattr(cls, 'name', None)}'")
+    if not getattr(cls, "name", None) or not getattr(cls, "version", None):
+        raise UsageError(f"grader plugin '{target}' declares no `name` or `version`")
     return cls
+
+
+def add_path(path: str | Path) -> None:
+    """`--grader-path DIR`: modules in DIR can be named as graders."""
+    p = str(Path(path).resolve())
+    if not Path(p).is_dir():
+        raise UsageError(f"--grader-path: {path} is not a folder")
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+
+def register(target: str) -> str:
+    """Register a grader given as `module:Class` for this process; returns its name."""
+    cls = load_class(target)
+    known = _targets()
+    if cls.name in known and known[cls.name] != target:
+        raise UsageError(f"grader '{target}' is named '{cls.name}', which {known[cls.name]} already is")
+    _LOCAL[cls.name] = target
+    available.cache_clear()
+    return cls.name
+
+
+def _targets() -> dict[str, str]:
+    """name -> module:Class: the built-ins, then installed plugins, then local ones."""
+    out = dict(BUILTINS)
+    others = sorted((e for e in entry_points(group=ENTRY_POINT_GROUP)
+                     if e.dist is None or e.dist.name != OWN_DIST), key=lambda e: e.name)
+    for ep in others:
+        out.setdefault(ep.name, ep.value)
+    for name, target in _LOCAL.items():
+        out.setdefault(name, target)
+    return out
 
 
 @lru_cache(maxsize=1)
 def available() -> dict[str, type[Grader]]:
-    """name -> grader class: evalkit's own, then plugins, each by name. The
-    built-ins come through exactly the plugin path: their entry points."""
-    eps = list(entry_points(group=ENTRY_POINT_GROUP))
-    own = [e for e in eps if e.dist is not None and e.dist.name == OWN_DIST]
-    others = sorted((e for e in eps if e not in own), key=lambda e: e.name)
-    targets: dict[str, str] = {}
-    for ep in own + others:
-        targets.setdefault(ep.name, ep.value)
-    if not targets:
-        raise UsageError(f"no graders are registered (entry point group {ENTRY_POINT_GROUP}): install evalkit "
-                         "with `pip install -e .` so its own graders are registered")
-    return {name: _load(name, t) for name, t in targets.items()}
+    """name -> grader class: evalkit's own, then plugins, each by name."""
+    return {name: load_class(t, name) for name, t in _targets().items()}
+
+
+def resolve(names: list[str]) -> list[str]:
+    """Grader names from a matrix or the command line: a known name, or `module:Class` (registered
+    here); an unknown one is a usage error that says how to register it."""
+    out = []
+    for n in names:
+        n = n.strip()
+        if ":" in n:
+            out.append(register(n))
+            continue
+        if n not in available():
+            raise UsageError(f"unknown grader '{n}' (known: {', '.join(available())}); {HOW_TO_REGISTER}")
+        out.append(n)
+    return out
 
 
 def default_names(with_judge: bool = False) -> list[str]:
@@ -52,10 +112,7 @@ def default_names(with_judge: bool = False) -> list[str]:
 
 def make_graders(names: list[str] | None = None, ctx: GraderContext | None = None) -> list[Grader]:
     reg = available()
-    names = list(names or default_names())
-    unknown = [n for n in names if n not in reg]
-    if unknown:
-        raise UsageError(f"unknown grader(s): {', '.join(unknown)} (known: {', '.join(reg)})")
+    names = resolve(list(names)) if names else default_names()
     ctx = ctx or GraderContext()
     if ctx.embed is None:
         from .embeddings import embed  # lazy: only graders that embed load the model
@@ -66,37 +123,37 @@ def make_graders(names: list[str] | None = None, ctx: GraderContext | None = Non
 
 def view_columns() -> list[tuple[str, str, str]]:
     """(column, grader, field) for Datasette's `requests_joined` view."""
-    return [(col, name, fld) for name, cls in available().items() for col, fld in cls.view_columns]
+    return [(col, name, fld) for name, cls in available().items() for col, fld in cls.aggregate.view_columns]
 
 
-def summary_columns(graders: list[str] | None = None) -> list[SummaryColumn]:
+def summary_columns(graders: list[str] | None = None) -> list[Metric]:
     return [c for name, cls in available().items() if graders is None or name in graders
-            for c in cls.summary_columns]
+            for c in cls.aggregate.columns]
 
 
-def headline_columns(graders: list[str] | None = None) -> list[SummaryColumn]:
+def headline_columns(graders: list[str] | None = None) -> list[Metric]:
     """Each grader's headline summary columns: what the study summary, the card and Datasette's
     summary query show per variant."""
     out = []
     for name, cls in available().items():
         if graders is None or name in graders:
-            keys = cls.headline_keys()
-            out += [c for c in cls.summary_columns if c.key in keys]
+            keys = cls.aggregate.headline_keys()
+            out += [c for c in cls.aggregate.columns if c.key in keys]
     return out
 
 
 def thresholds() -> dict[str, tuple[str, Threshold]]:
     """threshold name -> (grader, Threshold), for `evalkit check --threshold NAME=VALUE`."""
-    return {t.name: (name, t) for name, cls in available().items() for t in cls.thresholds}
+    return {t.name: (name, t) for name, cls in available().items() for t in cls.aggregate.thresholds}
 
 
 def margins() -> dict[str, tuple[str, Margin]]:
     """margin name -> (grader, Margin), for non-inferiority verdicts."""
-    return {m.name: (name, m) for name, cls in available().items() for m in cls.margins}
+    return {m.name: (name, m) for name, cls in available().items() for m in cls.aggregate.margins}
 
 
 def canned_queries() -> list[tuple[str, CannedQuery]]:
-    return [(name, q) for name, cls in available().items() for q in cls.canned_queries]
+    return [(name, q) for name, cls in available().items() for q in cls.aggregate.canned_queries]
 
 
 def calibratable() -> list[str]:

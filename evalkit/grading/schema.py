@@ -8,24 +8,33 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from ..catalogue import Metric
 from ..spec.output_schemas import load_schema
-from .base import CannedQuery, GradedRequest, Grader, Margin, Score, SummaryColumn, Threshold, pass_pct
+from .base import Aggregate, CannedQuery, GradedRequest, Grader, Margin, Score, Threshold, pass_pct
 
 
 def _path(parts: object) -> str:
     return "/" + "/".join(str(p) for p in parts)  # type: ignore[union-attr]
 
 
+class SchemaAggregate(Aggregate):
+    columns = (Metric("schema_pass_pct", "schema %", 0, "share of outputs valid against their schema", "%"),)
+    thresholds = (Threshold("schema_pass", "schema_pass_pct", "min", "minimum share of outputs valid against their "
+                            "schema, 0-1", scale=100.0),)
+    margins = (Margin("schema_pass", "pp", True, "schema pass rate, candidate minus baseline, percentage points"),)
+    view_columns = (("schema_passed", "passed"),)
+    canned_queries = (CannedQuery("schema_failures", "Outputs that failed their JSON Schema", "failures"),)
+
+    @classmethod
+    def summarise(cls, grades: list[dict[str, Any]], base_grades: list[dict[str, Any]] | None) -> dict[str, Any]:
+        return {"schema_pass_pct": pass_pct(grades), "schema_graded": len(grades)}
+
+
 class SchemaGrader(Grader):
     name = "schema"
     version = "1"
     description = "the output parses as JSON and validates against the case's JSON Schema"
-    view_columns = (("schema_passed", "passed"),)
-    summary_columns = (SummaryColumn("schema_pass_pct", "schema %", 0, "share of outputs valid against their schema"),)
-    thresholds = (Threshold("schema_pass", "schema_pass_pct", "min", "minimum share of outputs valid against their "
-                            "schema, 0-1", scale=100.0),)
-    margins = (Margin("schema_pass", "pp", True, "schema pass rate, candidate minus baseline, percentage points"),)
-    canned_queries = (CannedQuery("schema_failures", "Outputs that failed their JSON Schema", "failures"),)
+    aggregate = SchemaAggregate
 
     @classmethod
     def validate_rubrics(cls, rubrics: Path) -> str:
@@ -35,10 +44,6 @@ class SchemaGrader(Grader):
         for n in names:
             load_schema(n, rubrics / "schemas")
         return f"schemas: {', '.join(names)}"
-
-    @classmethod
-    def summarise(cls, grades: list[dict[str, Any]], base_grades: list[dict[str, Any]] | None) -> dict[str, Any]:
-        return {"schema_pass_pct": pass_pct(grades), "schema_graded": len(grades)}
 
     def grade(self, item: GradedRequest) -> Score:
         schema = load_schema(item.case.schema_name)

@@ -87,7 +87,7 @@ def _quality_groups(graders: list[str]) -> list[int]:
     out = [-1, -1]
     for k, (name, cls) in enumerate(available().items()):
         if name in graders:
-            out += [k] * len(cls.summary_columns)
+            out += [k] * len(cls.aggregate.columns)
     return out
 
 

@@ -284,7 +284,7 @@ def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = N
         "quality_vs_cost": quality_vs_cost(rows, levels, costs),
         **(traffic := {"trace_fidelity": trace_fidelity(rows), "prefix_sharing": prefix_sharing(ledger, run_id, rows),
                        "conversations": conversations(rows)}),
-        "notes": [line for cls in available().values() for line in cls.notes(rows)] + capacity_lines + ul_lines(qul)
+        "notes": [line for cls in available().values() for line in cls.aggregate.notes(rows)] + capacity_lines + ul_lines(qul)
         + traffic_lines(traffic),
     }
 

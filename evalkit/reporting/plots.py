@@ -130,9 +130,9 @@ def quality_plots(ok: list[dict[str, Any]], f: dict[str, Any], report: dict[str,
         out.append(("Drift vs noise floor", svgplot.bars("Drift (1 − cosine) vs the baseline; dashed: noise floor",
                                                          "drift", g, errs, refs, cols)))
     for name, cls in available().items():  # each grader that asks for it: its value against a case field
-        if not cls.scatter:
+        if not cls.aggregate.scatter:
             continue
-        fld, xl, yl = cls.scatter
+        fld, xl, yl = cls.aggregate.scatter
         rng = random.Random(0)
         pts = {v: [(float(r[fld]) + rng.uniform(-0.15, 0.15), r["grades"][name]["value"] + rng.uniform(-0.15, 0.15))
                    for r in ok if r["variant"] == v and name in r["grades"] and r.get(fld) is not None

@@ -28,7 +28,8 @@ def quality(rows: list[dict[str, Any]], base_rows: list[dict[str, Any]] | None =
     per-pair graders (None when these rows are the baseline's own)."""
     out: dict[str, Any] = {}
     for name, cls in available().items():
-        out.update(cls.summarise(_grades_of(rows, name), None if base_rows is None else _grades_of(base_rows, name)))
+        out.update(cls.aggregate.summarise(_grades_of(rows, name),
+                                           None if base_rows is None else _grades_of(base_rows, name)))
     return out
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..grading import paired_differences
 from ..grading.registry import available
 from ..stats import bootstrap_ci, mean
 
@@ -25,7 +26,7 @@ def quality_under_load(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                                  "identical_pct": 100.0 * sum(bool(g["passed"]) for g in lg) / len(lg) if lg else None,
                                  "drift_mean": mean([g["detail"]["drift"] for g in lg]), "deltas": {}}
         for name, cls in available().items():
-            if not cls.margins:
+            if not cls.aggregate.margins:
                 continue
 
             def grades(rs: list[dict[str, Any]], grader: str = name) -> list[dict[str, Any]]:
@@ -33,7 +34,7 @@ def quality_under_load(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 return [{**r["grades"][grader], "case_id": f"{r['case_id']}#{r['repeat']}"} for r in rs
                         if grader in r["grades"]]
 
-            for m, diffs in cls.margin_pairs(grades(load), grades(seq)).items():
+            for m, diffs in paired_differences(cls.aggregate, grades(load), grades(seq)).items():
                 if diffs:
                     ci = bootstrap_ci(diffs)
                     entry["deltas"][m] = {"delta": mean(diffs), "ci95": list(ci) if ci else None, "pairs": len(diffs)}

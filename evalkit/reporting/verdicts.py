@@ -131,8 +131,8 @@ def paired_test(rows: list[dict[str, Any]], baseline: str, variant: str, ms: Mar
         return SignFlipMean([a[c] - b[c] for c in cases])
     grader, _ = grader_margins()[ms.metric]
     cls = available()[grader]
-    a = cls.margin_values(grader_values(rows, variant, grader), baseline_side=False).get(ms.metric, {})
-    b = cls.margin_values(grader_values(rows, baseline, grader), baseline_side=True).get(ms.metric, {})
+    a = cls.aggregate.margin_values(grader_values(rows, variant, grader), baseline_side=False).get(ms.metric, {})
+    b = cls.aggregate.margin_values(grader_values(rows, baseline, grader), baseline_side=True).get(ms.metric, {})
     cases = sorted(set(a) & set(b))
     if ms.unit == "pp":
         return PairedProportions.from_pairs([bool(a[c]) for c in cases], [bool(b[c]) for c in cases])

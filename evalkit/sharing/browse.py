@@ -81,7 +81,7 @@ def queries() -> dict[str, Any]:
 def grade_columns() -> dict[str, str]:
     """Column descriptions for every registered grader's view columns."""
     return {col: f"{name}: newest grade's {fld} ({cls.description})" if cls.description else f"{name}: {fld}"
-            for name, cls in available().items() for col, fld in cls.view_columns}
+            for name, cls in available().items() for col, fld in cls.aggregate.view_columns}
 
 
 def metadata(db_name: str) -> dict[str, Any]:

@@ -58,7 +58,7 @@ def _card(ledger: Ledger, run_id: str, configs: dict[str, int]) -> str:
         + " | ".join(_n(s.get(c.key), c.digits or 0) for c in heads) + " |" for s in f["study_summary"])
     grader_lines = "\n".join(
         f"- **{name}** v{cls.version}: {cls.description}. Columns: "
-        + "; ".join(f"`{c.key}` ({c.label}): {c.description or '-'}" for c in cls.summary_columns)
+        + "; ".join(f"`{c.key}` ({c.label}): {c.describe() or '-'}" for c in cls.aggregate.columns)
         for name, cls in available().items() if name in rep["graders"])
     metrics_doc = (PROJECT_DIR / "docs" / "measuring.md").read_text(encoding="utf-8") \
         if (PROJECT_DIR / "docs" / "measuring.md").exists() else ""

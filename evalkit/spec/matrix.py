@@ -9,7 +9,7 @@ from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..errors import MatrixError, deprecated
+from ..errors import MatrixError
 from ..paths import default_matrix_path
 from .config import load_yaml_model
 from .sizes import check_budget
@@ -34,15 +34,6 @@ class Generation(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    @model_validator(mode="before")
-    @classmethod
-    def _old_seed(cls, data: Any) -> Any:
-        # `seed` meant three things in 0.1; here it was the sampling seed (kept for one release)
-        if isinstance(data, dict) and "seed" in data and "sampling_seed" not in data:
-            deprecated("generation.seed", "generation.sampling_seed")
-            data = {**data, "sampling_seed": data["seed"]}
-            data.pop("seed")
-        return data
     max_tokens: int = Field(128, ge=1)
     temperature: float = Field(0.0, ge=0)
     top_p: float | None = Field(None, gt=0, le=1)
