@@ -26,6 +26,7 @@ class Metric:
     agg: str | None = None  # "mean", "max", "pNN", "count", "errors"; None: computed by name in the report
     ok_only: bool = True  # aggregate successful requests only
     signed: bool = False  # a difference: printed with its sign
+    ci_key: str | None = None  # the key of its interval, printed beside it
 
     @property
     def header(self) -> str:
@@ -122,6 +123,21 @@ REPORT: tuple[Metric, ...] = (
            "client_wait_ms", "p99", ok_only=False),
 )
 
+# The study's summary table (one row per variant, at each variant's first load level).
+STUDY: tuple[Metric, ...] = (
+    Metric("n", "n", 0, "requests"), Metric("errors", "err", 0, "failed requests"),
+    Metric("ttft_tax_short_pct", "TTFT tax short %", 1, "TTFT against the baseline on short prompts (ratio of means)",
+           "%", signed=True),
+    Metric("ttft_tax_medium_pct", "medium %", 1, "the same on medium prompts", "%", signed=True),
+    Metric("ttft_tax_long_pct", "long %", 1, "the same on long prompts", "%", signed=True, ci_key="ttft_tax_long_ci_pct"),
+    Metric("e2e_delta_medium_pct", "E2E Δ medium %", 1, "E2E against the baseline on medium generations", "%",
+           signed=True, ci_key="e2e_delta_medium_ci_pct"),
+    Metric("ttft_max_ms", "TTFT max", 0, "the slowest TTFT (the lone spike)", "ms"),
+    Metric("kv_cache_peak_pct", "KV peak %", 1, "highest KV-cache use over the variant's run", "%"),
+    Metric("kv_cache_mean_pct", "KV mean %", 1, "KV-cache use averaged over time", "%"),
+    Metric("preemptions", "preempt", 0, "the server's preemptions over the variant's run"),
+)
+
 # Which report metrics each table shows (after the variant and slice columns).
 LATENCY_TABLE = ("n", "n_errors", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "ttft_max_ms", "e2e_mean_ms",
                  "e2e_p50_ms", "e2e_p99_ms", "ttft_p50_delta_pct", "e2e_mean_delta_pct")
@@ -133,12 +149,22 @@ KEYS = (Metric("variant", "variant", None, "the variant"), Metric("complexity", 
 
 def metrics(extra: tuple[Metric, ...] = ()) -> dict[str, Metric]:
     """key -> declaration: the request and report metrics, then ``extra`` (graders' columns)."""
-    return {m.key: m for m in (*KEYS, *REQUEST, *REPORT, *extra)}
+    return {m.key: m for m in (*KEYS, *REQUEST, *STUDY, *REPORT, *extra)}
+
+
+def cell(m: Metric, row: dict[str, Any]) -> str:
+    """One value of a row with its interval beside it when the metric has one."""
+    out = fmt(m, row.get(m.key))
+    return out + (f" {fmt(m, row.get(m.ci_key))}" if m.ci_key and row.get(m.ci_key) else "")
 
 
 def definitions_markdown(extra: tuple[Metric, ...] = ()) -> str:
     """The columns table docs/measuring.md carries between its `metrics` markers."""
     lines = ["| key | label | unit | meaning |", "|---|---|---|---|"]
-    for m in (*REQUEST, *REPORT, *extra):
+    seen: set[str] = set()
+    for m in (*REQUEST, *REPORT, *STUDY, *extra):
+        if m.key in seen:
+            continue
+        seen.add(m.key)
         lines.append(f"| `{m.key}` | {m.label} | {m.unit or '-'} | {m.meaning} |")
     return "\n".join(lines) + "\n"

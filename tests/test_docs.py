@@ -75,3 +75,11 @@ def test_the_versions_agree():
 
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     assert meta["project"]["version"] == evalkit.__version__
+
+
+def test_the_columns_table_in_measuring_md_is_generated_from_the_catalogue():
+    from evalkit.catalogue import definitions_markdown
+
+    doc = (DOCS / "measuring.md").read_text(encoding="utf-8")
+    block = doc.split("<!-- metrics:begin -->\n")[1].split("<!-- metrics:end -->")[0]
+    assert block == definitions_markdown(), "regenerate the block from evalkit.catalogue.definitions_markdown()"

@@ -102,7 +102,7 @@ def test_report_findings_cli(runner, stub_ledger):
     assert cap["kv_tokens"] == 1024 * 16 and set(cap["max_concurrent_by_complexity"]) == {"short", "medium", "long"}
     r = runner.invoke(cli, ["report", "--ledger", str(stub_ledger), "--by", "colour"])
     assert r.exit_code == 2
-    r = runner.invoke(cli, ["recommend", "--ledger", str(stub_ledger), "--slo", "ttft_p99=1000,e2e_p50=5000"])
+    r = runner.invoke(cli, ["recommend", "--ledger", str(stub_ledger), "--target", "ttft_p99=1000,e2e_p50=5000"])
     assert r.exit_code == 0 and "interactive long-input: use" in r.output
 
 
@@ -211,7 +211,7 @@ def test_publish_out_loads_with_datasets(runner, stub_ledger, tmp_path, monkeypa
         assert ds.num_rows == db[table].count, config
     card = (out / "README.md").read_text()
     assert card.startswith("---\nconfigs:") and "config_name: requests" in card and "TTFT" in card
-    assert "| variant | n | errors |" in card
+    assert "| variant | n | err | TTFT tax short % |" in card
     # the push path, up to the hub call
     r = runner.invoke(cli, ["publish", "--ledger", str(stub_ledger), "--repo", "me/evalkit-run"])
     assert r.exit_code == 2 and "HF_TOKEN" in r.output
@@ -241,3 +241,22 @@ def test_publish_refuses_anything_that_looks_like_a_secret(runner, stub_ledger, 
     r = runner.invoke(cli, ["publish", "--ledger", str(stub_ledger), "--out", str(out)])
     assert r.exit_code == 2 and "looks like a secret" in r.output and "requests row" in r.output
     assert not out.exists()  # nothing half written
+
+
+def test_one_declaration_adds_a_metric_everywhere(runner, stub_ledger, tmp_path, monkeypatch):
+    """A report metric declared once in the catalogue appears in the terminal report, the HTML
+    report and the dataset card; a request metric in Datasette's column descriptions."""
+    from evalkit import catalogue
+    from evalkit.sharing.browse import metadata
+
+    p75 = catalogue.Metric("ttft_p75_ms", "TTFT p75", 0, "75th percentile TTFT", "ms", "ttft_ms", "p75")
+    monkeypatch.setattr(catalogue, "REPORT", (*catalogue.REPORT, p75))
+    monkeypatch.setattr(catalogue, "LATENCY_TABLE", (*catalogue.LATENCY_TABLE, "ttft_p75_ms"))
+    monkeypatch.setattr(catalogue, "REQUEST", (*catalogue.REQUEST, catalogue.Metric("seq", "seq", 0, "send order")))
+    assert "TTFT p75" in runner.invoke(cli, ["report", "--ledger", str(stub_ledger), "--markdown"]).output
+    html = tmp_path / "r.html"
+    runner.invoke(cli, ["report", "--ledger", str(stub_ledger), "--html", str(html)])
+    assert "TTFT p75" in html.read_text(encoding="utf-8")
+    runner.invoke(cli, ["publish", "--ledger", str(stub_ledger), "--out", str(tmp_path / "pub")])
+    assert "TTFT p75" in (tmp_path / "pub" / "README.md").read_text(encoding="utf-8")
+    assert metadata("x")["databases"]["x"]["tables"]["requests"]["columns"]["seq"] == "send order"

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..host import host_line
-from .report import COLUMNS, SERVER_COLUMNS, quality_columns, table_cells
+from .report import latency_columns, quality_columns, server_columns, table_cells
 from .verdicts import level_text
 
 
@@ -106,9 +106,9 @@ def document(report: dict[str, Any], fnd: dict[str, Any] | None, by: list[str] |
         blocks.append(report["host_warning"])
     if fnd is not None:
         blocks += verdict_blocks(fnd)
-    blocks.append(_report_table(report, COLUMNS, f"run {run['id']} — {run['matrix_name']} (baseline: "
+    blocks.append(_report_table(report, latency_columns(), f"run {run['id']} — {run['matrix_name']} (baseline: "
                                                  f"{report['baseline']}), times in ms"))
-    blocks.append(_report_table(report, SERVER_COLUMNS, "what the server did (vLLM /metrics or per-request "
+    blocks.append(_report_table(report, server_columns(), "what the server did (vLLM /metrics or per-request "
                                                         "metrics), times in ms"
                                 + (f"; goodput SLOs: {report['slo_ms']}" if report["slo_ms"] else "")))
     if report["graders"]:

@@ -8,13 +8,14 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from ..catalogue import STUDY, cell, fmt
 from ..grading.registry import headline_columns
 from ..host import host_line
 from ..ledger import Ledger
 from ..spec.sizes import human
 from .findings import findings, request_rows
 from .plots import plots
-from .report import COLUMNS, SERVER_COLUMNS, build_report, quality_columns, table_cells
+from .report import build_report, latency_columns, quality_columns, server_columns, table_cells
 from .verdicts import multiplicity_notes
 
 CSS = """
@@ -35,11 +36,7 @@ def _table(header: list[str], body: list[list[Any]]) -> str:
 
 
 def _f(v: Any, d: int = 0) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, (list, tuple)) and len(v) == 2:
-        return f"[{v[0]:+.{d}f}, {v[1]:+.{d}f}]"
-    return f"{v:,.{d}f}" if isinstance(v, (int, float)) else str(v)
+    return fmt(None, v, d)
 
 
 def _verdicts(f: dict[str, Any]) -> list[str]:
@@ -118,20 +115,15 @@ def render_html(ledger: Ledger, run_id: str | None = None) -> str:
     parts += _verdicts({**f, "multiplicity_notes": multiplicity_notes(f["multiplicity"])})
     parts.append("<h2>Summary (as in the study)</h2>")
     heads = headline_columns(report["graders"])
-    parts.append(_table(
-        ["variant", "n", "err", "TTFT tax short %", "medium %", "long % [interval]", "E2E Δ medium % [interval]",
-         "TTFT max ms", "KV peak %", "KV mean %", "preempt", *(c.label for c in heads)],
-        [[s["variant"] + (" (baseline)" if s["is_baseline"] else ""), s["n"], s["errors"],
-          _f(s["ttft_tax_short_pct"], 1), _f(s["ttft_tax_medium_pct"], 1),
-          f"{_f(s['ttft_tax_long_pct'], 1)} {_f(s['ttft_tax_long_ci_pct'], 1)}",
-          f"{_f(s['e2e_delta_medium_pct'], 1)} {_f(s['e2e_delta_medium_ci_pct'], 1)}", _f(s["ttft_max_ms"]),
-          _f(s["kv_cache_peak_pct"], 1), _f(s["kv_cache_mean_pct"], 1), _f(s["preemptions"]),
-          *(_f(s.get(c.key), c.digits or 0) for c in heads)] for s in f["study_summary"]]))
+    cols = [*STUDY, *heads]
+    parts.append(_table(["variant", *(m.label for m in cols)],
+                        [[s["variant"] + (" (baseline)" if s["is_baseline"] else ""), *(cell(m, s) for m in cols)]
+                         for s in f["study_summary"]]))
     parts.append("<h2>Plots</h2><div class='plots'>")
     parts += [f"<figure><figcaption class='note'>{escape(t)}</figcaption>{svg}</figure>"
               for t, svg in plots(ledger, rid, rows, f, report)]
     parts.append("</div>")
-    for title, cols in (("Latency (ms)", COLUMNS), ("What the server did (ms)", SERVER_COLUMNS),
+    for title, cols in (("Latency (ms)", latency_columns()), ("What the server did (ms)", server_columns()),
                         ("Quality", quality_columns(report["graders"]))):
         header, body = table_cells(report, cols)
         parts += [f"<h2>{escape(title)}</h2>", _table(header, body)]

@@ -6,12 +6,17 @@ import json
 from collections import defaultdict
 from typing import Any
 
+import numpy as np
+
+from .. import catalogue
+from ..catalogue import KEYS, Metric, fmt
 from ..execution.resume import run_state
 from ..grading.registry import available, summary_columns
 from ..host import hosts_differ
 from ..ledger import Ledger
 from ..spec.dataset import COMPLEXITIES
 from ..stats import SignFlipRatio, mean, pct_delta, percentile
+from .columns import Columns, slice_metrics, source_columns
 from .selection import first_level, is_swept, level_note, sweep_levels
 from .verdicts import apply_holm, case_means, flag, multiplicity_notes, shared_repeats
 
@@ -33,10 +38,9 @@ def quality(rows: list[dict[str, Any]], base_rows: list[dict[str, Any]] | None =
     return out
 
 
-def quality_columns(graders: list[str] | None = None) -> list[tuple[str, str, int | None]]:
+def quality_columns(graders: list[str] | None = None) -> list[Metric]:
     """The quality table: variant, slice, then every registered grader's summary columns."""
-    return [("variant", "variant", None), ("complexity", "slice", None),
-            *((c.key, c.label, c.digits) for c in summary_columns(graders))]
+    return [*KEYS, *summary_columns(graders)]
 
 
 def _meets(r: dict[str, Any], slo: dict[str, float]) -> bool:
@@ -46,39 +50,13 @@ def _meets(r: dict[str, Any], slo: dict[str, float]) -> bool:
     return all(r[f"{k}_ms"] is not None and r[f"{k}_ms"] <= v for k, v in slo.items())
 
 
-def _slice_stats(rows: list[dict[str, Any]], slo: dict[str, float]) -> dict[str, Any]:
-    ok = [r for r in rows if r["error_class"] is None]
-    ttft = [r["ttft_ms"] for r in ok if r["ttft_ms"] is not None]
-    e2e = [r["e2e_ms"] for r in ok if r["e2e_ms"] is not None]
-    return {
-        "n": len(rows),
-        "n_errors": len(rows) - len(ok),
-        "ttft_p50_ms": percentile(ttft, 50), "ttft_p90_ms": percentile(ttft, 90),
-        "ttft_p99_ms": percentile(ttft, 99), "ttft_max_ms": max(ttft) if ttft else None,
-        "e2e_mean_ms": mean(e2e), "e2e_p50_ms": percentile(e2e, 50), "e2e_p99_ms": percentile(e2e, 99),
-        "completion_tokens_mean": mean([r["completion_tokens"] for r in ok if r["completion_tokens"] is not None]),
-        "tpot_p50_ms": percentile([r["tpot_ms"] for r in ok if r["tpot_ms"] is not None], 50),
-        "itl_p50_ms": percentile([r["itl_mean_ms"] for r in ok if r["itl_mean_ms"] is not None], 50),
-        "goodput_pct": 100.0 * sum(_meets(r, slo) for r in rows) / len(rows) if slo and rows else None,
-        # open loop: TTFT as a user of the schedule feels it (from the scheduled arrival), and the
-        # time a client-side cap held requests back (docs/measuring.md)
-        "ttft_sched_p50_ms": percentile([r["ttft_from_schedule_ms"] for r in ok
-                                         if r.get("ttft_from_schedule_ms") is not None], 50),
-        "ttft_sched_p99_ms": percentile([r["ttft_from_schedule_ms"] for r in ok
-                                         if r.get("ttft_from_schedule_ms") is not None], 99),
-        "client_wait_p99_ms": percentile([r["client_wait_ms"] for r in rows if r.get("client_wait_ms") is not None], 99),
-        # what the server says happened (per-request histogram deltas or window means)
-        "srv_queue_p50_ms": percentile([r["srv_queue_ms"] for r in ok if r["srv_queue_ms"] is not None], 50),
-        "srv_prefill_p50_ms": percentile([r["srv_prefill_ms"] for r in ok if r["srv_prefill_ms"] is not None], 50),
-        "srv_decode_p50_ms": percentile([r["srv_decode_ms"] for r in ok if r["srv_decode_ms"] is not None], 50),
-        "srv_ttft_p50_ms": percentile([r["srv_ttft_ms"] for r in ok if r["srv_ttft_ms"] is not None], 50),
-        "kv_peak_pct": (100.0 * max(kv) if (kv := [r["srv_kv_cache_usage_peak"] for r in rows
-                                                   if r["srv_kv_cache_usage_peak"] is not None]) else None),
-        # requests during which the server preempted (the server's own count is on the variant)
-        "requests_preempted": (sum(x > 0 for x in p) if (p := [r["srv_preemptions"] for r in rows
-                                                             if r["srv_preemptions"] is not None]) else None),
-        "srv_methods": sorted({r["srv_method"] for r in rows if r["srv_method"]}),
-    }
+def _slice_stats(rows: list[dict[str, Any]], cols: Columns, idx: np.ndarray, slo: dict[str, float]
+                 ) -> dict[str, Any]:
+    """Every declared report metric over one slice, and the ones computed by name."""
+    out = slice_metrics(cols, idx)
+    out["goodput_pct"] = 100.0 * sum(_meets(rows[i], slo) for i in idx) / idx.size if slo and idx.size else None
+    out["srv_methods"] = sorted({rows[i]["srv_method"] for i in idx if rows[i]["srv_method"]})
+    return out
 
 
 def paired(rows: list[dict[str, Any]], baseline: str, metric: str, by: str = "complexity") -> list[dict[str, Any]]:
@@ -128,20 +106,28 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
     levels = sweep_levels(rows)
     swept = is_swept(rows)
     first = first_level(rows)
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for r in first:
-        groups[(r["variant"], r["complexity"])].append(r)
-        groups[(r["variant"], "all")].append(r)
+    # the baseline's noise-floor passes (repeats past the run's own) serve drift's floor: they are
+    # not cases, so the tables count the measured repeats only
+    repeats = int(json.loads(run["load_json"] or "{}").get("repeats") or 1)
+    cases = [r for r in first if r["variant"] != baseline or r["repeat"] < repeats]
+    floor_n = len(first) - len(cases)
+    cols = Columns(cases, source_columns())
+    index: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for i, r in enumerate(cases):
+        index[(r["variant"], r["complexity"])].append(i)
+        index[(r["variant"], "all")].append(i)
     table = []
     for v in variants:
         for s in SLICES:
-            if (v["name"], s) not in groups:
+            if (v["name"], s) not in index:
                 continue
-            entry = {"variant": v["name"], "complexity": s, **_slice_stats(groups[(v["name"], s)], slo)}
+            idx = np.asarray(index[(v["name"], s)], dtype=np.int64)
+            entry = {"variant": v["name"], "complexity": s, **_slice_stats(cases, cols, idx, slo)}
             # the server's preemption counter over the run: per variant, so on its "all" row only
             entry["preemptions"] = ledger.series_delta(run_id, v["name"], "num_preemptions_total") \
                 if s == "all" else None
             table.append(entry)
+    groups = {k: [cases[i] for i in ix] for k, ix in index.items()}
     for r in table:
         slice_rows = groups[(r["variant"], r["complexity"])]
         r.update(quality(slice_rows, None if r["variant"] == baseline else groups.get((baseline, r["complexity"]), [])))
@@ -171,7 +157,9 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
         "rows": table,
         "arrivals": arr,
         "notes": arrival_notes(arr) + client_notes(client) + multiplicity_notes(multiplicity)
-        + ([level_note(levels)] if swept else []),
+        + ([level_note(levels)] if swept else [])
+        + ([f"{baseline}: its {floor_n} noise-floor pass(es) (repeats past the run's {repeats}) are not in the tables: "
+            "they are drift's floor, not cases"] if floor_n else []),
         "table_level": {v: min(ls) for v, ls in levels.items()} if swept else None,
         "client": client,
         "paired": pairs,
@@ -225,51 +213,24 @@ def arrivals(rows: list[dict[str, Any]], load: dict[str, Any]) -> list[dict[str,
     return out
 
 
-def _fmt(x: Any, digits: int = 0, signed: bool = False) -> str:
-    if x is None:
-        return "-"
-    return f"{x:+.{digits}f}" if signed else f"{x:,.{digits}f}"
+def latency_columns() -> list[Metric]:
+    """The latency table's columns, read from the catalogue at each call (one declaration adds one)."""
+    m = catalogue.metrics()
+    return [*catalogue.KEYS, *(m[k] for k in catalogue.LATENCY_TABLE)]
 
 
-COLUMNS = [
-    ("variant", "variant", None), ("complexity", "slice", None), ("n", "n", None),
-    ("n_errors", "err", None), ("ttft_p50_ms", "TTFT p50", 0), ("ttft_p90_ms", "p90", 0),
-    ("ttft_p99_ms", "p99", 0), ("ttft_max_ms", "max", 0), ("e2e_mean_ms", "E2E mean", 0),
-    ("e2e_p50_ms", "p50", 0), ("e2e_p99_ms", "p99", 0),
-    ("ttft_p50_delta_pct", "ΔTTFT p50 %", 1), ("e2e_mean_delta_pct", "ΔE2E mean %", 1),
-]
+def server_columns() -> list[Metric]:
+    m = catalogue.metrics()
+    return [*catalogue.KEYS, *(m[k] for k in catalogue.SERVER_TABLE)]
 
 
-SERVER_COLUMNS = [
-    ("variant", "variant", None), ("complexity", "slice", None), ("ttft_p50_ms", "client TTFT p50", 0),
-    ("srv_ttft_p50_ms", "server TTFT p50", 0), ("srv_queue_p50_ms", "queue p50", 0),
-    ("srv_prefill_p50_ms", "prefill p50", 0), ("srv_decode_p50_ms", "decode p50", 0),
-    ("tpot_p50_ms", "TPOT p50", 1), ("kv_peak_pct", "KV peak %", 1), ("preemptions", "preempt", 0),
-    ("requests_preempted", "req. preempted", 0),
-    ("goodput_pct", "goodput %", 0), ("ttft_sched_p99_ms", "TTFT from schedule p99", 0),
-    ("client_wait_p99_ms", "client wait p99", 0),
-]
+def table_cells(report: dict[str, Any], columns: list[Metric] | None = None) -> tuple[list[str], list[list[str]]]:
+    """A table's header and cells, every value through the catalogue's one formatter."""
+    columns = columns or latency_columns()
+    return [m.label for m in columns], [[fmt(m, r.get(m.key)) for m in columns] for r in report["rows"]]
 
 
-def table_cells(report: dict[str, Any], columns: list | None = None) -> tuple[list[str], list[list[str]]]:
-    columns = columns or COLUMNS
-    header = [h for _, h, _ in columns]
-    body = []
-    for r in report["rows"]:
-        cells = []
-        for key, _, d in columns:
-            v = r.get(key)
-            if isinstance(v, list) and len(v) == 2:
-                cells.append(f"[{v[0]:+.{d}f}, {v[1]:+.{d}f}]")
-            elif d is None:
-                cells.append("-" if v is None else str(v))
-            else:
-                cells.append(_fmt(v, d, signed=key.endswith("_pct") and "delta" in key))
-        body.append(cells)
-    return header, body
-
-
-def markdown_table(report: dict[str, Any], columns: list | None = None) -> str:
+def markdown_table(report: dict[str, Any], columns: list[Metric] | None = None) -> str:
     header, body = table_cells(report, columns)
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in body]

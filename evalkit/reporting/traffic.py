@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..catalogue import Metric, fmt
 from ..ledger import Ledger
 from ..stats import mean, percentile
 
@@ -93,5 +94,8 @@ def traffic_lines(f: dict[str, Any]) -> list[str]:
     return lines
 
 
+PCT = Metric("pct", "%", 1)
+
+
 def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:.1f} %"
+    return fmt(PCT, x) + (" %" if x is not None else "")

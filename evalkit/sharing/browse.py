@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from .. import catalogue
 from ..execution.signals import Interrupted
 from ..grading import refresh_view
 from ..grading.registry import available, canned_queries, headline_columns
@@ -20,27 +21,9 @@ from ..reporting.findings import findings
 
 PLUGINS = Path(__file__).with_name("datasette_plugins")
 
-COLUMNS = {
-    "ttft_ms": "Time to first non-empty content chunk, ms (docs/measuring.md)",
-    "e2e_ms": "Send to end of stream, ms",
-    "tpot_ms": "(E2E - TTFT) / (output tokens - 1), ms",
-    "itl_mean_ms": "Mean gap between content chunks, ms (TTFT excluded)",
-    "first_chunk_ms": "First SSE data event of any kind (vLLM's role-only chunk), ms",
-    "prompt_tokens": "Prompt tokens, from the stream's usage chunk",
-    "completion_tokens": "Output tokens, from the stream's usage chunk",
-    "srv_queue_ms": "Server: time waiting in the scheduler queue, ms (vllm:request_queue_time_seconds)",
-    "srv_prefill_ms": "Server: prefill time, ms (vllm:request_prefill_time_seconds)",
-    "srv_decode_ms": "Server: decode time, ms (vllm:request_decode_time_seconds)",
-    "srv_kv_cache_usage_peak": "Server: peak KV-cache use during the request, fraction 0-1 (a sampled gauge)",
-    "srv_scrapes": "Server: /metrics samples taken during the request (how well the KV peak was sampled)",
-    "srv_preemptions": "Server: preemptions during the request",
-    "srv_method": ("How server fields were attributed: response (vLLM's own per-request timing), "
-                   "histogram_delta (sequential /metrics delta) or window (concurrent /metrics means)"),
-    "is_warmup": "1 = warm-up request, excluded from all statistics",
-    "final": "1 = the last attempt for this case (0 = an attempt that was retried)",
-    "error_class": "Why the request failed (NULL = it succeeded)",
-    "text": "The generated text, verbatim",
-}
+def request_columns() -> dict[str, str]:
+    """Datasette's column descriptions: every request column's declaration (evalkit.catalogue)."""
+    return {m.key: m.describe() for m in catalogue.REQUEST}
 
 COST_FIELDS = ("variant", "phase", "concurrency", "meets_slo", "output_tps", "usd_per_hour", "usd_per_m_output_tokens",
                "usd_per_1k_requests", "reference", "reference_usd_per_1k_requests", "break_even_requests_per_hour",
@@ -90,10 +73,10 @@ def metadata(db_name: str) -> dict[str, Any]:
         "description": "Every request of every run: client timing, server telemetry, grades. Definitions: docs/measuring.md",
         "databases": {db_name: {
             "tables": {
-                "requests": {"title": "Requests (one row per request, failed ones too)", "columns": COLUMNS,
+                "requests": {"title": "Requests (one row per request, failed ones too)", "columns": request_columns(),
                              "facets": ["variant", "error_class", "finish_reason", "is_warmup"]},
                 "requests_joined": {"title": "Requests with their case and grades",
-                                    "columns": {**COLUMNS, **grade_columns()},
+                                    "columns": {**request_columns(), **grade_columns()},
                                     "facets": ["variant", "complexity", "persona", "formality", "task"]},
                 "cases": {"title": "Benchmark cases", "facets": ["complexity", "persona", "formality", "task"]},
                 "grades": {"title": "Grades (value, pass, explanation, raw detail)", "facets": ["grader", "passed"]},

@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ..catalogue import STUDY, cell, fmt
 from ..errors import UsageError
 from ..grading.registry import available, headline_columns
 from ..host import host_line
@@ -36,14 +37,12 @@ def find_secret(rows: list[dict[str, Any]], where: str) -> str | None:
     return None
 
 
-def _card(ledger: Ledger, run_id: str, configs: dict[str, int]) -> str:
-    rep = build_report(ledger, run_id)
+def _card(ledger: Ledger, run_id: str, configs: dict[str, int], rep: dict[str, Any], f: dict[str, Any]) -> str:
     run = ledger.require_run(run_id)
-    f = findings(ledger, run_id)
     cost_rows = "\n".join(
-        f"| {c['variant']}{' ★' if c.get('best_level') else ''} | {c['phase']} | {_n(c['output_tps'])} | "
-        f"{_n(c['usd_per_m_output_tokens'], 2)} | {_n(c['usd_per_1k_requests'], 3)} | "
-        f"{_n(c.get('reference_usd_per_1k_requests'), 3)} |" for c in f["cost"])
+        f"| {c['variant']}{' ★' if c.get('best_level') else ''} | {c['phase']} | {fmt(None, c['output_tps'], 1)} | "
+        f"{fmt(None, c['usd_per_m_output_tokens'], 2)} | {fmt(None, c['usd_per_1k_requests'], 3)} | "
+        f"{fmt(None, c.get('reference_usd_per_1k_requests'), 3)} |" for c in f["cost"])
     cost_section = ("## Cost per token\n\n★: the highest load level that still meets the SLOs.\n\n"
                     "| variant | level | output tok/s | $ per M output tokens | $ per 1k requests | reference $ per 1k |\n"
                     "|---|---|---|---|---|---|\n" + cost_rows) if f["cost"] else ""
@@ -52,10 +51,8 @@ def _card(ledger: Ledger, run_id: str, configs: dict[str, int]) -> str:
                               + f", quantization {v.get('quantization') or 'none'}" for v in rep["variants"])
     yaml_configs = "\n".join(f"- config_name: {c}\n  data_files: {c}/*.parquet" for c in configs)
     heads = headline_columns(rep["graders"])
-    summary = "\n".join(
-        f"| {s['variant']} | {s['n']} | {s['errors']} | {_n(s['ttft_tax_long_pct'])} | {_n(s['e2e_delta_medium_pct'])} | "
-        f"{_n(s['kv_cache_peak_pct'])} | {s['preemptions']:.0f} | "
-        + " | ".join(_n(s.get(c.key), c.digits or 0) for c in heads) + " |" for s in f["study_summary"])
+    cols = [*STUDY, *heads]
+    summary = "\n".join(f"| {s['variant']} | " + " | ".join(cell(m, s) for m in cols) + " |" for s in f["study_summary"])
     grader_lines = "\n".join(
         f"- **{name}** v{cls.version}: {cls.description}. Columns: "
         + "; ".join(f"`{c.key}` ({c.label}): {c.describe() or '-'}" for c in cls.aggregate.columns)
@@ -83,8 +80,8 @@ Rows per config: {", ".join(f"{k} {v}" for k, v in configs.items())}.
 
 ## Summary
 
-| variant | n | errors | TTFT tax long % | E2E Δ medium % | KV peak % | preemptions | {" | ".join(c.label for c in heads)} |
-|---|---|---|---|---|---|---|{"---|" * len(heads)}
+| variant | {" | ".join(m.label for m in cols)} |
+|---|{"---|" * len(cols)}
 {summary}
 
 ## Graders
@@ -113,10 +110,6 @@ Load: `{run['load_json']}`
 """
 
 
-def _n(v: Any, d: int = 1) -> str:
-    return "-" if v is None else f"{v:,.{d}f}"
-
-
 def export(ledger: Ledger, out: Path, run_id: str | None = None) -> dict[str, int]:
     """Write parquet files + README.md (the dataset card) into ``out``; refuses secrets."""
     import datasets
@@ -127,8 +120,10 @@ def export(ledger: Ledger, out: Path, run_id: str | None = None) -> dict[str, in
         where = find_secret(rows, name)
         if where:
             raise UsageError(f"refusing to publish: a value in {where} looks like a secret")
+    rep = build_report(ledger, run_id)
+    fnd = findings(ledger, run_id, report=rep)
     tables["summary"] = [{k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in s.items()}
-                         for s in findings(ledger, run_id)["study_summary"]]
+                         for s in fnd["study_summary"]]
     tmp = Path(tempfile.mkdtemp(prefix=".evalkit-publish-", dir=out.parent if out.parent.exists() else None))
     counts = {}
     try:
@@ -138,7 +133,7 @@ def export(ledger: Ledger, out: Path, run_id: str | None = None) -> dict[str, in
             (tmp / name).mkdir()
             datasets.Dataset.from_list(rows).to_parquet(str(tmp / name / "data.parquet"))
             counts[name] = len(rows)
-        (tmp / "README.md").write_text(_card(ledger, run_id, counts), encoding="utf-8")
+        (tmp / "README.md").write_text(_card(ledger, run_id, counts, rep, fnd), encoding="utf-8")
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)  # all or nothing

@@ -1,0 +1,68 @@
+"""Report metrics computed from their declarations (`evalkit.catalogue`): the rows of a run are
+turned into columns once (numpy arrays, NaN for missing), and every declared `source` + `agg`
+is a vectorised aggregate over a slice's index. One pass per column, whatever the run's size."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from .. import catalogue
+from ..catalogue import Metric
+
+_P = re.compile(r"^p(\d+(?:\.\d+)?)$")
+
+
+class Columns:
+    """Numeric request columns of a list of rows, plus which rows succeeded."""
+
+    def __init__(self, rows: list[dict[str, Any]], names: Iterable[str]) -> None:
+        self.n = len(rows)
+        self.ok = np.fromiter((r["error_class"] is None for r in rows), dtype=bool, count=self.n)
+        self.cols: dict[str, np.ndarray] = {}
+        for name in dict.fromkeys(names):
+            self.cols[name] = np.fromiter(((np.nan if (x := r.get(name)) is None else float(x)) for r in rows),
+                                          dtype=float, count=self.n)
+
+    def values(self, name: str, idx: np.ndarray, ok_only: bool) -> np.ndarray:
+        sel = idx[self.ok[idx]] if ok_only else idx
+        v = self.cols[name][sel]
+        return v[~np.isnan(v)]
+
+
+def aggregate(m: Metric, cols: Columns, idx: np.ndarray) -> float | int | None:
+    """One declared metric over the rows at ``idx`` (percentiles: linear interpolation, type 7)."""
+    if m.agg == "count":
+        return int(idx.size)
+    if m.agg == "errors":
+        return int((~cols.ok[idx]).sum())
+    v = cols.values(m.source or m.key, idx, m.ok_only)
+    if v.size == 0:
+        return None
+    if m.agg == "mean":
+        return float(v.mean())
+    if m.agg == "max":
+        return float(v.max())
+    if m.agg == "max_pct":
+        return 100.0 * float(v.max())
+    if m.agg == "positive":
+        return int((v > 0).sum())
+    if (p := _P.match(m.agg or "")) is not None:
+        return float(np.percentile(v, float(p.group(1))))
+    raise ValueError(f"metric {m.key}: unknown aggregate {m.agg!r}")
+
+
+def declared() -> list[Metric]:
+    """The report metrics computed from a source column (the rest are computed by name)."""
+    return [m for m in catalogue.REPORT if m.agg is not None]
+
+
+def slice_metrics(cols: Columns, idx: np.ndarray) -> dict[str, Any]:
+    return {m.key: aggregate(m, cols, idx) for m in declared()}
+
+
+def source_columns() -> list[str]:
+    return [m.source for m in declared() if m.source and m.agg not in ("count", "errors")]
