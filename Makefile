@@ -7,9 +7,9 @@ QVENV := .venv-quant
 PY := $(VENV)/bin/python
 # EXTRA=gpu on a CUDA host (regular vllm); the default is the CPU build of vLLM.
 EXTRA ?= cpu
-# `make run` sizes itself to the machine: as many stratified cases as fit BUDGET here, and it says
+# `make run` sizes itself to the machine: as many stratified cases as fit TIME_BUDGET here, and it says
 # what they can detect (docs/verdicts.md). LIMIT=48 runs a fixed number of cases instead.
-BUDGET ?= 10m
+TIME_BUDGET ?= 10m
 LIMIT ?=
 LEDGER ?= evalkit.db
 
@@ -56,7 +56,7 @@ browser:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 
 run: setup quant-env
-	$(VENV)/bin/evalkit run $(if $(LIMIT),--limit $(LIMIT),--budget $(BUDGET)) --ledger $(LEDGER)
+	$(VENV)/bin/evalkit run $(if $(LIMIT),--limit $(LIMIT),--time-budget $(TIME_BUDGET)) --ledger $(LEDGER)
 
 test: test-env quant-env browser
 	$(VENV)/bin/ruff check evalkit tests benchmarks cli.py data evaluate_modules rubrics

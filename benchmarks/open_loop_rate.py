@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks import client_overhead  # noqa: E402
 from benchmarks.client_overhead import free_port  # noqa: E402
 from evalkit.engines.bundled import resolve_model  # noqa: E402
-from evalkit.execution.load import LoadSpec  # noqa: E402
+from evalkit.execution.load import load_from_options  # noqa: E402
 from evalkit.execution.runner import run_matrix  # noqa: E402
 from evalkit.host import host_line, this_host  # noqa: E402
 from evalkit.ledger import open_ledger  # noqa: E402
@@ -73,7 +73,7 @@ def main() -> int:
         sub = cases[: -(-a.n // reps)]  # reps x len(sub) = n (or just over)
         pick = sub * reps
         ledger = open_ledger(work / "l.db")
-        load = LoadSpec.from_options(rate=a.rate, seed=1)
+        load = load_from_options(None, rate=a.rate, arrival_seed=1)
         arrivals(base)
         t0 = time.monotonic()
         run_matrix(ledger, load_matrix(work / "m.yaml"), sub, default_dataset_path(), repeats=reps, load=load)

@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.client_overhead import free_port  # noqa: E402
 from benchmarks.open_loop_rate import start_stub  # noqa: E402
 from evalkit.execution.cluster import run_matrix_ray  # noqa: E402
-from evalkit.execution.load import LoadSpec  # noqa: E402
+from evalkit.execution.load import load_from_options  # noqa: E402
 from evalkit.execution.runner import run_matrix  # noqa: E402
 from evalkit.host import host_line, this_host  # noqa: E402
 from evalkit.ledger import open_ledger  # noqa: E402
@@ -46,7 +46,7 @@ def main() -> int:
     matrix = load_matrix(work / "m.yaml")
     cases = load_cases(default_dataset_path())[:128]
     reps = max(1, a.requests // len(cases))
-    load = LoadSpec.from_options(concurrency=a.concurrency)
+    load = load_from_options(None, concurrency=a.concurrency)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     results: dict[str, list[float]] = {"local": [], "ray": []}
     walls: dict[str, float] = {}

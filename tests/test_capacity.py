@@ -213,7 +213,7 @@ def _req(start: float, e2e: float, replica: int | None = None) -> dict:
 def test_a_levels_preemptions_stop_where_the_next_level_began(db):
     # level 1 ends at 1,000 ms; level 2 starts at 1,200 ms and preempts 7 times at 1,500 ms
     _samples(db, "num_preemptions_total", [(None, 0.0, 0.0), (None, 1500.0, 7.0)])
-    got = db.level_counter_delta("r", "v", [_req(0.0, 1000.0)], "num_preemptions_total", until_ms={None: 1200.0},
+    got = db.level_counter_delta("r", "v", {None: (0.0, 1000.0)}, "num_preemptions_total", until_ms={None: 1200.0},
                                  margin_ms=5000.0)
     assert got == 0.0
 
@@ -226,8 +226,7 @@ def test_replicas_preemptions_are_summed_not_interleaved(db):
 
 def test_a_level_on_two_replicas_counts_both(db):
     _samples(db, "num_preemptions_total", [(0, 0.0, 0.0), (1, 1.0, 10.0), (0, 50.0, 2.0), (1, 60.0, 14.0)])
-    rows = [_req(0.0, 100.0, 0), _req(0.0, 100.0, 1)]
-    assert db.level_counter_delta("r", "v", rows, "num_preemptions_total") == 6.0
+    assert db.level_counter_delta("r", "v", {0: (0.0, 100.0), 1: (0.0, 100.0)}, "num_preemptions_total") == 6.0
 
 
 def test_kv_mean_is_a_mean_over_time_not_over_stored_points():

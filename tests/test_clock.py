@@ -13,8 +13,8 @@ import pytest
 from sqlite_utils import Database
 
 from evalkit.cli import cli
-from evalkit.execution.load import LoadSpec
-from evalkit.execution.runner import SilentReporter, run_matrix
+from evalkit.execution.load import load_from_options
+from evalkit.execution.runner import SilentProgress, run_matrix
 from evalkit.ledger import open_ledger
 from evalkit.measure import wire as wire_mod
 from evalkit.measure.client import build_payload, stream_chat
@@ -169,8 +169,8 @@ def test_fallbacks_record_their_source(runner, endpoint_matrix, tmp_path, monkey
     assert {x["timestamp_source"] for x in Database(ledger)["requests"].rows} == {"user"}
 
 
-class Blocking(SilentReporter):
-    """A reporter that hogs the client's event loop for 60 ms per finished request."""
+class Blocking(SilentProgress):
+    """A progress sink that hogs the client's event loop for 60 ms per finished request."""
 
     def request_done(self, variant, case, result) -> None:  # noqa: ANN001
         time.sleep(0.06)
@@ -184,7 +184,7 @@ def test_the_self_check_marks_a_run_whose_loop_was_blocked(runner, tmp_path, wri
         ledger_path = tmp_path / "lag.db"
         ledger = open_ledger(ledger_path)
         summary = run_matrix(ledger, load_matrix(m), load_cases(default_dataset_path())[:12], default_dataset_path(),
-                             load=LoadSpec.from_options(concurrency=4), reporter=Blocking())
+                             load=load_from_options(None, concurrency=4), progress=Blocking())
     rows = list(Database(ledger_path).query("select * from requests where is_warmup = 0"))
     assert rows and {x["timestamp_source"] for x in rows} == {"user"}
     assert max(x["client_lag_max_ms"] for x in rows) > 40
@@ -211,7 +211,7 @@ def test_two_sending_processes_one_writer_one_schedule(runner, endpoint_matrix, 
             assert len({(x["case_id"], x["repeat"]) for x in rows}) == 30  # each request once
             assert {x["proc"] for x in Database(ledger).query("select distinct proc from client_lag")} >= {1, 2}
             if args[0] == "--rate":  # one schedule across both processes: the seeded Poisson offsets
-                from evalkit.execution.load import arrival_offsets
+                from evalkit.execution.patterns import arrival_offsets
 
                 offs = [x * 1000 for x in arrival_offsets(30, 40.0, "poisson", 0)]
                 got = [x["scheduled_ms"] - rows[0]["scheduled_ms"] for x in rows]

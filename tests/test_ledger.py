@@ -91,7 +91,9 @@ def test_ledger_from_before_the_ledger_package_opens_reports_and_resumes(tmp_pat
     assert r.exit_code == 0, r.output
     rep = json.loads(r.output)
     base = next(x for x in rep["rows"] if x["variant"] == "base" and x["complexity"] == "all")
-    assert base["n"] == 6 and base["schema_pass_pct"] == 100.0 and rep["host"] is None
+    assert base["n"] == 3  # 3 cases: the baseline's noise-floor pass is drift's floor, not cases
+    assert base["schema_pass_pct"] == 100.0
+    assert rep["host"] is None
     assert {"schema", "persona", "formality", "drift"} <= set(rep["graders"])
     assert "host: not recorded" in runner.invoke(cli, ["report", "--run", old_run, "--ledger", str(p)]).output
 

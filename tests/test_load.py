@@ -10,7 +10,8 @@ import pytest
 from sqlite_utils import Database
 
 from evalkit.cli import cli
-from evalkit.execution.load import LoadSpec, arrival_offsets
+from evalkit.execution.load import load_from_options
+from evalkit.execution.patterns import OpenLoop, arrival_offsets
 from evalkit.testing.stub_server import StubConfig, StubServer
 
 
@@ -87,9 +88,12 @@ def test_open_loop_flags_that_contradict_exit_2(runner, args, expected, tmp_path
 
 def test_load_rules_live_in_the_library():
     with pytest.raises(Exception, match="max-concurrency"):
-        LoadSpec.from_options(rate=2, concurrency=4)
-    spec = LoadSpec.from_options(rate=2.5, arrival="constant", max_concurrency=3)
-    assert (spec.mode, spec.arrival, spec.max_concurrency) == ("rate", "constant", 3)
+        load_from_options(None, rate=2, concurrency=4)
+
+
+def test_options_become_one_typed_pattern():
+    load = load_from_options(None, rate=2.5, arrival="constant", max_concurrency=3)
+    assert load.pattern == OpenLoop(2.5, "constant", 3, 0)
 
 
 def _sweep(runner, endpoint_matrix, ledger_path, cfg: StubConfig, *args: str):

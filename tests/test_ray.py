@@ -122,3 +122,12 @@ def test_ledger_merge_of_two_half_runs_equals_the_whole(runner, write, tmp_path)
     assert r.exit_code == 2 and "at least two" in r.output
     r = runner.invoke(cli, ["ledger", "merge", str(part), str(whole), "-o", str(out)])
     assert r.exit_code == 2 and "exists" in r.output
+
+
+def test_a_ray_run_s_ledger_has_its_client_self_check_rows(runner, write, tmp_path):
+    with StubServer(StubConfig(ttft_ms=5, itl_ms=1)) as a, StubServer(StubConfig(ttft_ms=5, itl_ms=1)) as b:
+        ledger = tmp_path / "l.db"
+        r = runner.invoke(cli, ["run", "--matrix", str(_matrix(write, a, b)), "--limit", "3", "--ledger", str(ledger),
+                                "-q", "--ray", "--no-grade"])
+    assert r.exit_code == 0, r.output
+    assert Database(ledger)["client_lag"].count > 0

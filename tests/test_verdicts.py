@@ -128,7 +128,7 @@ def test_budget_sizes_the_run_from_the_probes_and_says_what_it_buys(runner, endp
     with StubServer(StubConfig(ttft_ms=150, itl_ms=2)) as a, StubServer(StubConfig(ttft_ms=150, itl_ms=2)) as b:
         ledger = tmp_path / "b.db"
         r = runner.invoke(cli, ["run", "--matrix", str(endpoint_matrix(a.base_url, b.base_url)), "--ledger",
-                                str(ledger), "--budget", "12s", "--no-grade"])
+                                str(ledger), "--time-budget", "12s", "--no-grade"])
         assert r.exit_code == 0, r.output
     run = next(Database(ledger)["runs"].rows)
     n = run["n_cases"]

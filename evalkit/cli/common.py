@@ -52,6 +52,6 @@ def cli() -> None:
 
     \b
     Quick start (real vLLM on CPU, bundled SmolLM2, unquantized vs W8A8):
-      evalkit run --budget 10m    # as many cases as fit 10 min here: serve, send, write evalkit.db
+      evalkit run --time-budget 10m   # as many cases as fit 10 min here: serve, send, write evalkit.db
       evalkit report              # per variant x complexity: TTFT, E2E, quality, verdicts
     """

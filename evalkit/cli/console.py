@@ -1,4 +1,4 @@
-"""Presentation on a terminal or a log: the progress reporter and the report's tables."""
+"""Presentation on a terminal or a log: the run's progress and the report's tables."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def say(text: str) -> None:
     err_console.print(f"[dim]evalkit:[/dim] {text}", highlight=False)
 
 
-class RichReporter:
+class RichProgress:
     """A rich progress bar on a terminal; plain progress lines when output goes to a log."""
 
     def __init__(self, quiet: bool = False, interval_s: float = 15.0) -> None:
@@ -33,11 +33,11 @@ class RichReporter:
         self.interval_s = interval_s
         self.logs: dict[str, ProgressLog] = {}
 
-    def message(self, text: str) -> None:
+    def say(self, text: str) -> None:
         if not self.quiet:
             say(text)
 
-    def variant_start(self, variant: str, total: int) -> None:
+    def level_start(self, variant: str, total: int) -> None:
         if self.quiet:
             return
         if self.plain:
@@ -61,7 +61,7 @@ class RichReporter:
             errors = self.progress.tasks[0].fields["errors"] + (0 if result.ok else 1)
             self.progress.update(self.task, advance=1, errors=errors)
 
-    def variant_end(self, variant: str) -> None:
+    def level_end(self, variant: str) -> None:
         if self.progress is not None:
             self.progress.stop()
             self.progress = None

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..errors import UsageError
-from ..execution.load import parse_slo
+from ..execution.stops import parse_slo
 from ..ledger import open_ledger
 from ..reporting.report import build_report, to_json
 from .common import LEDGER_OPT, RUN_OPT, EvalkitClickError, cli, ledger_path

@@ -16,7 +16,7 @@ from ..ledger import open_ledger
 from ..reporting.findings import findings
 from ..reporting.report import build_report
 from .common import LEDGER_OPT, EvalkitClickError, cli, ledger_path
-from .console import RichReporter, print_closing, print_report
+from .console import RichProgress, print_closing, print_report
 
 
 @cli.command()
@@ -27,9 +27,9 @@ from .console import RichReporter, print_closing, print_report
               help="dataset JSONL [default: data/resume_gen_benchmark.jsonl]")
 @click.option("--limit", type=click.IntRange(min=1), default=None,
               help="run a stratified subset of N cases (balanced over complexity and task)")
-@click.option("--budget", default=None, metavar="DURATION",
-              help="size the run to this machine: keep as many stratified cases as fit, e.g. 10m (measured from the "
-                   "first variant's timing probes); prints what that buys")
+@click.option("--time-budget", default=None, metavar="DURATION",
+              help="size the run to this machine: keep as many stratified cases as fit this time, e.g. 10m (measured "
+                   "from the first variant's timing probes); prints what that buys")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="replay a trace: its arrivals at their recorded offsets (open loop), its lengths or messages")
 @click.option("--trace-format", type=click.Choice(["mooncake", "azure", "burstgpt", "evalkit"]), default=None,
@@ -76,7 +76,7 @@ from .console import RichReporter, print_closing, print_report
 @LEDGER_OPT
 @click.option("--no-grade", is_flag=True, help="skip grading after the run (use `evalkit grade` later)")
 @click.option("--quiet", "-q", is_flag=True, help="no progress output")
-def run(matrix_path: Path | None, dataset_path: Path | None, limit: int | None, budget: str | None,
+def run(matrix_path: Path | None, dataset_path: Path | None, limit: int | None, time_budget: str | None,
         trace_path: Path | None, trace_format: str | None, speedup: float, trace_limit: int | None,
         subset_seed: int | None,
         arrival_seed: int | None, repeats: int, mode: str | None, concurrency: int | None,
@@ -90,7 +90,7 @@ def run(matrix_path: Path | None, dataset_path: Path | None, limit: int | None, 
     variants are called as they are. Rows are written as requests finish, and each server's
     /metrics is scraped alongside so every request carries what the server did around it.
     """
-    req = RunRequest(matrix_path, dataset_path, limit, budget,
+    req = RunRequest(matrix_path, dataset_path, limit, time_budget,
                      TraceSpec(str(trace_path), trace_format or "", speedup, trace_limit) if trace_path else None,
                      subset_seed or 0,
                      arrival_seed or 0, repeats, mode, concurrency, rate,
@@ -100,24 +100,24 @@ def run(matrix_path: Path | None, dataset_path: Path | None, limit: int | None, 
         raise UsageError("--trace needs --trace-format (mooncake, azure, burstgpt or evalkit)")
     req.check()
     db = open_ledger(ledger_path(ledger), create=False) if resume_id else None
-    inp = resolve_inputs(db, req, RichReporter(quiet).message)  # bad input stops here: nothing written yet
+    inp = resolve_inputs(db, req, RichProgress(quiet).say)  # bad input stops here: nothing written yet
     db = db or open_ledger(ledger_path(ledger))
     if inp.reopened or retry_failed:
         click.echo(f"run {resume_id}: {inp.reopened} failed requests will be sent again (their rows stay, not final)")
-    reporter = RichReporter(quiet)
+    progress = RichProgress(quiet)
     path = ledger_path(ledger)
     try:
         with graceful_stop():
             summary, n, grade_s = run_and_grade(db, inp.matrix, inp.cases, inp.dataset_path, repeats=inp.repeats,
-                                                subset_seed=req.subset_seed, load=inp.load, reporter=reporter,
+                                                subset_seed=req.subset_seed, load=inp.load, progress=progress,
                                                 resume_run=resume_id, grade=not no_grade, ray_address=ray_address,
-                                                budget_s=inp.budget_s, run_extra=inp.run_extra)
+                                                time_budget_s=inp.time_budget_s, run_extra=inp.run_extra)
     except (Interrupted, LedgerWriteError) as e:
         rid = getattr(e, "run_id", None) or resume_id
         hint = f"; resume with `evalkit run --resume {rid} --ledger {path}`" if rid else ""
         raise EvalkitClickError(f"{str(e).splitlines()[0]}: run {rid} is interrupted{hint}", e.exit_code) from None
     if not no_grade:
-        reporter.message(f"graded {n} outputs in {grade_s:.1f} s")
+        progress.say(f"graded {n} outputs in {grade_s:.1f} s")
     skipped = f", {summary.n_skipped} already in the ledger (skipped)" if resume_id else ""
     click.echo(f"run {summary.run_id}: {summary.n_requests} requests, {summary.n_errors} errors{skipped} "
                f"-> {path}")

@@ -5,8 +5,8 @@ the same node (so the network between driver and cluster never enters TTFT), scr
 server's /metrics, and streams every finished row back as it happens. The driver alone writes
 the SQLite ledger, so the ledger is one file with the same rows as a local run.
 
-A worker writes into a small SQLite file of its own (the same runner code, reading back what it
-needs); everything it writes is also sent to the driver as an event, applied there in order.
+A worker writes into an in-memory ledger of its own (the same runner code); every write it makes
+is forwarded to the driver as an event, generically (`ledger.mirror`), and replayed there in order.
 A worker or node that dies loses nothing already streamed; its missing requests are what
 `--resume` sends, and the failure is recorded on the variant with its cause.
 """
@@ -18,7 +18,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +26,14 @@ from ..engines.budget import KvPlan, plan_matrix
 from ..errors import EvalkitError, UsageError
 from ..host import this_host
 from ..ledger import Ledger, utcnow
-from ..ledger.mirror import MirroredLedger
+from ..ledger.mirror import MirroredLedger, Replay
 from ..measure.client import RequestResult
 from ..paths import cache_dir
 from ..redact import redact
 from ..spec.dataset import Case
 from ..spec.matrix import Matrix
-from .load import LoadSpec
-from .runner import Reporter, RunSummary, SilentReporter, finish_run, run_group, start_run, stop_reason
+from .load import Load
+from .runner import Progress, RunContext, RunSummary, SilentProgress, finish_run, run_group, start_run, stop_reason
 from .signals import STOP
 
 # Fault injection for tests of worker death: a worker exits abruptly after this many requests.
@@ -60,21 +60,21 @@ class EventLedger(MirroredLedger):
         return rid
 
 
-class QueueReporter:
+class QueueProgress:
     def __init__(self, events: queue.Queue[tuple[Any, ...]]) -> None:
         self.events = events
 
-    def message(self, text: str) -> None:
-        self.events.put(("message", text))
+    def say(self, text: str) -> None:
+        self.events.put(("say", text))
 
-    def variant_start(self, variant: str, total: int) -> None:
-        self.events.put(("variant_start", variant, total))
+    def level_start(self, name: str, total: int) -> None:
+        self.events.put(("level_start", name, total))
 
     def request_done(self, variant: str, case: Case, result: RequestResult) -> None:
         self.events.put(("request_done", variant, case, result))
 
-    def variant_end(self, variant: str) -> None:
-        self.events.put(("variant_end", variant))
+    def level_end(self, name: str) -> None:
+        self.events.put(("level_end", name))
 
 
 @dataclass
@@ -90,7 +90,7 @@ class Shard:
     repeats: int
     load: dict[str, Any]
     skip: list[tuple[str, str, int, str]]
-    plans: dict[str, dict[str, Any]] | None = None  # the driver's memory-budget plans (KvPlan fields)
+    memory: dict[str, dict[str, Any]] | None = None  # the driver's memory-budget plans (KvPlan fields)
 
 
 def run_shard(shard: Shard) -> Iterator[tuple[Any, ...]]:
@@ -109,11 +109,10 @@ def run_shard(shard: Shard) -> Iterator[tuple[Any, ...]]:
             # in memory: the worker only reads back its own rows; the driver keeps the ledger
             local = EventLedger(events)
             local.seed_run(shard.run_row, shard.case_rows)
-            run_group(local, summary.run_id, matrix, [shard.variant], cases, repeats=shard.repeats,
-                      load=LoadSpec(**shard.load), skip={tuple(k) for k in shard.skip},  # type: ignore[misc]
-                      reporter=QueueReporter(events), log_dir=cache_dir() / "logs", summary=summary, seq0=0,
-                      replicas=None if shard.replica is None else [shard.replica],
-                      plans={k: KvPlan(**v) for k, v in (shard.plans or {}).items()})
+            ctx = RunContext(local, summary.run_id, matrix, cases, shard.repeats, Load.from_record(shard.load),
+                             {tuple(k) for k in shard.skip}, QueueProgress(events), cache_dir() / "logs",  # type: ignore[misc]
+                             summary, {k: KvPlan(**v) for k, v in (shard.memory or {}).items()})
+            run_group(ctx, [shard.variant], 0, replicas=None if shard.replica is None else [shard.replica])
         except BaseException as e:  # reported to the driver, which records it on the variant
             result["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         finally:
@@ -145,12 +144,12 @@ def run_shard(shard: Shard) -> Iterator[tuple[Any, ...]]:
 
 
 class Apply:
-    """Applies one worker's events to the driver's ledger (driver thread only)."""
+    """Applies one worker's events to the driver's ledger (driver thread only): its writes through
+    `Replay`, its progress to the driver's own."""
 
-    def __init__(self, ledger: Ledger, reporter: Reporter, run_id: str, label: str) -> None:
-        self.ledger, self.reporter, self.run_id, self.label = ledger, reporter, run_id, label
-        self.ids: dict[int, int] = {}  # worker request id -> driver request id
-        self.host_id: str | None = None
+    def __init__(self, ledger: Ledger, progress: Progress, run_id: str, label: str) -> None:
+        self.ledger, self.progress, self.run_id, self.label = ledger, progress, run_id, label
+        self.replay = Replay(ledger)
         self.summary: dict[str, Any] | None = None
 
     def __call__(self, ev: tuple[Any, ...], seq: list[int]) -> None:
@@ -160,29 +159,22 @@ class Apply:
                 for e in ev[1]:
                     self(e, seq)
         elif kind == "host":
-            self.host_id = self.ledger.record_host(ev[1])
-        elif kind == "upsert_variant":
-            self.ledger.upsert_variant({**ev[1], "host_id": self.host_id})
-        elif kind == "update_variant":
-            self.ledger.update_variant(ev[1], ev[2])
-        elif kind == "upsert_replica":
-            self.ledger.upsert_replica(ev[1])
-        elif kind == "insert_request":
-            seq[0] += 1
-            self.ids[ev[1]] = self.ledger.insert_request({**ev[2], "seq": seq[0]})
-        elif kind == "update_request":
-            if ev[1] in self.ids:
-                self.ledger.update_request(self.ids[ev[1]], ev[2])
-        elif kind == "server_samples":
-            self.ledger.insert_server_samples(ev[1])
-        elif kind == "message":
-            self.reporter.message(ev[1])
-        elif kind == "variant_start":
-            self.reporter.variant_start(ev[1], ev[2])
+            self.replay.host_id = self.ledger.record_host(ev[1])
+        elif kind == "write":
+
+            def next_seq() -> int:
+                seq[0] += 1
+                return seq[0]
+
+            self.replay(ev[1], ev[2], ev[3], ev[4], next_seq)
+        elif kind == "say":
+            self.progress.say(ev[1])
+        elif kind == "level_start":
+            self.progress.level_start(ev[1], ev[2])
         elif kind == "request_done":
-            self.reporter.request_done(ev[1], ev[2], ev[3])
-        elif kind == "variant_end":
-            self.reporter.variant_end(ev[1])
+            self.progress.request_done(ev[1], ev[2], ev[3])
+        elif kind == "level_end":
+            self.progress.level_end(ev[1])
         elif kind == "summary":
             self.summary = ev[1]
 
@@ -202,18 +194,17 @@ def ray_init(address: str | None) -> Any:
 
 
 def run_matrix_ray(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: Path, *, address: str | None,
-                   repeats: int = 1, subset_seed: int = 0, reporter: Reporter | None = None, load: LoadSpec | None = None,
+                   repeats: int = 1, subset_seed: int = 0, progress: Progress | None = None, load: Load | None = None,
                    resume_run: str | None = None) -> RunSummary:
     """`run_matrix` with each variant (or replica) as a Ray task; the driver writes the ledger."""
-    reporter = reporter or SilentReporter()
-    load = (load or LoadSpec()).for_matrix(matrix.generation.quality_under_load)
-    load.validate()
-    if load.interleave:
+    progress = progress or SilentProgress()
+    load = (load or Load()).for_matrix(matrix.generation.quality_under_load)
+    if load.policy.interleave:
         raise UsageError("--interleave needs every variant on one machine at once: it does not combine with --ray")
-    plans = plan_matrix(matrix, reporter.message)  # planned where the driver is, before anything is written
+    memory = plan_matrix(matrix, progress.say)  # planned where the driver is, before anything is written
     ray = ray_init(address)
     summary, skip = start_run(ledger, matrix, cases, dataset_path, repeats=repeats, subset_seed=subset_seed, load=load,
-                              reporter=reporter, resume_run=resume_run)
+                              progress=progress, resume_run=resume_run)
     run_row = ledger.require_run(summary.run_id)
     from .runner import case_rows
 
@@ -230,11 +221,11 @@ def run_matrix_ray(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_pa
             if env:  # evalkit's own settings (and fault tests) reach the workers through their runtime env
                 opts["runtime_env"] = {"env_vars": env}
             shard = Shard(run_row, crow, matrix.model_dump_json(), v.name, rep,
-                          [c.model_dump(by_alias=True) for c in cases], repeats, asdict(load), sorted(skip),
-                          {k: p.to_dict() for k, p in plans.items()})
+                          [c.model_dump(by_alias=True) for c in cases], repeats, load.record(), sorted(skip),
+                          {k: p.to_dict() for k, p in memory.items()})
             label = v.name if rep is None else f"{v.name}#{rep}"
-            gens.append((label, remote.options(**opts).remote(shard), Apply(ledger, reporter, summary.run_id, label)))
-            reporter.message(f"'{label}' scheduled on Ray with {opts.get('num_cpus')} CPU, {opts.get('num_gpus')} GPU"
+            gens.append((label, remote.options(**opts).remote(shard), Apply(ledger, progress, summary.run_id, label)))
+            progress.say(f"'{label}' scheduled on Ray with {opts.get('num_cpus')} CPU, {opts.get('num_gpus')} GPU"
                              + (f", {opts['resources']}" if "resources" in opts else ""))
     # one thread per worker stream pulls events; this thread alone writes SQLite
     inbox: queue.Queue[tuple[str, Any]] = queue.Queue()

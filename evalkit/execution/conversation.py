@@ -18,11 +18,12 @@ from .signals import STOP
 
 
 async def send_conversation(sender: Any, http: Any, item: WorkItem, attribute_now: bool,
-                            scheduled_ms: float | None) -> list[int]:
+                            scheduled_ms: float | None) -> list[dict[str, Any]]:
+    """Every turn in order; returns the rows written (each turn's attempts, then any turns left)."""
     case = item.case
     done = sender.ledger.turn_texts(sender.run_id, item.variant, case.id, item.repeat, item.phase)
     history = [m.model_dump() for m in case.messages]
-    ids: list[int] = []
+    rows: list[dict[str, Any]] = []
     prev = ""
     for k in range(len(case.turns) + 1):
         if k:
@@ -36,21 +37,21 @@ async def send_conversation(sender: Any, http: Any, item: WorkItem, attribute_no
         sub = replace(item, case=case.turn_case(k))
         extra = {"conversation_id": case.id, "turn": k}
         got = await sender._one(http, sub, attribute_now, scheduled_ms if k == 0 else None, list(history), extra)
-        ids += got
+        rows += got
         if not got:  # stopping: the rest waits for a resume
-            return ids
-        last = sender.ledger.request(got[-1])
+            return rows
+        last = got[-1]
         if last["error_class"] is not None or not last["final"]:
             why = f"turn {k} of the conversation failed ({last['error_class']}): the later turns need its reply"
             for j in range(k + 1, len(case.turns) + 1):
                 tj = replace(item, case=case.turn_case(j))
                 sender.seq += 1
                 r = RequestResult(started_at=utcnow(), error_class="not_sent", error=why)
-                ids.append(sender.ledger.insert_request({**request_row(sender.run_id, tj, sender.seq, tj.attempt0, True,
-                                                                       {}, r), "conversation_id": case.id, "turn": j}))
-            return ids
+                rows.append(sender._write({**request_row(sender.run_id, tj, sender.seq, tj.attempt0, True, {}, r),
+                                           "conversation_id": case.id, "turn": j}))
+            return rows
         prev = last["text"] or ""
-    return ids
+    return rows
 
 
 def item_done(item: WorkItem, skip: set[tuple[str, str, int, str]]) -> bool:

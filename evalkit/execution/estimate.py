@@ -11,7 +11,7 @@ from typing import Any
 
 from ..spec.matrix import Matrix
 from ..stats import mean
-from .load import LoadSpec, WorkItem
+from .load import Load, WorkItem
 
 
 @dataclass
@@ -52,7 +52,7 @@ def _chars(item: WorkItem) -> int:
 
 
 def estimate_variant(warm_rows: list[dict[str, Any]], warm: list[WorkItem], main: list[WorkItem], matrix: Matrix,
-                     load: LoadSpec, remaining_variants: int = 0, server_start_s: float = 0.0) -> RunEstimate | None:
+                     load: Load, remaining_variants: int = 0, server_start_s: float = 0.0) -> RunEstimate | None:
     ok = [r for r in warm_rows if r["error_class"] is None and r["ttft_ms"] is not None and r["prompt_tokens"]]
     if not ok or not main:
         return None
@@ -68,12 +68,13 @@ def estimate_variant(warm_rows: list[dict[str, Any]], warm: list[WorkItem], main
     decode_ms = (matrix.generation.max_tokens - 1) * tpot
     per = [max(0.0, a + b * _chars(it) * tok_per_char) + decode_ms for it in main]
     total_ms = sum(per)
-    if load.mode == "rate" and load.rate:
-        total_ms = max(len(main) / load.rate * 1000.0, max(per))
-        basis = f"open loop at {load.rate:g}/s"
+    levels = load.levels()
+    if levels[0].open_loop and levels[0].rate:
+        rate = levels[0].rate
+        total_ms = max(len(main) / rate * 1000.0, max(per))
+        basis = f"open loop at {rate:g}/s"
     elif load.concurrent:
-        levels = load.sweep or [load.concurrency]
-        total_ms = sum(total_ms / c for c in levels)  # as if batching scaled perfectly
+        total_ms = sum(total_ms / lv.concurrency for lv in levels)  # as if batching scaled perfectly
         basis = (f"{len(levels)} concurrency level(s): a lower bound, assuming batching scales perfectly; "
                  f"sequential it would be {_mmss(sum(per) / 1000 * len(levels))}")
     else:

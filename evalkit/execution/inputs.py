@@ -13,7 +13,7 @@ from ..ledger import Ledger
 from ..paths import default_dataset_path
 from ..spec.dataset import Case, load_cases, stratified_subset
 from ..spec.matrix import Matrix, load_matrix
-from .load import LoadSpec, load_from_options
+from .load import Load, load_from_options
 from .resume import parse_retry_classes, refuse_resume_options, resume_context
 from .sizing import parse_duration
 from .traces import TraceSpec, trace_cases, trace_json
@@ -24,7 +24,7 @@ class RunRequest:
     matrix_path: Path | None = None
     dataset_path: Path | None = None
     limit: int | None = None
-    budget: str | None = None
+    time_budget: str | None = None
     trace: TraceSpec | None = None
     subset_seed: int = 0
     arrival_seed: int = 0
@@ -54,7 +54,7 @@ class RunRequest:
             refuse_resume_options(matrix=self.matrix_path, dataset=self.dataset_path, limit=self.limit,
                                   repeats=self.repeats != 1, mode=self.mode, concurrency=self.concurrency, rate=self.rate,
                                   sweep=self.sweep, arrival=self.arrival, max_concurrency=self.max_concurrency,
-                                  trace=self.trace, budget=self.budget)
+                                  trace=self.trace, budget=self.time_budget)
 
 
 @dataclass
@@ -62,18 +62,18 @@ class RunInputs:
     matrix: Matrix
     cases: list[Case]
     dataset_path: Path
-    load: LoadSpec
+    load: Load
     repeats: int
-    budget_s: float | None = None
+    time_budget_s: float | None = None
     run_extra: dict[str, Any] | None = None
     reopened: int = 0  # --retry-failed: requests that will be sent again
 
 
 def resolve_inputs(ledger: Ledger | None, q: RunRequest, say: Any = lambda s: None) -> RunInputs:
     q.check()
-    budget_s = parse_duration(q.budget) if q.budget else None
+    budget_s = parse_duration(q.time_budget, "--time-budget") if q.time_budget else None
     if budget_s is not None and q.ray:
-        raise UsageError("--budget sizes a local run from its own probes: it does not combine with --ray")
+        raise UsageError("--time-budget sizes a local run from its own probes: it does not combine with --ray")
     if q.resume_id:
         assert ledger is not None
         ctx = resume_context(ledger, q.resume_id)
@@ -84,29 +84,25 @@ def resolve_inputs(ledger: Ledger | None, q: RunRequest, say: Any = lambda s: No
         matrix = load_matrix(q.matrix_path)
         launched = any(v.launched for v in matrix.variants)
         if q.trace is not None:
-            if q.dataset_path or q.limit or q.budget or q.concurrency or q.rate or q.sweep or q.mode or q.interleave:
-                raise UsageError("--trace sets the requests and their arrivals: drop --dataset, --limit, --budget, "
+            if q.dataset_path or q.limit or q.time_budget or q.concurrency or q.rate or q.sweep or q.mode or q.interleave:
+                raise UsageError("--trace sets the requests and their arrivals: drop --dataset, --limit, --time-budget, "
                                  "--concurrency, --rate, --sweep, --mode, --interleave (--max-concurrency may cap it)")
             cases, offsets, label = trace_cases(q.trace, matrix, say)
             matrix.generation.baseline_repeats = 1  # a trace is replayed once per variant
-            load = load_from_options(None, mode=None, concurrency=None, rate=max(len(offsets) - 1, 1) / max(offsets[-1], 1e-3),
-                                     arrival=None, max_concurrency=q.max_concurrency, sweep=None, stop_kv=q.stop_kv,
-                                     slo=q.slo, interleave=False, arrival_seed=0, order_seed=0,
-                                     client_procs=q.client_procs, launched_locally=launched)
-            load.trace_offsets = offsets
+            load = load_from_options(None, max_concurrency=q.max_concurrency, stop_kv=q.stop_kv, slo=q.slo,
+                                     client_procs=q.client_procs, launched_locally=launched, trace_offsets=offsets,
+                                     max_error_rate=q.max_error_rate, stop_on_failure=q.stop_on_failure)
             out = RunInputs(matrix, cases, Path(q.trace.path), load, 1, run_extra={"trace_json": trace_json(q.trace, label)})
         else:
             load = load_from_options(matrix.load, mode=q.mode, concurrency=q.concurrency, rate=q.rate, arrival=q.arrival,
                                      max_concurrency=q.max_concurrency, sweep=q.sweep, stop_kv=q.stop_kv, slo=q.slo,
                                      interleave=q.interleave, arrival_seed=q.arrival_seed, order_seed=q.subset_seed,
-                                     client_procs=q.client_procs, launched_locally=launched)
+                                     client_procs=q.client_procs, launched_locally=launched,
+                                     max_error_rate=q.max_error_rate, stop_on_failure=q.stop_on_failure)
             dpath = q.dataset_path or default_dataset_path()
             all_cases = load_cases(dpath)
-            # with --budget: every case in balanced order (any prefix is balanced); the run keeps what fits
+            # with --time-budget: every case in balanced order (any prefix is balanced); the run keeps what fits
             cases = stratified_subset(all_cases, q.limit or (len(all_cases) if budget_s else matrix.limit), q.subset_seed)
             out = RunInputs(matrix, cases, dpath, load, q.repeats)
-    if q.max_error_rate is not None:
-        out.load.max_error_rate = q.max_error_rate
-    out.load.stop_on_failure = out.load.stop_on_failure or q.stop_on_failure
-    out.budget_s = budget_s
+    out.time_budget_s = budget_s
     return out

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
 
 from ..engines.budget import KvPlan, reported_weight_bytes, requests_that_fit
 from ..engines.bundled import resolve_model
@@ -17,10 +17,6 @@ from ..paths import cache_dir
 from ..redact import redact, redact_args
 from ..spec.matrix import Matrix, Variant, arg_value
 from .signals import STOP
-
-
-class Say(Protocol):
-    def message(self, text: str) -> None: ...
 
 
 def auth_headers(variant: Variant) -> dict[str, str]:
@@ -36,10 +32,10 @@ def auth_headers(variant: Variant) -> dict[str, str]:
 class LiveVariant:
     """Brings one variant up (launching vLLM or checking the endpoint) and records it."""
 
-    def __init__(self, ledger: Ledger, run_id: str, matrix: Matrix, variant: Variant, reporter: Say,
+    def __init__(self, ledger: Ledger, run_id: str, matrix: Matrix, variant: Variant, say: Callable[[str], None],
                  log_dir: Path, replica: int | None = None, kv_plan: KvPlan | None = None) -> None:
         self.ledger, self.run_id, self.matrix, self.variant = ledger, run_id, matrix, variant
-        self.reporter, self.log_dir = reporter, log_dir
+        self.say, self.log_dir = say, log_dir
         self.kv_plan = kv_plan  # this variant's share of the run's memory budget, planned before any start
         self.replica = replica  # None: the variant has one server
         self.vid = f"{run_id}:{variant.name}"
@@ -79,19 +75,18 @@ class LiveVariant:
             pass
         self._record(fields)
         if self.kv_plan and fields.get("kv_blocks") is not None and fields["kv_blocks"] != self.kv_plan.kv_blocks:
-            self.reporter.message(f"'{self.label}': the engine made {fields['kv_blocks']} KV blocks of the "
+            self.say(f"'{self.label}': the engine made {fields['kv_blocks']} KV blocks of the "
                                   f"{self.kv_plan.kv_blocks} planned from its budget")
 
-    def record_capacity(self, rows: list[dict], max_tokens: int) -> None:
+    def record_capacity(self, mean_prompt_tokens: float, max_tokens: int) -> None:
         """How many of this run's requests (mean prompt + max_tokens) the engine's KV cache holds at
         once, from the block count the engine reported (vLLM keeps one block back)."""
         if self.replica:
             return
         v = self.ledger.variant(self.vid)
-        prompts = [r["prompt_tokens"] for r in rows if r["prompt_tokens"]]
-        if not v or not v.get("kv_blocks") or not v.get("kv_block_size") or not prompts:
+        if not v or not v.get("kv_blocks") or not v.get("kv_block_size"):
             return
-        per = sum(prompts) / len(prompts) + max_tokens
+        per = mean_prompt_tokens + max_tokens
         self.ledger.update_variant(self.vid, {"tokens_per_request": round(per, 1), "max_concurrency_predicted":
                                               requests_that_fit(v["kv_blocks"], v["kv_block_size"], per)})
 
@@ -144,17 +139,17 @@ class LiveVariant:
             if v.launched:
                 assert v.model is not None
                 t0 = time.monotonic()
-                model_path = resolve_model(v.model, say=self.reporter.message)
+                model_path = resolve_model(v.model, say=self.say)
                 self.stage_s["prepare"] = time.monotonic() - t0
                 log_path = self.log_dir / f"{self.run_id}-{self.label}.log"
                 self.server = VLLMServer(model_path, self.served, args, log_path, env=v.env,
                                          cache_dir=cache_dir(), startup_timeout_s=v.startup_timeout_s)
-                self.reporter.message(f"starting vLLM for '{self.label}' ({v.model}); log: {log_path}")
+                self.say(f"starting vLLM for '{self.label}' ({v.model}); log: {log_path}")
                 self.server.should_stop = lambda: STOP.requested  # a signal during the start abandons it
                 self.server.__enter__()
                 self.stage_s["start"] = self.server.ready_s or 0.0
                 self.base_url = self.server.base_url
-                self.reporter.message(f"'{self.label}' ready in {self.server.ready_s:.0f} s at {self.base_url}")
+                self.say(f"'{self.label}' ready in {self.server.ready_s:.0f} s at {self.base_url}")
                 if self.replica is not None:
                     self.ledger.upsert_replica({"id": self.rid, "endpoint_url": self.base_url})
                 self._record({"server_pid": self.server.proc.pid if self.server.proc else None})
@@ -191,7 +186,7 @@ class LiveVariant:
         code = self.server.exit_code
         cause = redact(f"vLLM server for '{self.label}' exited with code {code} during the run "
                        f"(last log line: {tail(self.server.log_path, 1)[-300:]})")
-        self.reporter.message(f"'{self.label}': {cause}")
+        self.say(f"'{self.label}': {cause}")
         fields = {"status": "failed", "error": cause, "exit_code": code, "log_tail": redact(tail(self.server.log_path))}
         self._record(fields)
         if self.replica is not None:

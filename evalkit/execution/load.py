@@ -1,64 +1,19 @@
-"""Load planning: what is sent, in which order, under which pattern. No I/O here.
-
-- sequential: one request at a time (the interactive setting of the study);
-- concurrency N: closed loop, N requests in flight, the next one sent when one finishes;
-- rate R: open loop, arrivals scheduled from a seeded Poisson (or constant) process at R/s,
-  whatever the server does; in flight is uncapped unless `max_concurrency` is set, and any time
-  a cap held a request back is measured (`client_wait_ms`);
-- sweep: closed-loop concurrency levels, stopping at the first saturated level.
+"""A run's load: its pattern (`patterns.py`: what is sent and when), its stop rules (`stops.py`:
+when a variant saturates or fails), its goodput SLOs and its run policy; the work items a level
+sends, in order. Options are parsed once, here, at the edge. No I/O.
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from ..errors import UsageError
 from ..spec.dataset import Case, Message
 from ..spec.matrix import Matrix
-from ..stats import percentile
-
-Mode = Literal["sequential", "concurrency", "rate"]
-Arrival = Literal["poisson", "constant"]
-
-
-SLO_METRICS = ("ttft", "tpot", "e2e")
-
-
-@dataclass
-class Slo:
-    """Per-request latency limits: absolute (ms) or relative to the same case's latency on the same
-    variant at concurrency 1 (a factor, `ttft=3x`), so a capacity question gets the same kind of
-    answer on a fast and a slow machine."""
-
-    absolute_ms: dict[str, float] = field(default_factory=dict)
-    relative: dict[str, float] = field(default_factory=dict)
-
-    def __bool__(self) -> bool:
-        return bool(self.absolute_ms or self.relative)
-
-
-def parse_slo(text: str | None, flag: str = "--slo") -> Slo:
-    """`ttft=2000,tpot=100,e2e=10000` (ms; `_ms` may be added) or `ttft=3x,e2e=3x` (relative)."""
-    out = Slo()
-    for part in (text or "").split(","):
-        if not part.strip():
-            continue
-        key, eq, val = part.strip().partition("=")
-        key, val = key.strip().removesuffix("_ms"), val.strip()
-        if not eq or key not in SLO_METRICS:
-            hint = " (percentile goals such as ttft_p99=2000 go to --target)" if "_p" in key else ""
-            raise UsageError(f"{flag}: '{part}': expected ttft=MS, tpot=MS, e2e=MS or a factor like ttft=3x{hint}")
-        rel = val.lower().endswith("x")
-        try:
-            x = float(val[:-1] if rel else val)
-        except ValueError:
-            raise UsageError(f"{flag}: '{val}' is not a number of milliseconds or a factor like 3x") from None
-        if x <= 0 or (rel and x < 1):
-            raise UsageError(f"{flag}: '{part}': must be positive" + (" and at least 1x" if rel else ""))
-        (out.relative if rel else out.absolute_ms)[key] = x
-    return out
+from .patterns import ClosedLoop, Level, OpenLoop, Pattern, Sequential, Sweep, TraceReplay, pattern_from_record
+from .stops import ErrorRate, KvFull, Preempted, Slo, SloBreached, StopRule, Waited, parse_slo
 
 
 def parse_levels(text: str | None, flag: str = "--sweep") -> list[int]:
@@ -75,149 +30,150 @@ def parse_levels(text: str | None, flag: str = "--sweep") -> list[int]:
 
 
 @dataclass
-class LoadSpec:
-    """How requests are sent. ``sequential`` is the interactive setting of the study."""
+class RunPolicy:
+    """How a run behaves around its load: a failed variant stops the run or not, processes that
+    send, variants brought up at once and alternated, and the seed of that order."""
 
-    mode: Mode = "sequential"
-    concurrency: int = 1
-    rate: float | None = None  # requests/s (open loop)
-    arrival: Arrival = "poisson"  # rate mode: exponential gaps (seeded) or a constant 1/rate
-    max_concurrency: int | None = None  # rate mode: cap on requests in flight (None = uncapped)
-    sweep: list[int] = field(default_factory=list)  # concurrency levels, stop at saturation
-    stop_kv: float = 0.9  # saturation: peak KV-cache use at or above this fraction
-    stop_on_preemption: bool = True
-    stop_on_waiting: bool = True  # a request the server could not admit (no room in the KV cache)
-    slo_ttft_ms: float | None = None  # saturation / goodput SLOs
-    slo_tpot_ms: float | None = None
-    slo_e2e_ms: float | None = None
-    # relative SLOs: metric -> factor over the same case's latency at concurrency 1 (same variant)
-    slo_relative: dict[str, float] = field(default_factory=dict)
-    interleave: bool = False  # bring all variants up at once and alternate A B A B ...
-    max_error_rate: float = 0.5  # run policy: a variant with more failed requests than this share is `failed`
-    stop_on_failure: bool = False  # run policy: a failed variant stops the run (else the next variant runs)
-    trace_offsets: list[float] | None = None  # trace replay: each request's recorded offset (s, sped up), in order
+    stop_on_failure: bool = False
     client_procs: int = 1  # processes sending the load (each its own event loop); the ledger has one writer
-    sequential_pass: bool = False  # concurrency N also sends every case at concurrency 1 first (quality under load)
-    arrival_seed: int = 0  # the Poisson schedule
-    order_seed: int = 0  # interleaving order
+    interleave: bool = False  # bring all variants up at once and alternate A B A B ...
+    order_seed: int = 0
 
-    @classmethod
-    def from_options(cls, *, mode: str | None = None, concurrency: int | None = None, rate: float | None = None,
-                     arrival: str | None = None, max_concurrency: int | None = None, sweep: list[int] | None = None,
-                     stop_kv: float = 0.9, slo: Slo | None = None, interleave: bool = False,
-                     arrival_seed: int = 0, order_seed: int = 0) -> LoadSpec:
-        """One LoadSpec from the command line's options, refusing combinations that contradict
-        each other (the rules live here, not in the CLI)."""
-        if rate is not None and rate <= 0:
-            raise UsageError("--rate must be a positive number of requests per second")
-        inferred: Mode = "rate" if rate is not None else "concurrency" if (concurrency or 1) > 1 else "sequential"
-        if mode and mode != inferred and not (mode == "concurrency" and concurrency is None and rate is None):
-            raise UsageError(f"--mode {mode} conflicts with "
-                             + (f"--rate {rate:g}" if rate is not None else f"--concurrency {concurrency or 1}"))
-        if rate is not None and concurrency is not None:
-            raise UsageError("--concurrency is closed-loop; an open-loop --rate takes --max-concurrency N to cap "
-                             "requests in flight")
-        if rate is None and (arrival is not None or max_concurrency is not None):
-            raise UsageError("--arrival and --max-concurrency shape open-loop arrivals: use them with --rate")
-        levels = list(sweep or [])
-        if levels and (rate is not None or concurrency):
-            raise UsageError("--sweep sets the concurrency levels itself: drop --rate/--concurrency")
-        if interleave and (levels or rate is not None or (concurrency or 1) > 1):
-            raise UsageError("--interleave alternates variants one request at a time: use it with sequential mode")
-        slo = slo or Slo()
-        if slo.relative and not (levels and levels[0] == 1):
-            raise UsageError("--slo with a factor (e.g. ttft=3x) is relative to the same case at concurrency 1: "
-                             "give a --sweep that starts at 1, e.g. --sweep 1,2,4,8")
-        spec = cls(mode=mode or inferred, concurrency=concurrency or 1, rate=rate,
-                   arrival=arrival or "poisson",  # type: ignore[arg-type]
-                   max_concurrency=max_concurrency, sweep=levels, stop_kv=stop_kv,
-                   slo_ttft_ms=slo.absolute_ms.get("ttft"), slo_tpot_ms=slo.absolute_ms.get("tpot"),
-                   slo_e2e_ms=slo.absolute_ms.get("e2e"), slo_relative=dict(slo.relative),
-                   interleave=interleave, arrival_seed=arrival_seed, order_seed=order_seed)
-        spec.validate()
-        return spec
+    def record(self) -> dict[str, Any]:
+        return {"stop_on_failure": self.stop_on_failure, "client_procs": self.client_procs,
+                "interleave": self.interleave, "order_seed": self.order_seed}
 
-    def validate(self) -> None:
-        if self.mode == "rate" and (self.rate is None or self.rate <= 0):
-            raise UsageError("--rate must be a positive number of requests per second")
-        if self.concurrency < 1:
-            raise UsageError("--concurrency must be at least 1")
-        if self.max_concurrency is not None and self.max_concurrency < 1:
-            raise UsageError("--max-concurrency must be at least 1")
-        if self.arrival not in ("poisson", "constant"):
-            raise UsageError(f"--arrival must be poisson or constant, not {self.arrival!r}")
-        if any(c < 1 for c in self.sweep):
-            raise UsageError("--sweep levels must be positive integers")
-        if self.sweep and self.mode == "rate":
-            raise UsageError("--sweep and --rate are mutually exclusive")
-        if not 0 < self.stop_kv <= 1:
-            raise UsageError("--stop-kv must be a fraction in (0, 1]")
+
+@dataclass
+class Load:
+    pattern: Pattern = field(default_factory=Sequential)
+    stops: tuple[StopRule, ...] = (ErrorRate(),)
+    slo: Slo = field(default_factory=Slo)  # goodput limits (and a sweep's SLO rule)
+    policy: RunPolicy = field(default_factory=RunPolicy)
+
+    def levels(self) -> list[Level]:
+        return self.pattern.levels()
 
     @property
     def concurrent(self) -> bool:
-        return self.mode != "sequential" or bool(self.sweep)
+        return self.pattern.concurrent
 
-    def phases(self) -> list[tuple[str, int]]:
-        """(phase name, closed-loop concurrency) in order: one per sweep level, else one."""
-        if self.sweep:
-            return [(f"c={c}", c) for c in self.sweep]
-        if self.sequential_pass and self.mode == "concurrency" and self.concurrency > 1:
-            return [("c=1", 1), (f"c={self.concurrency}", self.concurrency)]
-        return [("main", self.concurrency if self.mode == "concurrency" else 1)]
+    def rule(self, kind: type[StopRule]) -> StopRule | None:
+        return next((r for r in self.stops if isinstance(r, kind)), None)
 
-    def for_matrix(self, quality_under_load: bool) -> LoadSpec:
+    def record(self) -> dict[str, Any]:
+        """The flat record the ledger keeps (`runs.load_json`) and the report reads."""
+        out: dict[str, Any] = {**self.pattern.record(), **self.slo.record(), **self.policy.record(),
+                               "stop_on_preemption": False, "stop_on_waiting": False}
+        for r in self.stops:
+            out.update(r.record())
+        return out
+
+    @classmethod
+    def from_record(cls, d: dict[str, Any], trace_offsets: list[float] | None = None) -> Load:
+        """The load a run was started with (a ledger from before patterns too: its flat fields)."""
+        pattern = pattern_from_record(d, trace_offsets if trace_offsets is not None else d.get("trace_offsets"))
+        slo = Slo.from_record(d)
+        policy = RunPolicy(bool(d.get("stop_on_failure")), int(d.get("client_procs") or 1), bool(d.get("interleave")),
+                           int(d.get("order_seed") or d.get("seed") or 0))
+        return cls(pattern, default_stops(pattern, d.get("stop_kv") or 0.9, d.get("stop_on_preemption", True),
+                                          d.get("stop_on_waiting", True), slo, float(d.get("max_error_rate", 0.5))),
+                   slo, policy)
+
+    def for_matrix(self, quality_under_load: bool) -> Load:
         """Quality under load compares each case at concurrency 1 with the highest level: a sweep
         must start at 1; a fixed concurrency gets a sequential pass first."""
         if not quality_under_load:
             return self
-        if self.sweep:
-            if self.sweep[0] != 1:
+        p = self.pattern
+        if isinstance(p, Sweep):
+            if p.concurrencies[0] != 1:
                 raise UsageError("quality_under_load compares each case with its output at concurrency 1: start the "
                                  "sweep at 1 (e.g. --sweep 1,2,4,8)")
             return self
-        if self.mode != "concurrency" or self.concurrency <= 1:
+        if not isinstance(p, ClosedLoop) or p.concurrency <= 1:
             raise UsageError("quality_under_load compares outputs at concurrency 1 and under load: give --concurrency N "
                              "or --sweep 1,2,4,...")
-        self.sequential_pass = True
+        self.pattern = ClosedLoop(p.concurrency, sequential_pass=True)
         return self
 
 
-def load_from_options(matrix_load: Any, *, mode: str | None, concurrency: int | None, rate: float | None,
-                      arrival: str | None, max_concurrency: int | None, sweep: str | None, stop_kv: float | None,
-                      slo: str | None, interleave: bool, arrival_seed: int, order_seed: int,
-                      client_procs: int | None = None, launched_locally: bool = True) -> LoadSpec:
-    """The run's load: the command line's options, falling back to the matrix's `load:` section
-    for what the command line leaves out (its shape — sweep, concurrency, rate — only when the
-    command line gives no shape of its own)."""
-    shape_given = any(x is not None for x in (mode, concurrency, rate, sweep)) or interleave
+def default_stops(pattern: Pattern, stop_kv: float, on_preemption: bool, on_waiting: bool, slo: Slo,
+                  max_error_rate: float) -> tuple[StopRule, ...]:
+    """A sweep's saturation rules (KV, preemption, waiting, SLOs) and every pattern's error rate."""
+    rules: list[StopRule] = [ErrorRate(max_error_rate)]
+    if pattern.saturates:
+        rules.append(KvFull(stop_kv))
+        if on_preemption:
+            rules.append(Preempted())
+        if on_waiting:
+            rules.append(Waited())
+        if slo:
+            rules.append(SloBreached(slo))
+    return tuple(rules)
+
+
+def load_from_options(matrix_load: Any, *, mode: str | None = None, concurrency: int | None = None,
+                      rate: float | None = None, arrival: str | None = None, max_concurrency: int | None = None,
+                      sweep: str | None = None, stop_kv: float | None = None, slo: str | None = None,
+                      interleave: bool = False, arrival_seed: int = 0, order_seed: int = 0,
+                      client_procs: int | None = None, launched_locally: bool = True,
+                      trace_offsets: list[float] | None = None, max_error_rate: float | None = None,
+                      stop_on_failure: bool = False) -> Load:
+    """The run's load from the command line's options, falling back to the matrix's `load:`
+    section for what the command line leaves out (its shape — sweep, concurrency, rate — only when
+    the command line gives no shape of its own). Contradicting options are refused here."""
     m = matrix_load
+    shape_given = any(x is not None for x in (mode, concurrency, rate, sweep)) or interleave or trace_offsets
     if not shape_given and m is not None:
         concurrency, rate = m.concurrency, m.rate
         sweep = ",".join(str(c) for c in m.sweep) if m.sweep else None
-    spec = LoadSpec.from_options(
-        mode=mode, concurrency=concurrency, rate=rate, arrival=arrival, max_concurrency=max_concurrency,
-        sweep=parse_levels(sweep), stop_kv=stop_kv if stop_kv is not None else (m.stop_kv if m and m.stop_kv else 0.9),
-        slo=parse_slo(slo if slo is not None else (m.slo if m else None)), interleave=interleave,
-        arrival_seed=arrival_seed, order_seed=order_seed)
-    if m is not None:
-        spec.stop_on_waiting = m.stop_on_waiting
+    if rate is not None and rate <= 0:
+        raise UsageError("--rate must be a positive number of requests per second")
+    inferred = "rate" if rate is not None else "concurrency" if (concurrency or 1) > 1 else "sequential"
+    if mode and mode != inferred and not (mode == "concurrency" and concurrency is None and rate is None):
+        raise UsageError(f"--mode {mode} conflicts with "
+                         + (f"--rate {rate:g}" if rate is not None else f"--concurrency {concurrency or 1}"))
+    if rate is not None and concurrency is not None:
+        raise UsageError("--concurrency is closed-loop; an open-loop --rate takes --max-concurrency N to cap "
+                         "requests in flight")
+    if rate is None and trace_offsets is None and (arrival is not None or max_concurrency is not None):
+        raise UsageError("--arrival and --max-concurrency shape open-loop arrivals: use them with --rate")
+    if arrival is not None and arrival not in ("poisson", "constant"):
+        raise UsageError(f"--arrival must be poisson or constant, not {arrival!r}")
+    levels = parse_levels(sweep)
+    if levels and (rate is not None or concurrency):
+        raise UsageError("--sweep sets the concurrency levels itself: drop --rate/--concurrency")
+    if interleave and (levels or rate is not None or (concurrency or 1) > 1):
+        raise UsageError("--interleave alternates variants one request at a time: use it with sequential mode")
+    if max_concurrency is not None and max_concurrency < 1:
+        raise UsageError("--max-concurrency must be at least 1")
     if client_procs is not None and client_procs < 1:
         raise UsageError("--client-procs must be at least 1")
+    kv = stop_kv if stop_kv is not None else (m.stop_kv if m is not None and m.stop_kv else 0.9)
+    if not 0 < kv <= 1:
+        raise UsageError("--stop-kv must be a fraction in (0, 1]")
+    limits = parse_slo(slo if slo is not None else (m.slo if m is not None else None))
+    if limits.relative and not (levels and levels[0] == 1):
+        raise UsageError("--slo with a factor (e.g. ttft=3x) is relative to the same case at concurrency 1: "
+                         "give a --sweep that starts at 1, e.g. --sweep 1,2,4,8")
+    pattern: Pattern
+    if trace_offsets is not None:
+        pattern = TraceReplay(tuple(trace_offsets), max_concurrency)
+    elif levels:
+        pattern = Sweep(tuple(levels))
+    elif rate is not None:
+        pattern = OpenLoop(rate, arrival or "poisson", max_concurrency, arrival_seed)  # type: ignore[arg-type]
+    elif (concurrency or 1) > 1 or mode == "concurrency":
+        pattern = ClosedLoop(concurrency or 1)
+    else:
+        pattern = Sequential()
     from .procs import default_procs
 
-    spec.client_procs = client_procs or default_procs(launched_locally)
-    return spec
-
-
-def arrival_offsets(n: int, rate: float, arrival: Arrival, arrival_seed: int) -> list[float]:
-    """Scheduled send times in seconds from the start of the load, for n requests at `rate`/s.
-    Poisson: exponential gaps from a seeded generator (the same seed gives the same schedule)."""
-    rng = random.Random(arrival_seed)
-    t, out = 0.0, []
-    for _ in range(n):
-        out.append(t)
-        t += rng.expovariate(rate) if arrival == "poisson" else 1.0 / rate
-    return out
+    policy = RunPolicy(stop_on_failure, client_procs or default_procs(launched_locally), interleave, order_seed)
+    on_waiting = m.stop_on_waiting if m is not None else True
+    stops = default_stops(pattern, kv, True, on_waiting, limits, 0.5 if max_error_rate is None else max_error_rate)
+    return Load(pattern, stops, limits, policy)
 
 
 @dataclass
@@ -268,8 +224,10 @@ def warmup_cases(cases: list[Case], n: int, structured: bool) -> list[Case]:
     return out
 
 
-def build_plan(matrix: Matrix, variants: list[str], cases: list[Case], repeats: int, load: LoadSpec,
+def build_work(matrix: Matrix, variants: list[str], cases: list[Case], repeats: int, load: Load,
                phase: str = "main", concurrency: int = 1, warmup: bool = True) -> list[WorkItem]:
+    """The work items one level sends: each variant's warm-ups (first level only), then every case
+    and repeat (the baseline's noise-floor passes after its repeats), interleaved when asked."""
     items: list[WorkItem] = []
     gen = matrix.generation
     warm = warmup_cases(cases, gen.warmup, gen.structured_output) if warmup else []
@@ -282,8 +240,8 @@ def build_plan(matrix: Matrix, variants: list[str], cases: list[Case], repeats: 
 
     top = max(n_rep(v) for v in variants)
     main = [(rep, c) for rep in range(top) for c in cases]
-    if load.interleave and len(variants) > 1:
-        rng = random.Random(load.order_seed)
+    if load.policy.interleave and len(variants) > 1:
+        rng = random.Random(load.policy.order_seed)
         for rep, c in main:
             order = [v for v in variants if rep < n_rep(v)]
             rng.shuffle(order)  # randomised within each case, so neither variant always goes first
@@ -310,49 +268,3 @@ def shard(items: list[WorkItem], replicas: dict[str, int]) -> list[WorkItem]:
             it.replica = idx % n
             out.append(it)
     return out
-
-
-def reference_latencies(rows: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, float]]:
-    """(case, repeat) -> its TTFT/TPOT/E2E at concurrency 1: what a relative SLO (`ttft=3x`)
-    compares each later request of the same case with."""
-    return {(r["case_id"], r["repeat"]): {k: r[f"{k}_ms"] for k in SLO_METRICS if r[f"{k}_ms"] is not None}
-            for r in rows if r["error_class"] is None}
-
-
-def slowdowns(rows: list[dict[str, Any]], reference: dict[tuple[str, int], dict[str, float]],
-              metric: str) -> list[float]:
-    """Each request's latency over the same case's at concurrency 1 (1.0: no slower)."""
-    out = []
-    for r in rows:
-        ref = reference.get((r["case_id"], r["repeat"]), {}).get(metric)
-        if r["error_class"] is None and r[f"{metric}_ms"] is not None and ref:
-            out.append(r[f"{metric}_ms"] / ref)
-    return out
-
-
-def saturation_reason(rows: list[dict[str, Any]], load: LoadSpec, preemptions: float | None = None,
-                      reference: dict[tuple[str, int], dict[str, float]] | None = None) -> str | None:
-    """Why a sweep level counts as saturated (KV, preemptions, requests waiting, SLOs: every reason
-    that holds), or None. ``preemptions``: the server's own counter over the level (requests that
-    overlapped share a preemption, so summing theirs would count it more than once). ``reference``:
-    concurrency-1 latencies per case, for relative SLOs."""
-    why = []
-    kv = [r["srv_kv_cache_usage_peak"] for r in rows if r["srv_kv_cache_usage_peak"] is not None]
-    if kv and max(kv) >= load.stop_kv:
-        why.append(f"KV-cache use peaked at {max(kv):.1%} (>= {load.stop_kv:.0%})")
-    seen = sum((r["srv_preemptions"] or 0) > 0 for r in rows)
-    preempted = preemptions if preemptions is not None else sum(r["srv_preemptions"] or 0 for r in rows)
-    if load.stop_on_preemption and preempted > 0:
-        why.append(f"{preempted:.0f} preemptions observed ({seen} requests lived through one)")
-    waiting = [r["srv_waiting_peak"] for r in rows if r.get("srv_waiting_peak") is not None]
-    if load.stop_on_waiting and waiting and max(waiting) >= 1:
-        why.append(f"up to {max(waiting):.0f} request(s) waited for room on the server")
-    for key, slo in (("ttft_ms", load.slo_ttft_ms), ("tpot_ms", load.slo_tpot_ms), ("e2e_ms", load.slo_e2e_ms)):
-        p99 = percentile([r[key] for r in rows if r[key] is not None], 99)
-        if slo is not None and p99 is not None and p99 > slo:
-            why.append(f"{key.removesuffix('_ms')} p99 {p99:.0f} ms > SLO {slo:.0f} ms")
-    for metric, factor in load.slo_relative.items():
-        p99 = percentile(slowdowns(rows, reference or {}, metric), 99)
-        if p99 is not None and p99 > factor:
-            why.append(f"{metric} p99 {p99:.1f}x its concurrency-1 value > SLO {factor:g}x")
-    return "; ".join(why) or None

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
-from ..ledger import Ledger
+from ..ledger import Ledger, RunRecord
 from ..spec.dataset import Case, dataset_hash, load_cases
 from ..spec.matrix import Matrix
-from .load import LoadSpec
+from .load import Load
 
 # the error classes a server going away causes: what --retry-failed sends again by default
 DEFAULT_RETRY_CLASSES = ("connect_error", "stream_cut", "server_error", "http_5xx", "not_sent", "timeout")
@@ -44,7 +44,7 @@ class ResumeContext:
     matrix: Matrix
     cases: list[Case]
     dataset_path: Path
-    load: LoadSpec
+    load: Load
     repeats: int
 
 
@@ -81,14 +81,14 @@ def resume_context(ledger: Ledger, run_id: str) -> ResumeContext:
     if run.get("trace_json"):  # a trace replay: the same cases and schedule, built again from the trace
         from .traces import TraceSpec, trace_cases
 
-        spec = json.loads(run["trace_json"])
+        spec = dict(run.trace or {})
         spec.pop("tokenizer", None)
-        cases, _, _ = trace_cases(TraceSpec(**spec), matrix)
+        cases, offsets, _ = trace_cases(TraceSpec(**spec), matrix)
     else:
-        cases = [c for c in load_cases(dpath)]
+        cases, offsets = [c for c in load_cases(dpath)], None
     by_id = {c.id: c for c in cases}
-    cases = [by_id[i] for i in json.loads(run["case_ids_json"])]
-    return ResumeContext(matrix, cases, dpath, *load_of_run(run))
+    cases = [by_id[i] for i in run.case_ids]
+    return ResumeContext(matrix, cases, dpath, *load_of_run(run, offsets))
 
 
 def stored_matrix(text: str) -> dict:
@@ -101,14 +101,7 @@ def stored_matrix(text: str) -> dict:
     return m
 
 
-def load_of_run(run: dict) -> tuple[LoadSpec, int]:
-    """The LoadSpec a run was started with (and its repeats), from its stored JSON; a run made by
-    evalkit 0.1 stored one `seed` for arrivals and order."""
-    load_d = json.loads(run["load_json"] or "{}")
-    repeats = int(load_d.pop("repeats", 1))
-    if "seed" in load_d:
-        s = load_d.pop("seed")
-        load_d.setdefault("arrival_seed", s)
-        load_d.setdefault("order_seed", s)
-    known = set(LoadSpec.__dataclass_fields__)
-    return LoadSpec(**{k: v for k, v in load_d.items() if k in known}), repeats
+def load_of_run(run: RunRecord, trace_offsets: list[float] | None = None) -> tuple[Load, int]:
+    """The load a run was started with (and its repeats), from its stored record; a trace's
+    arrival offsets are built again from the trace."""
+    return Load.from_record(run.load, trace_offsets), run.repeats

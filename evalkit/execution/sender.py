@@ -1,11 +1,14 @@
-"""Send work items to the live variants (their servers) and write one ledger row per attempt, the moment it
-finishes. Sequential sends get exact per-request server phases (histogram deltas); concurrent
-and open-loop sends get time-window attribution afterwards."""
+"""Send one load level's work items to the live variants (their servers) and write one ledger row
+per attempt, the moment it finishes. Sequential sends get exact per-request server phases
+(histogram deltas); concurrent and open-loop sends get time-window attribution afterwards. A
+level returns what its caller needs: each variant's outcome for the stop rules, and the rows
+themselves only when asked (the warm-ups' timing probes)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import aiohttp
@@ -22,21 +25,29 @@ from ..spec.matrix import Matrix
 from ..spec.output_schemas import load_schema
 from .conversation import send_conversation
 from .live import LiveVariant
-from .load import LoadSpec, WorkItem, arrival_offsets
+from .load import Load, WorkItem
+from .patterns import Level
 from .procs import ChildPlan, Job, Posted, run_children, split
 from .rows import request_row, timing_suspect
 from .signals import STOP, gather_or_cancel
+from .stops import LevelOutcome
 
 
 class Progress(Protocol):
     def request_done(self, variant: str, case: Case, result: RequestResult) -> None: ...
 
 
+@dataclass
+class LevelResult:
+    outcomes: dict[str, LevelOutcome] = field(default_factory=dict)  # variant -> what the stop rules see
+    rows: list[dict[str, Any]] = field(default_factory=list)  # the rows written, when kept
+
+
 class Sender:
     """Executes work items against the live variants, writing one ledger row per attempt."""
 
     def __init__(self, ledger: Ledger, run_id: str, matrix: Matrix, servers: dict[str, LiveVariant],
-                 progress: Progress, load: LoadSpec, seq_start: int = 0) -> None:
+                 progress: Progress, load: Load, seq_start: int = 0) -> None:
         self.ledger, self.run_id, self.matrix, self.servers = ledger, run_id, matrix, servers
         self.progress, self.load = progress, load
         self.seq = seq_start
@@ -48,6 +59,7 @@ class Sender:
         self.sending: set[asyncio.Future[RequestResult]] = set()
         self.dead: dict[str, str] = {}  # target -> why its server is gone
         self.probes: dict[int, LagProbe] = {}  # sending process (0: this one) -> its loop-lag windows
+        self.level_rows: list[dict[str, Any]] = []  # what this level wrote
 
     def _now_ms(self) -> float:
         return (time.perf_counter() - self.epoch) * 1000.0
@@ -68,25 +80,25 @@ class Sender:
 
     async def _one(self, http: aiohttp.ClientSession, item: WorkItem, attribute_now: bool,
                    scheduled_ms: float | None = None, messages: list[dict[str, str]] | None = None,
-                   extra: dict[str, Any] | None = None) -> list[int]:
-        """Send one item (with retries per the matrix); returns the ledger ids of its rows. A
-        conversation sends its turns in order, each with the variant's own earlier replies."""
+                   extra: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Send one item (with retries per the matrix); returns the rows it wrote (with their ledger
+        ids). A conversation sends its turns in order, each with the variant's own earlier replies."""
         if item.case.turns and messages is None:
             return await send_conversation(self, http, item, attribute_now, scheduled_ms)
         lv = self.servers[item.target]
         scraper = self.scrapers.get(item.target)
         payload = self._payload(item, messages)
         retry = self.matrix.retry
-        ids: list[int] = []
+        rows: list[dict[str, Any]] = []
         if STOP.requested and not item.warmup:
-            return ids  # stopping: not sent, not a row; a resume sends it
+            return rows  # stopping: not sent, not a row; a resume sends it
         if item.target in self.dead:  # its server is gone: recorded, never silently dropped
             r = RequestResult(started_at=utcnow(), error_class="not_sent", error=self.dead[item.target])
             self.seq += 1
-            ids.append(self.ledger.insert_request({**request_row(self.run_id, item, self.seq, item.attempt0, True, payload,
-                                                                 r, scheduled_ms), **(extra or {})}))
+            rows.append(self._write({**request_row(self.run_id, item, self.seq, item.attempt0, True, payload, r,
+                                                   scheduled_ms), **(extra or {})}))
             self._count(item, r)
-            return ids
+            return rows
         for attempt in range(item.attempt0, item.attempt0 + retry.max_retries + 1):
             before = await scraper.scrape(http) if (attribute_now and scraper) else None
             self.in_flight += 1
@@ -109,9 +121,9 @@ class Sender:
                 r = RequestResult(started_at=utcnow(), error_class="interrupted",
                                   error=f"stopped by a signal {STOP.grace_s:g} s after it arrived, still in flight")
                 self.seq += 1
-                ids.append(self.ledger.insert_request({**request_row(self.run_id, item, self.seq, attempt, False,
-                                                                     payload, r, scheduled_ms), **(extra or {})}))
-                return ids
+                rows.append(self._write({**request_row(self.run_id, item, self.seq, attempt, False, payload, r,
+                                                       scheduled_ms), **(extra or {})}))
+                return rows
             finally:
                 self.in_flight -= 1
                 self.sending.discard(send)
@@ -133,13 +145,19 @@ class Sender:
                                          scraper.scrapes_in(before.mono_ms, after.mono_ms),
                                          scraper.peaks(before.mono_ms, after.mono_ms)))
             row.update(response_timing({k: row.get(k) for k in SERVER_FIELDS if k in row}, r.server_timing))
-            ids.append(self.ledger.insert_request(row))
+            rows.append(self._write(row))
             if not will_retry:
                 self._count(item, r)
                 break
             await asyncio.sleep(r.retry_after_s if r.retry_after_s is not None else
                                 retry.backoff_s * 2 ** (attempt - item.attempt0))
-        return ids
+        return rows
+
+    def _write(self, row: dict[str, Any]) -> dict[str, Any]:
+        """One row into the ledger (and into this level's rows); returns it with its id."""
+        row["id"] = self.ledger.insert_request(row)
+        self.level_rows.append(row)
+        return row
 
     def _count(self, item: WorkItem, r: RequestResult) -> None:
         if not item.warmup:
@@ -186,11 +204,11 @@ class Sender:
             tasks.append(asyncio.create_task(sc.run(http)))
         return tasks
 
-    async def run(self, items: list[WorkItem], concurrency: int = 1, rate: float | None = None) -> list[int]:
-        """Sequential when concurrency == 1 and no rate: then server phases come from per-request
-        histogram deltas. Otherwise time-window attribution is applied afterwards."""
-        ids: list[int] = []
-        per_request = concurrency == 1 and rate is None
+    async def run(self, items: list[WorkItem], level: Level, keep_rows: bool = False) -> LevelResult:
+        """Send one level's items. Sequential: server phases from per-request histogram deltas;
+        otherwise time-window attribution afterwards. Returns each variant's outcome (and the rows
+        when ``keep_rows``)."""
+        self.level_rows = []
         tel = self.matrix.telemetry
         self.wire = WireClient() if tel.kernel_timestamps and kernel_stamps_supported() else None
         self.probes = {0: LagProbe(self.epoch)}
@@ -201,13 +219,12 @@ class Sender:
             tasks = await self._start_scrapers(http)
             try:
                 targets = list(dict.fromkeys(it.target for it in items))
-                if any("#" in t for t in targets) and not self.load.interleave:
+                if any("#" in t for t in targets) and not self.load.policy.interleave:
                     # replicated variants: each server runs its shard under the load, side by side
-                    for got in await gather_or_cancel(*(self._pipeline(http, [it for it in items if it.target == t],
-                                                                     concurrency, rate) for t in targets)):
-                        ids += got
+                    await gather_or_cancel(*(self._pipeline(http, [it for it in items if it.target == t], level)
+                                             for t in targets))
                 else:
-                    ids += await self._pipeline(http, items, concurrency, rate)
+                    await self._pipeline(http, items, level)
             finally:
                 for sc in self.scrapers.values():
                     sc.stop()
@@ -220,54 +237,48 @@ class Sender:
                 STOP.forget(stop)
                 if self.wire is not None:
                     self.wire.close()
-        phase = items[0].phase if items else "main"
         for proc, probe in self.probes.items():
-            self.ledger.insert_client_lag(probe.rows(self.run_id, phase, proc))
-        self._finish_rows(ids, attribute_windows=not per_request)
-        return ids
+            self.ledger.insert_client_lag(probe.rows(self.run_id, level.name, proc))
+        rows, self.level_rows = self.level_rows, []
+        self._finish_rows(rows, attribute_windows=not level.sequential)
+        out = LevelResult(rows=rows if keep_rows else [])
+        for r in rows:
+            if not r["is_warmup"] and r["final"]:
+                out.outcomes.setdefault(r["variant"], LevelOutcome()).add(r)
+        return out
 
-    async def _pipeline(self, http: aiohttp.ClientSession, items: list[WorkItem], concurrency: int,
-                        rate: float | None) -> list[int]:
-        ids: list[int] = []
-        per_request = concurrency == 1 and rate is None
+    async def _pipeline(self, http: aiohttp.ClientSession, items: list[WorkItem], level: Level) -> None:
         # Warmups go first, one at a time, so they never overlap the measured load.
         for item in (it for it in items if it.warmup):
-            ids += await self._one(http, item, attribute_now=per_request)
+            await self._one(http, item, attribute_now=level.sequential)
         main = [it for it in items if not it.warmup]
-        if per_request:
+        if not main:
+            return
+        if level.sequential:
             for item in main:
-                ids += await self._one(http, item, attribute_now=True)
-        elif self.load.client_procs > 1 and main:
-            ids += await self._in_procs(main, concurrency, rate)
-        elif rate is not None:
-            ids += await self._open_loop(http, main, rate)
+                await self._one(http, item, attribute_now=True)
+        elif self.load.policy.client_procs > 1:
+            await self._in_procs(main, level)
+        elif level.open_loop:
+            await self._open_loop(http, main, level)
         else:
-            ids += await self._closed_loop(http, main, concurrency)
-        return ids
+            await self._closed_loop(http, main, level.concurrency)
 
-    def _offsets(self, n: int, rate: float) -> list[float]:
-        """When each of n open-loop arrivals is due (s from the start): a trace's recorded offsets
-        in its order, else the seeded Poisson (or constant) schedule at `rate`."""
-        if self.load.trace_offsets is not None:
-            return list(self.load.trace_offsets[:n])
-        return arrival_offsets(n, rate, self.load.arrival, self.load.arrival_seed)
-
-    async def _in_procs(self, items: list[WorkItem], concurrency: int, rate: float | None) -> list[int]:
+    async def _in_procs(self, items: list[WorkItem], level: Level) -> None:
         """The same load, sent by `--client-procs` processes; rows written here as results arrive."""
-        n = min(self.load.client_procs, len(items))
-        offsets = self._offsets(len(items), rate) if rate else None
+        n = min(self.load.policy.client_procs, len(items))
+        offsets = level.schedule(len(items)) if level.open_loop else None
         payloads = [self._payload(it) for it in items]
         jobs = [Job(i, f"{self.servers[it.target].base_url}/v1/chat/completions", payloads[i],
                     self.servers[it.target].headers, offsets[i] * 1000.0 if offsets else None)
                 for i, it in enumerate(items)]
         retry = self.matrix.retry
         tel = self.matrix.telemetry
-        streams = split(concurrency, n) if rate is None else [0] * n
-        caps = split(self.load.max_concurrency, n) if rate is not None and self.load.max_concurrency else [None] * n
+        streams = split(level.concurrency, n) if not level.open_loop else [0] * n
+        caps = split(level.max_in_flight, n) if level.open_loop and level.max_in_flight else [None] * n
         plans = [ChildPlan(k + 1, jobs[k::n], streams[k], self.epoch, self.matrix.generation.timeout_s,
                            tel.kernel_timestamps and kernel_stamps_supported(), retry.max_retries,
                            list(retry.on_errors), retry.backoff_s, caps[k]) for k in range(n)]
-        ids: list[int] = []
         start: list[float] = [0.0]
 
         async def on_result(p: Posted) -> None:
@@ -278,7 +289,7 @@ class Sender:
             row = request_row(self.run_id, item, self.seq, p.attempt, not p.retry, payloads[p.index], r, sched)
             row["client_proc"] = p.proc
             row.update(response_timing({}, r.server_timing))
-            ids.append(self.ledger.insert_request(row))
+            self._write(row)
             if not p.retry:
                 self.n += 1
                 self.n_err += 0 if r.ok else 1
@@ -292,55 +303,50 @@ class Sender:
             self.probes[proc] = LagProbe.from_windows(self.epoch, windows)
         if errors:
             raise EngineError("; ".join(errors))
-        return ids
 
-    async def _closed_loop(self, http: aiohttp.ClientSession, items: list[WorkItem], concurrency: int) -> list[int]:
+    async def _closed_loop(self, http: aiohttp.ClientSession, items: list[WorkItem], concurrency: int) -> None:
         """N workers, each sending its next request when the last one finished."""
         queue: asyncio.Queue[WorkItem] = asyncio.Queue()
         for it in items:
             queue.put_nowait(it)
-        ids: list[int] = []
 
         async def worker() -> None:
             while not queue.empty():
-                ids.extend(await self._one(http, queue.get_nowait(), attribute_now=False))
+                await self._one(http, queue.get_nowait(), attribute_now=False)
 
         await gather_or_cancel(*(worker() for _ in range(min(concurrency, len(items)) or 1)))
-        return ids
 
-    async def _open_loop(self, http: aiohttp.ClientSession, items: list[WorkItem], rate: float) -> list[int]:
-        """Arrivals on a seeded schedule at `rate`/s, whatever the server does. Each request is due
-        at its scheduled time on the run's clock; with `max_concurrency` a cap may hold it back,
-        and that wait is stored (`client_wait_ms`), as is any lateness of the event loop itself."""
-        offsets = self._offsets(len(items), rate)
-        cap = asyncio.Semaphore(self.load.max_concurrency) if self.load.max_concurrency else None
+    async def _open_loop(self, http: aiohttp.ClientSession, items: list[WorkItem], level: Level) -> None:
+        """Arrivals on the level's schedule, whatever the server does. Each request is due at its
+        scheduled time on the run's clock; a cap (`max_in_flight`) may hold it back, and that wait
+        is stored (`client_wait_ms`), as is any lateness of the event loop itself."""
+        offsets = level.schedule(len(items))
+        cap = asyncio.Semaphore(level.max_in_flight) if level.max_in_flight else None
         start_ms = self._now_ms() + 5.0  # a common origin a moment ahead, so the first is not late
-        ids: list[int] = []
 
         async def arrive(item: WorkItem, due_ms: float) -> None:
             delay = (due_ms - self._now_ms()) / 1000.0
             if delay > 0:
                 await asyncio.sleep(delay)
             if cap is None:
-                ids.extend(await self._one(http, item, attribute_now=False, scheduled_ms=due_ms))
+                await self._one(http, item, attribute_now=False, scheduled_ms=due_ms)
                 return
             async with cap:
-                ids.extend(await self._one(http, item, attribute_now=False, scheduled_ms=due_ms))
+                await self._one(http, item, attribute_now=False, scheduled_ms=due_ms)
 
         await gather_or_cancel(*(arrive(it, start_ms + off * 1000.0) for it, off in zip(items, offsets, strict=True)))
-        return ids
 
-    def _finish_rows(self, ids: list[int], attribute_windows: bool) -> None:
-        """After a load phase: server fields by time window (concurrent sends), and the client's own
-        lag over each request, which marks a row whose timing the client may have bent."""
+    def _finish_rows(self, rows: list[dict[str, Any]], attribute_windows: bool) -> None:
+        """After a load level: server fields by time window (concurrent sends), and the client's own
+        lag over each request, which marks a row whose timing the client may have bent. The rows in
+        hand are updated as the ledger's are: nothing is read back."""
         thr = self.matrix.telemetry.client_lag_threshold_ms
         with self.ledger.transaction():
-            for rid in ids:
-                row = self.ledger.request(rid)
+            for row in rows:
                 if row["mono_start_ms"] is None:
                     continue
                 start, end = row["mono_start_ms"], row["mono_start_ms"] + (row["e2e_ms"] or 0.0)
-                probe = self.probes.get(row["client_proc"] or 0)
+                probe = self.probes.get(row.get("client_proc") or 0)
                 lag = probe.max_between(start, end) if probe else None
                 fields: dict[str, Any] = {"client_lag_max_ms": lag,
                                           "timing_suspect": int(timing_suspect(row, lag, thr))}
@@ -349,8 +355,7 @@ class Sender:
                     fields.update(attribute(sc.at(start), sc.first_after(end), "window",
                                             sc.peak("kv_cache_usage_perc", start, end), sc.scrapes_in(start, end),
                                             sc.peaks(start, end)))
-                    if row["srv_method"] == "response":  # the request's own timing wins; the window's stays beside it
-                        fields = {**fields, **response_timing(fields, {k: row[c] for c, k in RESPONSE_FIELDS.items()})}
-                self.ledger.update_request(rid, fields)
-
-
+                    if row.get("srv_method") == "response":  # the request's own timing wins; the window's stays beside it
+                        fields = {**fields, **response_timing(fields, {k: row.get(c) for c, k in RESPONSE_FIELDS.items()})}
+                self.ledger.update_request(row["id"], fields)
+                row.update(fields)

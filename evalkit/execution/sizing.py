@@ -1,5 +1,5 @@
-"""A run sized by time or by question. `--budget 10m` measures this machine (the timing probes of
-the first variant's warm-up) and keeps as many stratified cases as fit the budget, then says what
+"""A run sized by time or by question. `--time-budget 10m` measures this machine (the timing probes
+of the first variant's warm-up) and keeps as many stratified cases as fit that time, then says what
 that buys: the smallest drift and latency difference the run can detect (two-sided 5 %, 80 %
 power). `evalkit plan` (reporting.plan) answers the reverse question from a pilot run.
 
@@ -27,7 +27,7 @@ PRIORS = {"drift": 0.25, "e2e_mean": 25.0}
 _DUR = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m)?\s*(?:(\d+(?:\.\d+)?)\s*s?)?\s*$")
 
 
-def parse_duration(text: str, flag: str = "--budget") -> float:
+def parse_duration(text: str, flag: str = "--time-budget") -> float:
     """`10m`, `90s`, `1h30m`, `600` (seconds) -> seconds."""
     m = _DUR.match(text or "")
     if not text or not m or not any(m.groups()):
@@ -66,9 +66,9 @@ def balanced(n: int, available: int) -> int:
     return max(3, n - n % 3) if available >= 3 else available
 
 
-def fit_budget(budget_s: float, elapsed_s: float, per_request_s: float, requests_per_case: float,
+def fit_time(budget_s: float, elapsed_s: float, per_request_s: float, requests_per_case: float,
                fixed_s: float, available: int) -> int:
-    """How many cases fit what is left of the budget: the measured requests at the estimated
+    """How many cases fit what is left of the time budget: the measured requests at the estimated
     per-request time, after the fixed costs still ahead (the other variants' starts and warm-ups,
     grading)."""
     left = budget_s - elapsed_s - fixed_s
@@ -162,23 +162,23 @@ def buys(n: int, spreads: dict[str, tuple[float, int]], source: str, n_hypothese
     line = f"with {n} cases per variant this run can detect (80 % power, 5 % two-sided): {', '.join(parts)} ({source})"
     if n_hypotheses and n < (need := pairs_for_a_verdict(n_hypotheses)):
         line += (f"; too few to decide its margins whatever the data ({n_hypotheses} hypotheses under Holm need at "
-                 f"least {need} cases: a larger --budget)")
+                 f"least {need} cases: a larger --time-budget)")
     return line
 
 
 def size_to_budget(ledger: Ledger, run_id: str, matrix: Matrix, cases: list[Case], repeats: int, summary: Any,
                    est: RunEstimate | None, main: list, variants_after: int, servers: dict[str, Any],
-                   reporter: Any) -> set[str]:
-    """`--budget`: keep the stratified prefix of cases that fits what is left of the budget on
+                   say: Any) -> set[str]:
+    """`--time-budget`: keep the stratified prefix of cases that fits what is left of the time on
     this machine (from the first variant's timing probes), for every variant; say what it buys."""
-    assert summary.budget_s is not None
+    assert summary.time_budget_s is not None
     start_s = max((s.stage_s.get("start", 0.0) for s in servers.values()), default=0.0)
     warm_s = max((summary.stages.get(n, {}).get("warm-up", 0.0) for n in summary.stages), default=0.0)
     reqs_per_case = sum(matrix.generation.baseline_passes(repeats) if v.name == matrix.baseline else repeats
                         for v in matrix.variants)
     per_req = (est.measure_s / len(main)) if est is not None and main else 10.0
     per_req += 0.03  # grading, per output
-    n = fit_budget(summary.budget_s, time.monotonic() - summary.t0, per_req, reqs_per_case,
+    n = fit_time(summary.time_budget_s, time.monotonic() - summary.t0, per_req, reqs_per_case,
                    variants_after * (start_s + warm_s), len(cases))
     kept = cases[:n]
     cases[:] = kept  # the later variants send the same cases
@@ -186,7 +186,7 @@ def size_to_budget(ledger: Ledger, run_id: str, matrix: Matrix, cases: list[Case
     spreads, pilot = earlier_spread(ledger, matrix.name, run_id)
     summary.sized = n
     speeds = f", {est.basis}" if est is not None else ""
-    reporter.message(f"budget {mmss(summary.budget_s)}: {n} cases fit on this machine "
+    say(f"time budget {mmss(summary.time_budget_s)}: {n} cases fit on this machine "
                      f"(at most {mmss(per_req * reqs_per_case)} per case across {len(matrix.variants)} variants{speeds}); "
                      + buys(n, spreads, f"spread from run {pilot}" if pilot else "shipped priors; `evalkit plan` "
                             "refines them from this run", margin_hypotheses(matrix.margins)))

@@ -10,14 +10,14 @@ from ..grading import GraderContext, default_names, grade_run, make_graders
 from ..ledger import Ledger
 from ..spec.dataset import Case
 from ..spec.matrix import Matrix
-from .load import LoadSpec
-from .runner import Reporter, RunSummary, run_matrix
+from .load import Load
+from .runner import Progress, RunSummary, run_matrix
 
 
 def run_and_grade(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: Path, *, repeats: int = 1,
-                  subset_seed: int = 0, load: LoadSpec | None = None, reporter: Reporter | None = None,
+                  subset_seed: int = 0, load: Load | None = None, progress: Progress | None = None,
                   resume_run: str | None = None, grade: bool = True,
-                  ray_address: str | None = None, budget_s: float | None = None,
+                  ray_address: str | None = None, time_budget_s: float | None = None,
                   run_extra: dict | None = None) -> tuple[RunSummary, int, float]:
     """Returns the run's summary, the number of grades added (0 with grade=False) and the
     seconds grading took. With ``ray_address`` ("local" for a local Ray instance) each variant
@@ -27,11 +27,12 @@ def run_and_grade(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_pat
         from .cluster import ray_embed, run_matrix_ray
 
         summary = run_matrix_ray(ledger, matrix, cases, dataset_path, address=ray_address, repeats=repeats,
-                                 subset_seed=subset_seed, load=load, reporter=reporter, resume_run=resume_run)
+                                 subset_seed=subset_seed, load=load, progress=progress, resume_run=resume_run)
         ctx.embed = ray_embed(ray_address)
     else:
         summary = run_matrix(ledger, matrix, cases, dataset_path, repeats=repeats, subset_seed=subset_seed, load=load,
-                             reporter=reporter, resume_run=resume_run, budget_s=budget_s, run_extra=run_extra)
+                             progress=progress, resume_run=resume_run, time_budget_s=time_budget_s,
+                             run_extra=run_extra)
     if not grade:
         return summary, 0, 0.0
     t0 = time.monotonic()

@@ -7,6 +7,7 @@ May import: the root modules only (errors). Everything else imports it.
 """
 
 from .migrations import MIGRATION_NAMES, MIGRATION_SET, migrations
-from .store import CASE_FIELDS, Ledger, dumps, open_ledger, utcnow
+from .store import CASE_FIELDS, Ledger, RunRecord, dumps, open_ledger, utcnow
 
-__all__ = ["CASE_FIELDS", "MIGRATION_NAMES", "MIGRATION_SET", "Ledger", "dumps", "migrations", "open_ledger", "utcnow"]
+__all__ = ["CASE_FIELDS", "MIGRATION_NAMES", "MIGRATION_SET", "Ledger", "RunRecord", "dumps", "migrations", "open_ledger",
+           "utcnow"]

@@ -1,14 +1,16 @@
-"""A ledger that mirrors its writes: it writes locally (the runner reads some rows back) and hands
-every write that belongs in another process's ledger to a callback as an event tuple. A Ray
-worker runs the ordinary runner against one of these (in memory); the driver applies the events
-to the real ledger with `apply_event`, so one process alone writes the file."""
+"""A ledger that mirrors its writes: it writes locally (in memory: a Ray worker reads back the few
+rows a resume needs) and hands *every* write to a callback as an event, generically: each Ledger
+method marked as a write (`store.write_methods()`) is forwarded with its arguments and result,
+so a new write method can never be left out. The driver replays the events with `Replay`, the one
+process that writes the ledger file, translating the worker's request ids and sequence numbers.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from .store import Ledger, open_ledger
+from .store import Ledger, open_ledger, write_methods
 
 Event = tuple[Any, ...]
 
@@ -20,32 +22,51 @@ class MirroredLedger(Ledger):
         self.emit = emit
 
     def seed_run(self, run_row: dict[str, Any], case_rows: list[dict[str, Any]]) -> None:
-        """The run and its cases, as the driver has them: rows written here join to these."""
+        """The run and its cases, as the driver has them: rows written here join to these (local
+        only: the driver has them already)."""
         self._db["runs"].insert(run_row)
-        self.record_cases(case_rows)
+        Ledger.record_cases(self, case_rows)
 
-    def upsert_variant(self, row: dict[str, Any]) -> None:
-        super().upsert_variant(row)
-        self.emit(("upsert_variant", row))
 
-    def update_variant(self, vid: str, fields: dict[str, Any]) -> None:
-        super().update_variant(vid, fields)
-        self.emit(("update_variant", vid, fields))
+def _forward(name: str) -> Callable[..., Any]:
+    write = getattr(Ledger, name)
 
-    def upsert_replica(self, row: dict[str, Any]) -> None:
-        super().upsert_replica(row)
-        self.emit(("upsert_replica", row))
+    def method(self: MirroredLedger, *a: Any, **kw: Any) -> Any:
+        # the arguments as they are now: a row the caller goes on updating must not change what was sent
+        sent = tuple(dict(x) if isinstance(x, dict) else x for x in a)
+        out = write(self, *a, **kw)
+        self.emit(("write", name, sent, kw, out))
+        return out
 
-    def insert_request(self, row: dict[str, Any]) -> int:
-        rid = super().insert_request(row)
-        self.emit(("insert_request", rid, row))
-        return rid
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = write.__doc__
+    return method
 
-    def update_request(self, request_id: int, fields: dict[str, Any]) -> None:
-        super().update_request(request_id, fields)
-        self.emit(("update_request", request_id, fields))
 
-    def insert_server_samples(self, rows: list[dict[str, Any]]) -> None:
-        super().insert_server_samples(rows)
-        if rows:
-            self.emit(("server_samples", rows))
+for _name in write_methods():
+    setattr(MirroredLedger, _name, _forward(_name))
+
+
+class Replay:
+    """Applies one worker's write events to the driver's ledger: the same method with the same
+    arguments, except what only the driver can know: request ids (the worker's are local), the
+    run-wide sequence number, and the host the worker ran on."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        self.ids: dict[int, int] = {}  # worker request id -> driver request id
+        self.host_id: str | None = None
+
+    def __call__(self, name: str, a: tuple[Any, ...], kw: dict[str, Any], out: Any, next_seq: Callable[[], int]) -> None:
+        if name == "insert_request":
+            row = {k: v for k, v in a[0].items() if k != "id"}  # the worker's id is its own
+            self.ids[out] = self.ledger.insert_request({**row, "seq": next_seq()})
+        elif name == "update_request":
+            if a[0] in self.ids:
+                self.ledger.update_request(self.ids[a[0]], *a[1:], **kw)
+        elif name == "upsert_variant":
+            self.ledger.upsert_variant({**a[0], "host_id": self.host_id})
+        elif name == "insert_grades":
+            self.ledger.insert_grades([{**g, "request_id": self.ids.get(g["request_id"], g["request_id"])} for g in a[0]])
+        else:
+            getattr(self.ledger, name)(*a, **kw)

@@ -8,20 +8,21 @@ resume, the saturation rows, the series behind the plots, the tables that get pu
 
 from __future__ import annotations
 
-import functools
 import json
 import sqlite3
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from sqlite_utils import Database
 
 from ..errors import LedgerError, LedgerWriteError, UsageError
 from .migrations import MIGRATION_NAMES, MIGRATION_SET, migrations, requests_view_sql
+from .series import SeriesReads
+from .writes import _write
 
 
 def utcnow() -> str:
@@ -48,23 +49,41 @@ EXPORTS = {
 }
 
 
-F = TypeVar("F", bound=Callable[..., Any])
+def write_methods() -> list[str]:
+    """Every Ledger method that writes: what a Ray worker's ledger forwards to the driver."""
+    return sorted(n for n in dir(Ledger) if getattr(getattr(Ledger, n), "ledger_write", False))
 
 
-def _write(fn: F) -> F:
-    """A ledger write that fails (a full disk, a read-only file, a lock held too long) becomes one
-    LedgerWriteError naming the ledger, never a traceback through the runner."""
-    @functools.wraps(fn)
-    def wrapped(self: Ledger, *a: Any, **kw: Any) -> Any:
-        try:
-            return fn(self, *a, **kw)
-        except sqlite3.OperationalError as e:
-            raise LedgerWriteError(f"{self.path}: cannot write the ledger ({e})") from None
+class RunRecord(dict):
+    """A run's row with its stored JSON parsed once: the matrix, the load, its case ids and trace.
+    Still a mapping of the row's columns, so `run["status"]` reads as before."""
 
-    return wrapped  # type: ignore[return-value]
+    @property
+    def matrix(self) -> dict[str, Any]:
+        return self.setdefault("_matrix", json.loads(self.get("matrix_json") or "{}"))
+
+    @property
+    def load(self) -> dict[str, Any]:
+        return self.setdefault("_load", json.loads(self.get("load_json") or "{}"))
+
+    @property
+    def case_ids(self) -> list[str]:
+        return json.loads(self.get("case_ids_json") or "[]")
+
+    @property
+    def trace(self) -> dict[str, Any] | None:
+        return json.loads(self["trace_json"]) if self.get("trace_json") else None
+
+    @property
+    def repeats(self) -> int:
+        return int(self.load.get("repeats") or 1)
+
+    @property
+    def margins(self) -> dict[str, Any]:
+        return self.matrix.get("margins") or {}
 
 
-class Ledger:
+class Ledger(SeriesReads):
     """One ledger file, migrated. Its sqlite-utils connection is private: every read and write the
     rest of evalkit needs is a method here."""
 
@@ -85,12 +104,13 @@ class Ledger:
     def has_run(self, run_id: str) -> bool:
         return bool(self._db["runs"].count_where("id = ?", [run_id]))
 
-    def require_run(self, run_id: str | None = None, what: str = "") -> dict[str, Any]:
-        """The run's row (the latest run when ``run_id`` is None); a usage error if there is none."""
+    def require_run(self, run_id: str | None = None, what: str = "") -> RunRecord:
+        """The run (the latest when ``run_id`` is None) with its stored JSON parsed; a usage error
+        if there is none."""
         run_id = run_id or self.latest_run_id()
         if not self.has_run(run_id):
             raise UsageError(f"{what}no run '{run_id}' in the ledger")
-        return dict(self._db["runs"].get(run_id))
+        return RunRecord(self._db["runs"].get(run_id))
 
     def latest_run_id(self) -> str:
         row = next(self._db.query("select id from runs order by created_at desc, rowid desc limit 1"), None)
@@ -206,73 +226,6 @@ class Ledger:
             f"""select r.*, {cols} from requests r join runs u on u.id = r.run_id
                 join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
                 where {' and '.join(where)} order by r.seq, r.id""", params))
-
-    # --- server samples -------------------------------------------------------------------------
-
-    @_write
-    def insert_server_samples(self, rows: list[dict[str, Any]]) -> None:
-        if rows:
-            self._db["server_samples"].insert_all(rows)
-
-    def server_series(self, run_id: str, series: str, variant: str | None = None) -> list[dict[str, Any]]:
-        """(variant, replica, mono_ms, value) points of one /metrics series, in time order per server
-        (values are stored when they change, so a point holds until the next one)."""
-        sql = "select variant, replica, mono_ms, value from server_samples where run_id = ? and series = ?"
-        params: list[Any] = [run_id, series]
-        if variant is not None:
-            sql += " and variant = ?"
-            params.append(variant)
-        return list(self._db.query(sql + " order by variant, replica, mono_ms", params))
-
-    def series_delta(self, run_id: str, variant: str, series: str, start_ms: float | None = None,
-                     end_ms: float | None = None, replica: int | None = None, every_replica: bool = True
-                     ) -> float | None:
-        """How much a server counter grew between two moments on its server's clock (the whole run
-        when not given), summed over the variant's servers (each replica's counter is its own
-        series: interleaved they would count each other's values as growth). ``replica`` with
-        ``every_replica=False``: one server only."""
-        by: dict[Any, list[dict[str, Any]]] = defaultdict(list)
-        for p in self.server_series(run_id, series, variant):
-            if every_replica or p["replica"] == replica:
-                by[p["replica"]].append(p)
-        if not by:
-            return None
-
-        def at(pts: list[dict[str, Any]], t: float | None, default: float) -> float:
-            if t is None:
-                return default
-            before = [p["value"] for p in pts if p["mono_ms"] <= t]
-            return before[-1] if before else pts[0]["value"]
-
-        return sum(at(pts, end_ms, pts[-1]["value"]) - at(pts, start_ms, pts[0]["value"]) for pts in by.values())
-
-    def level_counter_delta(self, run_id: str, variant: str, rows: list[dict[str, Any]], series: str,
-                            until_ms: dict[Any, float] | None = None, margin_ms: float = 1000.0) -> float | None:
-        """A server counter's growth over one load level, per server, summed: from the level's first
-        send on that server to ``margin_ms`` after its last request ended (the scraper samples just
-        after), but never past ``until_ms[replica]``, when the next level began on that server."""
-        spans: dict[Any, list[tuple[float, float]]] = defaultdict(list)
-        for r in rows:
-            if r["mono_start_ms"] is not None:
-                spans[r["replica"]].append((r["mono_start_ms"], r["mono_start_ms"] + (r["e2e_ms"] or 0.0)))
-        total, seen = 0.0, False
-        for rep, sp in spans.items():
-            end = max(b for _, b in sp) + margin_ms
-            if until_ms and rep in until_ms:
-                end = min(end, until_ms[rep] - 1e-3)
-            d = self.series_delta(run_id, variant, series, min(a for a, _ in sp) - 1, end, rep, every_replica=False)
-            if d is not None:
-                total, seen = total + d, True
-        return total if seen else None
-
-    @_write
-    def insert_client_lag(self, rows: list[dict[str, Any]]) -> None:
-        if rows:
-            self._db["client_lag"].insert_all(rows)
-
-    def client_lag(self, run_id: str) -> list[dict[str, Any]]:
-        return list(self._db.query("select proc, phase, mono_ms, lag_ms from client_lag where run_id = ? "
-                                   "order by mono_ms", [run_id]))
 
     # --- grades ---------------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ from collections import defaultdict
 from typing import Any
 
 from ..engines.budget import requests_that_fit
-from ..execution.load import SLO_METRICS, reference_latencies, slowdowns
+from ..execution.stops import SLO_METRICS, reference_latencies, slowdowns
 from ..ledger import Ledger
 from ..spec.sizes import human
 from ..stats import mean, percentile, wilson
@@ -72,7 +72,8 @@ def load_levels(rows: list[dict[str, Any]], load: dict[str, Any], ledger: Ledger
             "output_tps": out_tok / wall_s if wall_s else None, "requests_per_s": len(ok) / wall_s if wall_s else None,
             "kv_peak": _peak(rs, "srv_kv_cache_usage_peak"), "running_peak": _peak(rs, "srv_running_peak"),
             "waiting_peak": _peak(rs, "srv_waiting_peak"),
-            "preemptions": ledger.level_counter_delta(run_id, v, rs, "num_preemptions_total", until) if ledger and run_id
+            "preemptions": ledger.level_counter_delta(run_id, v, _spans(rs), "num_preemptions_total", until)
+            if ledger and run_id
             else None,
             "slowdown_p99": p99_rel or None,
             "meets_slo": (not (len(rs) - len(ok)) and all(p99[k] is not None and p99[k] <= absolute[k] for k in absolute)
@@ -82,6 +83,17 @@ def load_levels(rows: list[dict[str, Any]], load: dict[str, Any], ledger: Ledger
             "goodput_ci95_pct": [100 * x for x in ci] if slo and (ci := wilson(good, len(rs))) else None,
         })
     return sorted(out, key=lambda x: (x["variant"], x["concurrency"], x["phase"]))
+
+
+def _spans(rows: list[dict[str, Any]]) -> dict[Any, tuple[float, float]]:
+    """replica -> (first send, last end) of the rows on that server's clock."""
+    out: dict[Any, tuple[float, float]] = {}
+    for r in rows:
+        if r["mono_start_ms"] is not None:
+            a, b = r["mono_start_ms"], r["mono_start_ms"] + (r["e2e_ms"] or 0.0)
+            lo, hi = out.get(r["replica"], (a, b))
+            out[r["replica"]] = (min(lo, a), max(hi, b))
+    return out
 
 
 def _first_sends(rows: list[dict[str, Any]]) -> dict[Any, float]:

@@ -4,7 +4,6 @@ and the study-style summary. Everything here reads rows; nothing is measured aga
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from typing import Any
@@ -255,18 +254,18 @@ def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = N
     run = ledger.require_run(run_id)
     run_id = run["id"]
     report = report or build_report(ledger, run_id)
-    specs = parse_margins(margins if margins is not None else json.loads(run["matrix_json"]).get("margins"),
+    specs = parse_margins(margins if margins is not None else run.margins,
                           "--margins" if margins is not None else "matrix margins")
     baseline = ledger.baseline(run_id)
     rows = request_rows(ledger, run_id)
-    max_tokens = json.loads(run["matrix_json"])["generation"]["max_tokens"]
-    load = json.loads(run["load_json"] or "{}")
+    max_tokens = run.matrix["generation"]["max_tokens"]
+    load = run.load
     stop_kv = load.get("stop_kv", 0.9)
     variants = ledger.variants(run_id)
     levels = load_levels(rows, load, ledger, run_id)
     capacity_lines = capacity_statement(variants, levels, baseline, load)
     qul = quality_under_load(rows)
-    costs = cost(variants, levels, json.loads(run["matrix_json"]).get("reference_price"))
+    costs = cost(variants, levels, run.matrix.get("reference_price"))
     return {
         "run_id": run_id, "baseline": baseline,
         "slices": slices(first_level(rows), by or ["complexity"]),

@@ -6,7 +6,6 @@ one run however large. Time per case comes from the pilot's own request times.""
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -81,7 +80,7 @@ def plan(ledger: Ledger, run_id: str | None, detect: dict[str, float], cases: in
     out: dict[str, Any] = {"pilot_run": rid, "matrix": run["matrix_name"], "runs_of_matrix": n_runs,
                            "pilot_host": host_line(ledger.host(run.get("host_id"))), "this_host": host_line(this_host()),
                            "seconds_per_case": per_case, "fixed_seconds": fixed, "metrics": []}
-    hyp = hypotheses(parse_margins(json.loads(run["matrix_json"] or "{}").get("margins"), "matrix margins"))
+    hyp = hypotheses(parse_margins(run.margins, "matrix margins"))
     floor = pairs_for_a_verdict(hyp) if hyp else 2
     for metric in sorted(set(detect) | (set(METRICS) if cases else set())):
         sd, n = spreads.get(metric, (PRIORS[metric], 0))

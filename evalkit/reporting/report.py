@@ -98,8 +98,7 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
         r["grades"] = grades.get(r["id"], {})
     baseline = next((v["name"] for v in variants if v["is_baseline"]), None)
     if slo is None:
-        load = json.loads(run["load_json"] or "{}")
-        slo = {k: load[f"slo_{k}_ms"] for k in ("ttft", "tpot", "e2e") if load.get(f"slo_{k}_ms") is not None}
+        slo = {k: run.load[f"slo_{k}_ms"] for k in ("ttft", "tpot", "e2e") if run.load.get(f"slo_{k}_ms") is not None}
     # A sweep's levels are not one population: pooled, the higher levels' queueing would read as
     # the variant's latency. The tables keep each variant's first level; the load-levels table
     # in the findings has every level.
@@ -108,7 +107,7 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
     first = first_level(rows)
     # the baseline's noise-floor passes (repeats past the run's own) serve drift's floor: they are
     # not cases, so the tables count the measured repeats only
-    repeats = int(json.loads(run["load_json"] or "{}").get("repeats") or 1)
+    repeats = run.repeats
     cases = [r for r in first if r["variant"] != baseline or r["repeat"] < repeats]
     floor_n = len(first) - len(cases)
     cols = Columns(cases, source_columns())
@@ -136,11 +135,11 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
         b = base_rows.get(r["complexity"])
         r["ttft_p50_delta_pct"] = pct_delta(r["ttft_p50_ms"], b and b["ttft_p50_ms"])
         r["e2e_mean_delta_pct"] = pct_delta(r["e2e_mean_ms"], b and b["e2e_mean_ms"])
-    arr = arrivals(rows, json.loads(run["load_json"] or "{}"))
+    arr = arrivals(rows, run.load)
     pairs = [p for m in ("ttft_ms", "e2e_ms", "tpot_ms") for p in paired(first, baseline, m)] \
         if baseline else []
     multiplicity = apply_holm(table, pairs, baseline)
-    tel = json.loads(run["matrix_json"] or "{}").get("telemetry") or {}
+    tel = run.matrix.get("telemetry") or {}
     attempts = ledger.attempt_counts(run_id)
     client = client_check(ledger.client_lag(run_id), rows, float(tel.get("client_lag_threshold_ms", 5.0)))
     return {
@@ -149,7 +148,7 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
                 "state": run_state(run), "stop_reason": run.get("stop_reason"), "source": run.get("source")},
         "baseline": baseline,
         "slo_ms": slo,
-        "load": json.loads(run["load_json"] or "{}"),
+        "load": run.load,
         "variants": [{**{k: v.get(k) for k in ("name", "is_baseline", "model", "engine", "engine_version",
                                                "quantization", "dtype", "dtype_reason", "status", "error", "ready_s",
                                                "metrics_available", "exit_code")},
@@ -163,7 +162,7 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
         "table_level": {v: min(ls) for v, ls in levels.items()} if swept else None,
         "client": client,
         "paired": pairs,
-        "matrix_margins": json.loads(run["matrix_json"] or "{}").get("margins") or {},
+        "matrix_margins": run.margins,
         "multiplicity": multiplicity,
         "graders": sorted({g for r in rows for g in r["grades"]}),
         "host": ledger.host(run.get("host_id")),

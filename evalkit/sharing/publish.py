@@ -101,7 +101,7 @@ Rows per config: {", ".join(f"{k} {v}" for k, v in configs.items())}.
 ## Run configuration
 
 ```json
-{json.dumps(json.loads(run['matrix_json']), indent=2)}
+{json.dumps(run.matrix, indent=2)}
 ```
 
 Load: `{run['load_json']}`

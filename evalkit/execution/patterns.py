@@ -1,0 +1,173 @@
+"""Load patterns, one small type each (after GuideLLM's profiles): what a run sends and when. A
+pattern is a list of load levels; a level is either a closed loop (N requests in flight, the next
+sent when one finishes; 1 is sequential) or an open loop (arrivals at set times, whatever the
+server does). The runner loops over a pattern's levels and asks the stop rules (`stops.py`)
+whether to go on; it never asks which pattern it runs, so a new pattern is one type here.
+
+- `Sequential`: one request at a time (the interactive setting of the study);
+- `ClosedLoop(n)`: n in flight; with `sequential_pass` every case is sent at 1 first (quality under load);
+- `OpenLoop(rate)`: arrivals from a seeded Poisson (or constant) process at rate/s, optionally capped;
+- `Sweep(levels)`: closed-loop levels, climbing until a stop rule says the variant saturated;
+- `TraceReplay(offsets)`: a recorded trace's arrivals at their (sped-up) offsets.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+Arrival = Literal["poisson", "constant"]
+
+
+def arrival_offsets(n: int, rate: float, arrival: str, arrival_seed: int) -> list[float]:
+    """Scheduled send times in seconds from the start of the load, for n requests at `rate`/s.
+    Poisson: exponential gaps from a seeded generator (the same seed gives the same schedule)."""
+    rng = random.Random(arrival_seed)
+    t, out = 0.0, []
+    for _ in range(n):
+        out.append(t)
+        t += rng.expovariate(rate) if arrival == "poisson" else 1.0 / rate
+    return out
+
+
+@dataclass(frozen=True)
+class Level:
+    """One load level: a closed loop of ``concurrency`` (1: sequential), or an open loop of arrivals
+    (``rate`` per second from a seeded process, or recorded ``offsets``), optionally capped at
+    ``max_in_flight`` requests."""
+
+    name: str
+    concurrency: int = 1
+    rate: float | None = None
+    arrival: str = "poisson"
+    arrival_seed: int = 0
+    offsets: tuple[float, ...] | None = None
+    max_in_flight: int | None = None
+
+    @property
+    def open_loop(self) -> bool:
+        return self.rate is not None or self.offsets is not None
+
+    @property
+    def sequential(self) -> bool:
+        return not self.open_loop and self.concurrency == 1
+
+    def schedule(self, n: int) -> list[float]:
+        """When each of n open-loop arrivals is due (s from the level's start)."""
+        if self.offsets is not None:
+            return list(self.offsets[:n])
+        assert self.rate is not None
+        return arrival_offsets(n, self.rate, self.arrival, self.arrival_seed)
+
+
+class Pattern:
+    """A load pattern: its levels in order, and the flat record the ledger keeps (`runs.load_json`)."""
+
+    kind: ClassVar[str]
+    saturates: ClassVar[bool] = False  # its levels climb until a saturation rule stops the variant
+
+    def levels(self) -> list[Level]:
+        raise NotImplementedError
+
+    def record(self) -> dict[str, Any]:
+        return {"kind": self.kind}
+
+    @property
+    def concurrent(self) -> bool:
+        return any(not lv.sequential for lv in self.levels())
+
+
+@dataclass(frozen=True)
+class Sequential(Pattern):
+    kind: ClassVar[str] = "sequential"
+
+    def levels(self) -> list[Level]:
+        return [Level("main")]
+
+    def record(self) -> dict[str, Any]:
+        return {"kind": self.kind, "mode": "sequential", "concurrency": 1}
+
+
+@dataclass(frozen=True)
+class ClosedLoop(Pattern):
+    concurrency: int
+    sequential_pass: bool = False  # every case at concurrency 1 first (quality under load compares them)
+    kind: ClassVar[str] = "closed_loop"
+
+    def levels(self) -> list[Level]:
+        if self.sequential_pass and self.concurrency > 1:
+            return [Level("c=1"), Level(f"c={self.concurrency}", self.concurrency)]
+        return [Level("main", self.concurrency)]
+
+    def record(self) -> dict[str, Any]:
+        return {"kind": self.kind, "mode": "concurrency", "concurrency": self.concurrency,
+                "sequential_pass": self.sequential_pass}
+
+
+@dataclass(frozen=True)
+class OpenLoop(Pattern):
+    rate: float
+    arrival: Arrival = "poisson"
+    max_concurrency: int | None = None
+    arrival_seed: int = 0
+    kind: ClassVar[str] = "open_loop"
+
+    def levels(self) -> list[Level]:
+        return [Level("main", rate=self.rate, arrival=self.arrival, arrival_seed=self.arrival_seed,
+                      max_in_flight=self.max_concurrency)]
+
+    def record(self) -> dict[str, Any]:
+        return {"kind": self.kind, "mode": "rate", "rate": self.rate, "arrival": self.arrival,
+                "max_concurrency": self.max_concurrency, "arrival_seed": self.arrival_seed}
+
+
+@dataclass(frozen=True)
+class Sweep(Pattern):
+    concurrencies: tuple[int, ...]
+    kind: ClassVar[str] = "sweep"
+    saturates: ClassVar[bool] = True
+
+    def levels(self) -> list[Level]:
+        return [Level(f"c={c}", c) for c in self.concurrencies]
+
+    def record(self) -> dict[str, Any]:
+        return {"kind": self.kind, "mode": "concurrency", "sweep": list(self.concurrencies)}
+
+
+@dataclass(frozen=True)
+class TraceReplay(Pattern):
+    """A trace's arrivals at their recorded offsets (already sped up). The offsets are not stored
+    with the run: a resume builds them again from the trace (runs.trace_json)."""
+
+    offsets: tuple[float, ...]
+    max_concurrency: int | None = None
+    kind: ClassVar[str] = "trace"
+
+    @property
+    def rate(self) -> float:
+        """The trace's mean arrival rate, for the estimate and the report's arrivals table."""
+        return max(len(self.offsets) - 1, 1) / max(self.offsets[-1] if self.offsets else 0.0, 1e-3)
+
+    def levels(self) -> list[Level]:
+        return [Level("main", rate=self.rate, offsets=self.offsets, max_in_flight=self.max_concurrency)]
+
+    def record(self) -> dict[str, Any]:
+        return {"kind": self.kind, "mode": "rate", "rate": self.rate, "arrival": "trace",
+                "max_concurrency": self.max_concurrency}
+
+
+def pattern_from_record(d: dict[str, Any], trace_offsets: list[float] | None = None) -> Pattern:
+    """The pattern a run was started with, from its stored record (also a ledger written before
+    patterns had a `kind`: its mode, sweep and rate)."""
+    kind = d.get("kind")
+    if kind == "trace" or (kind is None and trace_offsets is not None):
+        return TraceReplay(tuple(trace_offsets or ()), d.get("max_concurrency"))
+    if kind == "sweep" or (kind is None and d.get("sweep")):
+        return Sweep(tuple(d["sweep"]))
+    if kind == "open_loop" or (kind is None and d.get("mode") == "rate"):
+        return OpenLoop(float(d["rate"]), d.get("arrival") or "poisson", d.get("max_concurrency"),
+                        int(d.get("arrival_seed") or 0))
+    if kind == "closed_loop" or (kind is None and (d.get("concurrency") or 1) > 1):
+        return ClosedLoop(int(d.get("concurrency") or 1), bool(d.get("sequential_pass")))
+    return Sequential()

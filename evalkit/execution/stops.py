@@ -1,0 +1,219 @@
+"""Stop rules as objects (after GuideLLM's constraints): after each load level the runner asks
+every rule about each variant. A *saturation* rule ends a sweep's climb for that variant (it
+saturated: not a failure); a *failure* rule fails the variant, under any pattern. A new rule is
+one type here; the runner never names one.
+
+- `KvFull(fraction)`: the KV cache's peak use reached the fraction;
+- `Preempted()`: the server preempted a request (its own counter over the level);
+- `Waited()`: a request waited for room on the server;
+- `SloBreached(slo)`: a p99 above an absolute SLO, or above a factor of the same case at concurrency 1;
+- `ErrorRate(max_rate)`: more than this share of the variant's requests failed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from ..errors import UsageError
+from ..stats import percentile
+
+SLO_METRICS = ("ttft", "tpot", "e2e")
+
+
+@dataclass
+class Slo:
+    """Per-request latency limits: absolute (ms) or relative to the same case's latency on the same
+    variant at concurrency 1 (a factor, `ttft=3x`), so a capacity question gets the same kind of
+    answer on a fast and a slow machine."""
+
+    absolute_ms: dict[str, float] = field(default_factory=dict)
+    relative: dict[str, float] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.absolute_ms or self.relative)
+
+    def record(self) -> dict[str, Any]:
+        return {**{f"slo_{k}_ms": self.absolute_ms.get(k) for k in SLO_METRICS}, "slo_relative": dict(self.relative)}
+
+    @classmethod
+    def from_record(cls, d: dict[str, Any]) -> Slo:
+        return cls({k: d[f"slo_{k}_ms"] for k in SLO_METRICS if d.get(f"slo_{k}_ms") is not None},
+                   dict(d.get("slo_relative") or {}))
+
+
+def parse_slo(text: str | None, flag: str = "--slo") -> Slo:
+    """`ttft=2000,tpot=100,e2e=10000` (ms; `_ms` may be added) or `ttft=3x,e2e=3x` (relative)."""
+    out = Slo()
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        key, eq, val = part.strip().partition("=")
+        key, val = key.strip().removesuffix("_ms"), val.strip()
+        if not eq or key not in SLO_METRICS:
+            hint = " (percentile goals such as ttft_p99=2000 go to --target)" if "_p" in key else ""
+            raise UsageError(f"{flag}: '{part}': expected ttft=MS, tpot=MS, e2e=MS or a factor like ttft=3x{hint}")
+        rel = val.lower().endswith("x")
+        try:
+            x = float(val[:-1] if rel else val)
+        except ValueError:
+            raise UsageError(f"{flag}: '{val}' is not a number of milliseconds or a factor like 3x") from None
+        if x <= 0 or (rel and x < 1):
+            raise UsageError(f"{flag}: '{part}': must be positive" + (" and at least 1x" if rel else ""))
+        (out.relative if rel else out.absolute_ms)[key] = x
+    return out
+
+
+def reference_latencies(rows: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, float]]:
+    """(case, repeat) -> its TTFT/TPOT/E2E at concurrency 1: what a relative SLO (`ttft=3x`)
+    compares each later request of the same case with."""
+    return {(r["case_id"], r["repeat"]): {k: r[f"{k}_ms"] for k in SLO_METRICS if r[f"{k}_ms"] is not None}
+            for r in rows if r["error_class"] is None}
+
+
+def slowdowns(rows: list[dict[str, Any]], reference: dict[tuple[str, int], dict[str, float]],
+              metric: str) -> list[float]:
+    """Each request's latency over the same case's at concurrency 1 (1.0: no slower)."""
+    out = []
+    for r in rows:
+        ref = reference.get((r["case_id"], r["repeat"]), {}).get(metric)
+        if r["error_class"] is None and r[f"{metric}_ms"] is not None and ref:
+            out.append(r[f"{metric}_ms"] / ref)
+    return out
+
+
+@dataclass
+class LevelOutcome:
+    """What a stop rule sees of one variant after one level, fed one row at a time (nothing per
+    request is kept but three latencies): how many were sent and failed, the peaks the server
+    reported, the latencies, each case's latencies (a concurrency-1 level is the reference of a
+    relative SLO), and, set by the runner, the server's preemption counter over the level and the
+    variant's failed and sent requests over the whole run."""
+
+    n: int = 0
+    errors: int = 0
+    kv_peak: float | None = None
+    waiting_peak: float | None = None
+    preempted_rows: int = 0
+    preemptions_summed: float = 0.0
+    prompt_tokens: int = 0
+    prompts: int = 0
+    latencies: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in SLO_METRICS})
+    by_case: dict[tuple[str, int], dict[str, float]] = field(default_factory=dict)
+    spans: dict[Any, tuple[float, float]] = field(default_factory=dict)  # replica -> first send, last end
+    preemptions: float | None = None
+    reference: dict[tuple[str, int], dict[str, float]] | None = None
+    failed: int = 0
+    sent: int = 0
+
+    def add(self, r: dict[str, Any]) -> None:
+        self.n += 1
+        if r.get("mono_start_ms") is not None:
+            a, b = r["mono_start_ms"], r["mono_start_ms"] + (r["e2e_ms"] or 0.0)
+            lo, hi = self.spans.get(r.get("replica"), (a, b))
+            self.spans[r.get("replica")] = (min(lo, a), max(hi, b))
+        if r.get("srv_kv_cache_usage_peak") is not None:
+            self.kv_peak = max(self.kv_peak or 0.0, r["srv_kv_cache_usage_peak"])
+        if r.get("srv_waiting_peak") is not None:
+            self.waiting_peak = max(self.waiting_peak or 0.0, r["srv_waiting_peak"])
+        if r.get("srv_preemptions"):
+            self.preempted_rows += r["srv_preemptions"] > 0
+            self.preemptions_summed += r["srv_preemptions"]
+        if r["error_class"] is not None:
+            self.errors += 1
+            return
+        if r.get("prompt_tokens"):
+            self.prompt_tokens += r["prompt_tokens"]
+            self.prompts += 1
+        lat = {k: r[f"{k}_ms"] for k in SLO_METRICS if r.get(f"{k}_ms") is not None}
+        for k, v in lat.items():
+            self.latencies[k].append(v)
+        self.by_case[(r["case_id"], r["repeat"])] = lat
+
+    def slowdowns(self, metric: str) -> list[float]:
+        """Each case's latency over its own at concurrency 1 (1.0: no slower)."""
+        ref = self.reference or {}
+        return [lat[metric] / ref[key][metric] for key, lat in self.by_case.items()
+                if metric in lat and ref.get(key, {}).get(metric)]
+
+
+class StopRule:
+    scope: ClassVar[Literal["saturation", "failure"]] = "saturation"
+
+    def check(self, o: LevelOutcome) -> str | None:
+        """Why the variant stops here, or None."""
+        raise NotImplementedError
+
+    def record(self) -> dict[str, Any]:
+        return {}
+
+
+@dataclass(frozen=True)
+class KvFull(StopRule):
+    fraction: float = 0.9
+
+    def check(self, o: LevelOutcome) -> str | None:
+        if o.kv_peak is not None and o.kv_peak >= self.fraction:
+            return f"KV-cache use peaked at {o.kv_peak:.1%} (>= {self.fraction:.0%})"
+        return None
+
+    def record(self) -> dict[str, Any]:
+        return {"stop_kv": self.fraction}
+
+
+@dataclass(frozen=True)
+class Preempted(StopRule):
+    def check(self, o: LevelOutcome) -> str | None:
+        # the server's own counter: requests that overlapped share a preemption, so summing theirs overcounts
+        n = o.preemptions if o.preemptions is not None else o.preemptions_summed
+        return f"{n:.0f} preemptions observed ({o.preempted_rows} requests lived through one)" if n > 0 else None
+
+    def record(self) -> dict[str, Any]:
+        return {"stop_on_preemption": True}
+
+
+@dataclass(frozen=True)
+class Waited(StopRule):
+    def check(self, o: LevelOutcome) -> str | None:
+        if o.waiting_peak is not None and o.waiting_peak >= 1:
+            return f"up to {o.waiting_peak:.0f} request(s) waited for room on the server"
+        return None
+
+    def record(self) -> dict[str, Any]:
+        return {"stop_on_waiting": True}
+
+
+@dataclass(frozen=True)
+class SloBreached(StopRule):
+    slo: Slo
+
+    def check(self, o: LevelOutcome) -> str | None:
+        why = []
+        for k, limit in self.slo.absolute_ms.items():
+            p99 = percentile(o.latencies[k], 99)
+            if p99 is not None and p99 > limit:
+                why.append(f"{k} p99 {p99:.0f} ms > SLO {limit:.0f} ms")
+        for metric, factor in self.slo.relative.items():
+            p99 = percentile(o.slowdowns(metric), 99)
+            if p99 is not None and p99 > factor:
+                why.append(f"{metric} p99 {p99:.1f}x its concurrency-1 value > SLO {factor:g}x")
+        return "; ".join(why) or None
+
+
+@dataclass(frozen=True)
+class ErrorRate(StopRule):
+    max_rate: float = 0.5
+    scope: ClassVar[Literal["saturation", "failure"]] = "failure"
+
+    def check(self, o: LevelOutcome) -> str | None:
+        if o.sent and o.failed / o.sent > self.max_rate:
+            return f"{o.failed} of {o.sent} requests failed ({o.failed / o.sent:.0%} > --max-error-rate {self.max_rate:.0%})"
+        return None
+
+    def record(self) -> dict[str, Any]:
+        return {"max_error_rate": self.max_rate}
+
+
+def reasons(rules: tuple[StopRule, ...], scope: str, o: LevelOutcome) -> str | None:
+    """Every reason the rules of one scope give (a saturated level may have several), or None."""
+    return "; ".join(w for r in rules if r.scope == scope and (w := r.check(o))) or None
