@@ -14,7 +14,7 @@ from safetensors.numpy import save_file
 from sqlite_utils import Database
 
 from evalkit.cli import cli
-from evalkit.engines.budget import kv_bytes_per_token, plan, weight_bytes
+from evalkit.engines.memory import kv_bytes_per_token, plan, weight_bytes
 from evalkit.testing.stub_server import StubConfig, StubServer
 
 CONFIG = {"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "num_attention_heads": 4,
@@ -117,7 +117,7 @@ def test_one_budget_gives_the_smaller_checkpoint_more_kv_blocks_and_it_holds_mor
     assert (v["int8"]["saturated_at"] or 99) > v["base"]["saturated_at"]  # more blocks, more streams before it stops
     # per-request server timing at every level, also where requests overlap
     rows = list(db.query("select * from requests where is_warmup = 0 and concurrency > 1"))
-    assert rows and all(x["srv_method"] == "response" and x["srv_resp_ttft_ms"] is not None
+    assert rows and all(x["srv_method"] == "response" and x["srv_resp_prefill_ms"] is not None
                         and x["srv_queue_ms"] is not None for x in rows)
     rep = json.loads(runner.invoke(cli, ["report", "--ledger", str(ledger), "--json"]).output)
     # the latency table is each variant's first level, not every level pooled (queueing at c=8
@@ -182,10 +182,10 @@ def test_response_timing_and_the_metrics_join_agree_on_the_same_rows(runner, end
     assert len(rows) == 4
     for x in rows:
         assert x["srv_method"] == "response"
-        assert x["srv_ttft_ms"] == pytest.approx(x["srv_resp_ttft_ms"] + x["srv_resp_queue_ms"])
+        assert x["srv_ttft_ms"] == pytest.approx(x["srv_resp_prefill_ms"] + x["srv_resp_queue_ms"])
         # the same request seen through /metrics histogram deltas: within a few ms
         assert x["srv_hist_ttft_ms"] == pytest.approx(x["srv_ttft_ms"], abs=3)
-        assert 29.0 <= x["srv_resp_ttft_ms"] < 60.0  # the stub sleeps 30 ms; a busy machine wakes it later
+        assert 29.0 <= x["srv_resp_prefill_ms"] < 60.0  # the stub sleeps 30 ms; a busy machine wakes it later
         # the client's kernel receive time can precede the stub's own stamp, taken after its write returned
         # (on a busy 2-core machine the stub's thread may stamp a few ms late)
         assert x["ttft_ms"] >= x["srv_ttft_ms"] - 5
@@ -247,6 +247,6 @@ def test_a_level_s_wall_time_never_mixes_two_workers_clocks():
 
 @pytest.mark.parametrize(("tokens", "block", "fit"), [(128.5, 128, 4), (128.0, 128, 9), (300.0, 128, 3)])
 def test_requests_that_fit_count_a_part_filled_block_as_whole(tokens, block, fit):
-    from evalkit.engines.budget import requests_that_fit
+    from evalkit.engines.memory import requests_that_fit
 
     assert requests_that_fit(10, block, tokens) == fit

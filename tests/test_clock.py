@@ -228,7 +228,7 @@ def test_client_procs_must_be_positive(runner, endpoint_matrix, stub):
 def test_docs_define_the_new_columns():
     doc = (Path(__file__).parent.parent / "docs" / "measuring.md").read_text()
     for word in ("timestamp_source", "ttft_user_ms", "first_read_chunks", "client_lag", "timing_suspect",
-                 "srv_resp_ttft_ms", "queue_time_ms"):
+                 "srv_resp_prefill_ms", "queue_time_ms"):
         assert word in doc, word
 
 

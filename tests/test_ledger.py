@@ -36,8 +36,10 @@ def test_blank_db_migrates_to_current_columns(tmp_path: Path):
     assert set(db["variants"].columns_dict) >= {"dtype", "dtype_reason", "cost_json"}
     view = set(db["requests_joined"].columns_dict)
     assert view >= {"schema_passed", "persona_score", "formality_predicted", "drift_cosine", "ttft_from_schedule_ms"}
-    # the /metrics time series is server_samples; the 0.1 name is a view for one release
-    assert "server_samples" in db.table_names() and "server_metrics" in db.view_names()
+    # the /metrics time series is server_samples (the 0.1 name's view went with 0.3)
+    assert "server_samples" in db.table_names()
+    assert "server_metrics" not in db.view_names()
+    assert "level" in req  # a load level (was `phase`, which also meant the server's queue/prefill/decode)
     assert set(db["server_samples"].columns_dict) >= {"run_id", "variant", "replica", "mono_ms", "series", "value"}
     assert db.execute("pragma journal_mode").fetchone()[0] == "wal"
     applied = [m.name for m in migrations.applied(db)]
@@ -110,5 +112,5 @@ def test_ledger_from_before_the_ledger_package_opens_reports_and_resumes(tmp_pat
     after = ledger.done_keys(cut_run)
     assert len(after) == len(before) + 2  # exactly the two missing requests
     finals = ledger.measured_requests(cut_run)
-    keys = [(x["variant"], x["case_id"], x["repeat"], x["phase"]) for x in finals]
+    keys = [(x["variant"], x["case_id"], x["repeat"], x["level"]) for x in finals]
     assert len(keys) == len(set(keys))  # no duplicates

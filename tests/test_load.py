@@ -110,8 +110,8 @@ def test_sweep_stops_when_kv_cache_fills(runner, endpoint_matrix, ledger_path):
     r = _sweep(runner, endpoint_matrix, ledger_path, StubConfig(ttft_ms=60, itl_ms=2, kv_per_request=0.2))
     assert "saturated at concurrency 4: KV-cache use peaked at 80.0% (>= 75%)" not in r.output
     assert "saturated at concurrency 8: KV-cache use peaked" in r.output
-    phases = {x["phase"] for x in Database(ledger_path)["requests"].rows_where("is_warmup = 0")}
-    assert phases == {"c=1", "c=2", "c=4", "c=8"}
+    levels = {x["level"] for x in Database(ledger_path)["requests"].rows_where("is_warmup = 0")}
+    assert levels == {"c=1", "c=2", "c=4", "c=8"}
     rep = json.loads(runner.invoke(cli, ["report", "--json", "--ledger", str(ledger_path)]).output)
     cap = rep["findings"]["capacity"][0]
     assert cap["measured_saturation_concurrency"] == 8 and cap["max_concurrency_tested"] == 8
@@ -121,8 +121,8 @@ def test_stop_kv_moves_the_saturation_point(runner, endpoint_matrix, ledger_path
     r = _sweep(runner, endpoint_matrix, ledger_path, StubConfig(ttft_ms=60, itl_ms=2, kv_per_request=0.2),
                "--stop-kv", "0.75")
     assert "saturated at concurrency 4: KV-cache use peaked at 80.0% (>= 75%)" in r.output
-    phases = {x["phase"] for x in Database(ledger_path)["requests"].rows_where("is_warmup = 0")}
-    assert phases == {"c=1", "c=2", "c=4"}  # it stopped there
+    levels = {x["level"] for x in Database(ledger_path)["requests"].rows_where("is_warmup = 0")}
+    assert levels == {"c=1", "c=2", "c=4"}  # it stopped there
     rep = json.loads(runner.invoke(cli, ["report", "--json", "--ledger", str(ledger_path)]).output)
     assert rep["findings"]["capacity"][0]["measured_saturation_concurrency"] == 4  # judged by the run's --stop-kv
 
@@ -130,7 +130,7 @@ def test_stop_kv_moves_the_saturation_point(runner, endpoint_matrix, ledger_path
 def test_sweep_stops_on_preemptions_and_attributes_them(runner, endpoint_matrix, ledger_path):
     r = _sweep(runner, endpoint_matrix, ledger_path, StubConfig(ttft_ms=60, itl_ms=2, preempt_over=2))
     assert "saturated at concurrency 4:" in r.output and "preemptions observed" in r.output
-    rows = list(Database(ledger_path)["requests"].rows_where("is_warmup = 0 and phase = 'c=4'"))
+    rows = list(Database(ledger_path)["requests"].rows_where("is_warmup = 0 and level = 'c=4'"))
     assert sum(x["srv_preemptions"] or 0 for x in rows) > 0  # carried by the requests that lived through them
     assert all((x["srv_preemptions"] or 0) == 0
-               for x in Database(ledger_path)["requests"].rows_where("is_warmup = 0 and phase = 'c=2'"))
+               for x in Database(ledger_path)["requests"].rows_where("is_warmup = 0 and level = 'c=2'"))

@@ -68,7 +68,7 @@ def _run(tmp_path, matrix, load: Load, n: int = 4):
 def rows_per_level(db: Database) -> dict[str, int]:
     out: dict[str, int] = {}
     for r in db["requests"].rows_where("is_warmup = 0"):
-        out[r["phase"]] = out.get(r["phase"], 0) + 1
+        out[r["level"]] = out.get(r["level"], 0) + 1
     return out
 
 

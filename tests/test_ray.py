@@ -25,7 +25,7 @@ def local_ray():
 
 
 def _keys(ledger: Path) -> Counter:
-    return Counter((r["variant"], r["case_id"], r["repeat"], r["phase"], r["final"], r["error_class"])
+    return Counter((r["variant"], r["case_id"], r["repeat"], r["level"], r["final"], r["error_class"])
                    for r in Database(ledger)["requests"].rows_where("is_warmup = 0"))
 
 

@@ -160,14 +160,14 @@ def test_sweep_stops_at_slo_breach(runner, endpoint_matrix, ledger_path):
     assert r.exit_code == 0, r.output
     assert "saturated at concurrency 1: ttft p99" in r.output
     db = Database(ledger_path)
-    assert {x["phase"] for x in db["requests"].rows_where("is_warmup = 0")} == {"c=1"}
+    assert {x["level"] for x in db["requests"].rows_where("is_warmup = 0")} == {"c=1"}
 
 
 def test_sweep_runs_all_levels_when_nothing_saturates(runner, endpoint_matrix, ledger_path):
     with StubServer(StubConfig(ttft_ms=1, itl_ms=0)) as s:
         db = _run(runner, endpoint_matrix(s.base_url), ledger_path, "--limit", "4", "--sweep", "1,2,4")
-    phases = {(x["phase"], x["concurrency"]) for x in db["requests"].rows_where("is_warmup = 0")}
-    assert phases == {("c=1", 1), ("c=2", 2), ("c=4", 4)}
+    levels = {(x["level"], x["concurrency"]) for x in db["requests"].rows_where("is_warmup = 0")}
+    assert levels == {("c=1", 1), ("c=2", 2), ("c=4", 4)}
 
 
 def test_interleave_alternates_variants(runner, stub_pair, endpoint_matrix, ledger_path):

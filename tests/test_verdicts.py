@@ -208,7 +208,7 @@ def six_pairs_four_margins():
 
     rows = [{"variant": v, "case_id": f"c{i}", "repeat": 0, "e2e_ms": 1000.0 * (2 if v == "cand" else 1),
              "ttft_ms": 100.0, "tpot_ms": 10.0, "itl_mean_ms": 10.0, "out_tps": 10.0, "grades": {},
-             "error_class": None, "concurrency": 1, "phase": "main"} for v in ("base", "cand") for i in range(6)]
+             "error_class": None, "concurrency": 1, "level": "main"} for v in ("base", "cand") for i in range(6)]
     return verdicts(rows, "base", parse_margins("e2e_mean=+5%,ttft_mean=+5%,tpot_mean=+5%,itl_mean=+5%"))
 
 

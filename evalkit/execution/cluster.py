@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..engines.budget import KvPlan, plan_matrix
+from ..engines.memory import MemoryPlan, plan_memory
 from ..errors import EvalkitError, UsageError
 from ..host import this_host
 from ..ledger import Ledger, utcnow
@@ -90,7 +90,7 @@ class Shard:
     repeats: int
     load: dict[str, Any]
     skip: list[tuple[str, str, int, str]]
-    memory: dict[str, dict[str, Any]] | None = None  # the driver's memory-budget plans (KvPlan fields)
+    memory: dict[str, dict[str, Any]] | None = None  # the driver's memory-budget plans (MemoryPlan fields)
 
 
 def run_shard(shard: Shard) -> Iterator[tuple[Any, ...]]:
@@ -111,7 +111,7 @@ def run_shard(shard: Shard) -> Iterator[tuple[Any, ...]]:
             local.seed_run(shard.run_row, shard.case_rows)
             ctx = RunContext(local, summary.run_id, matrix, cases, shard.repeats, Load.from_record(shard.load),
                              {tuple(k) for k in shard.skip}, QueueProgress(events), cache_dir() / "logs",  # type: ignore[misc]
-                             summary, {k: KvPlan(**v) for k, v in (shard.memory or {}).items()})
+                             summary, {k: MemoryPlan(**v) for k, v in (shard.memory or {}).items()})
             run_group(ctx, [shard.variant], 0, replicas=None if shard.replica is None else [shard.replica])
         except BaseException as e:  # reported to the driver, which records it on the variant
             result["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
@@ -201,7 +201,7 @@ def run_matrix_ray(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_pa
     load = (load or Load()).for_matrix(matrix.generation.quality_under_load)
     if load.policy.interleave:
         raise UsageError("--interleave needs every variant on one machine at once: it does not combine with --ray")
-    memory = plan_matrix(matrix, progress.say)  # planned where the driver is, before anything is written
+    memory = plan_memory(matrix, progress.say)  # planned where the driver is, before anything is written
     ray = ray_init(address)
     summary, skip = start_run(ledger, matrix, cases, dataset_path, repeats=repeats, subset_seed=subset_seed, load=load,
                               progress=progress, resume_run=resume_run)

@@ -21,7 +21,7 @@ async def send_conversation(sender: Any, http: Any, item: WorkItem, attribute_no
                             scheduled_ms: float | None) -> list[dict[str, Any]]:
     """Every turn in order; returns the rows written (each turn's attempts, then any turns left)."""
     case = item.case
-    done = sender.ledger.turn_texts(sender.run_id, item.variant, case.id, item.repeat, item.phase)
+    done = sender.ledger.turn_texts(sender.run_id, item.variant, case.id, item.repeat, item.level)
     history = [m.model_dump() for m in case.messages]
     rows: list[dict[str, Any]] = []
     prev = ""
@@ -57,4 +57,4 @@ async def send_conversation(sender: Any, http: Any, item: WorkItem, attribute_no
 def item_done(item: WorkItem, skip: set[tuple[str, str, int, str]]) -> bool:
     """Whether an item (every turn of a conversation) already has its final rows."""
     ids = [item.case.turn_case(k).id for k in range(len(item.case.turns) + 1)]
-    return all((item.variant, i, item.repeat, item.phase) in skip for i in ids)
+    return all((item.variant, i, item.repeat, item.level) in skip for i in ids)

@@ -7,9 +7,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..engines.budget import KvPlan, reported_weight_bytes, requests_that_fit
 from ..engines.bundled import resolve_model
 from ..engines.checkpoint import checkpoint_quantization, served_dtype
+from ..engines.memory import MemoryPlan, reported_weight_bytes, requests_that_fit
 from ..engines.vllm_server import VLLMServer, engine_version, server_info, supports_per_request_metrics, tail, vllm_has_option
 from ..errors import EndpointError, EngineError
 from ..ledger import Ledger, dumps, utcnow
@@ -33,7 +33,7 @@ class LiveVariant:
     """Brings one variant up (launching vLLM or checking the endpoint) and records it."""
 
     def __init__(self, ledger: Ledger, run_id: str, matrix: Matrix, variant: Variant, say: Callable[[str], None],
-                 log_dir: Path, replica: int | None = None, kv_plan: KvPlan | None = None) -> None:
+                 log_dir: Path, replica: int | None = None, kv_plan: MemoryPlan | None = None) -> None:
         self.ledger, self.run_id, self.matrix, self.variant = ledger, run_id, matrix, variant
         self.say, self.log_dir = say, log_dir
         self.kv_plan = kv_plan  # this variant's share of the run's memory budget, planned before any start

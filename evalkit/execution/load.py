@@ -182,7 +182,7 @@ class WorkItem:
     case: Case
     repeat: int
     warmup: bool
-    phase: str = "main"
+    level: str = "main"
     concurrency: int = 1
     replica: int | None = None  # which server of a replicated variant (None: the variant has one)
     attempt0: int = 0  # the attempt number it starts at (a resume that sends a failed request again)
@@ -225,14 +225,14 @@ def warmup_cases(cases: list[Case], n: int, structured: bool) -> list[Case]:
 
 
 def build_work(matrix: Matrix, variants: list[str], cases: list[Case], repeats: int, load: Load,
-               phase: str = "main", concurrency: int = 1, warmup: bool = True) -> list[WorkItem]:
+               level: str = "main", concurrency: int = 1, warmup: bool = True) -> list[WorkItem]:
     """The work items one level sends: each variant's warm-ups (first level only), then every case
     and repeat (the baseline's noise-floor passes after its repeats), interleaved when asked."""
     items: list[WorkItem] = []
     gen = matrix.generation
     warm = warmup_cases(cases, gen.warmup, gen.structured_output) if warmup else []
     for v in variants:
-        items += [WorkItem(v, c, 0, True, phase, concurrency) for c in warm]
+        items += [WorkItem(v, c, 0, True, level, concurrency) for c in warm]
 
     def n_rep(v: str) -> int:
         # the baseline is sent more often: its extra repeats are drift's noise floor
@@ -245,10 +245,10 @@ def build_work(matrix: Matrix, variants: list[str], cases: list[Case], repeats: 
         for rep, c in main:
             order = [v for v in variants if rep < n_rep(v)]
             rng.shuffle(order)  # randomised within each case, so neither variant always goes first
-            items += [WorkItem(v, c, rep, False, phase, concurrency) for v in order]
+            items += [WorkItem(v, c, rep, False, level, concurrency) for v in order]
     else:
         for v in variants:
-            items += [WorkItem(v, c, rep, False, phase, concurrency) for rep, c in main if rep < n_rep(v)]
+            items += [WorkItem(v, c, rep, False, level, concurrency) for rep, c in main if rep < n_rep(v)]
     return shard(items, {v: matrix.variant(v).n_replicas for v in variants})
 
 
@@ -262,7 +262,7 @@ def shard(items: list[WorkItem], replicas: dict[str, int]) -> list[WorkItem]:
         if n <= 1:
             out.append(it)
         elif it.warmup:
-            out += [WorkItem(it.variant, it.case, it.repeat, True, it.phase, it.concurrency, r) for r in range(n)]
+            out += [WorkItem(it.variant, it.case, it.repeat, True, it.level, it.concurrency, r) for r in range(n)]
         else:
             idx = order.setdefault(it.case.id, len(order))
             it.replica = idx % n

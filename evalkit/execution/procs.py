@@ -32,7 +32,7 @@ class Job:
 
 
 @dataclass
-class ChildPlan:
+class ChildWork:
     proc: int
     jobs: list[Job]
     streams: int  # closed loop: this process's share of the streams (0 for open loop)
@@ -65,7 +65,7 @@ def _put(msg: tuple[Any, ...]) -> None:
     sys.stdout.buffer.flush()
 
 
-async def _child_main(plan: ChildPlan) -> None:
+async def _child_main(plan: ChildWork) -> None:
     import aiohttp
 
     from ..measure.client import send_stamp, stream_chat
@@ -126,7 +126,7 @@ async def _child_main(plan: ChildPlan) -> None:
 
 def child_main() -> None:
     """A sending process: its plan arrives pickled on stdin, its results leave on stdout."""
-    plan: ChildPlan = pickle.loads(sys.stdin.buffer.read(struct.unpack("<I", sys.stdin.buffer.read(4))[0]))
+    plan: ChildWork = pickle.loads(sys.stdin.buffer.read(struct.unpack("<I", sys.stdin.buffer.read(4))[0]))
     try:
         asyncio.run(_child_main(plan))
     except BaseException as e:  # reported, so the parent can record what was lost and why
@@ -144,7 +144,7 @@ class Posted:
     result: RequestResult
 
 
-async def run_children(plans: list[ChildPlan], on_result: Any, epoch: float, on_start: Any = None) -> tuple[
+async def run_children(plans: list[ChildWork], on_result: Any, epoch: float, on_start: Any = None) -> tuple[
         float, dict[int, list[tuple[float, float]]], list[str]]:
     """Start one process per plan (`python -m evalkit.execution.procs`: nothing of the caller's
     main module runs again), start them together once all are ready, and hand each posted result

@@ -19,7 +19,7 @@ def request_row(run_id: str, item: WorkItem, seq: int, attempt: int, final: bool
     wait = (r.mono_start_ms - scheduled_ms) if scheduled_ms is not None and r.mono_start_ms is not None else None
     return {
         "run_id": run_id, "variant": item.variant, "case_id": item.case.id, "repeat": item.repeat,
-        "seq": seq, "is_warmup": int(item.warmup), "phase": item.phase, "concurrency": item.concurrency,
+        "seq": seq, "is_warmup": int(item.warmup), "level": item.level, "concurrency": item.concurrency,
         "replica": item.replica, "attempt": attempt, "final": int(final), "started_at": r.started_at,
         "mono_start_ms": r.mono_start_ms, "scheduled_ms": scheduled_ms, "sent_ms": r.mono_start_ms,
         "client_wait_ms": wait,

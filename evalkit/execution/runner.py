@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 from .. import __version__
-from ..engines.budget import KvPlan, plan_matrix
+from ..engines.memory import MemoryPlan, plan_memory
 from ..engines.vllm_server import engine_version
 from ..errors import EngineError, EvalkitError, LedgerWriteError, UsageError
 from ..host import this_host
@@ -108,7 +108,7 @@ class RunContext:
     progress: Progress
     log_dir: Path
     summary: RunSummary
-    memory: dict[str, KvPlan] = field(default_factory=dict)  # each launched variant's share of the memory budget
+    memory: dict[str, MemoryPlan] = field(default_factory=dict)  # each launched variant's share of the memory budget
 
 
 def create_run(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: Path, subset_seed: int,
@@ -170,7 +170,7 @@ def level_outcome(ctx: RunContext, name: str, level: Level, fresh: LevelOutcome)
     resume finishes a level begun earlier, the level's every row in the ledger."""
     if any(k[0] == name and k[3] == level.name for k in ctx.skip):
         fresh = LevelOutcome()
-        for r in ctx.ledger.measured_requests(ctx.run_id, phase=level.name, variant=name):
+        for r in ctx.ledger.measured_requests(ctx.run_id, level=level.name, variant=name):
             fresh.add(r)
     fresh.failed, fresh.sent = ctx.ledger.final_error_rate(ctx.run_id, name)
     fresh.preemptions = ctx.ledger.level_counter_delta(ctx.run_id, name, fresh.spans, "num_preemptions_total")
@@ -234,7 +234,7 @@ def run_group(ctx: RunContext, group: list[str], seq0: int, variants_after: int 
                                             level.concurrency, warmup=i == 0)
                     if it.target in servers and (it.warmup or not item_done(it, ctx.skip))]
             for it in work:
-                it.attempt0 = attempts.get((it.variant, it.case.id, it.repeat, it.phase), 0)
+                it.attempt0 = attempts.get((it.variant, it.case.id, it.repeat, it.level), 0)
             summary.n_skipped += sum(1 for k in ctx.skip if k[0] in live and k[3] == level.name)
             warm, main = [it for it in work if it.warmup], [it for it in work if not it.warmup]
             if warm:
@@ -359,7 +359,7 @@ def run_matrix(
         raise UsageError("--interleave alternates single servers: it does not combine with replicated variants")
     if time_budget_s is not None and not resume_run and (load.pattern.saturates or any(lv.open_loop for lv in load.levels())):
         raise UsageError("--time-budget sizes sequential and fixed-concurrency runs; a sweep or --rate takes --limit")
-    memory = plan_matrix(matrix, progress.say)  # a memory budget that cannot fit stops here, before anything is written
+    memory = plan_memory(matrix, progress.say)  # a memory budget that cannot fit stops here, before anything is written
     summary, skip = start_run(ledger, matrix, cases, dataset_path, repeats=repeats, subset_seed=subset_seed, load=load,
                               progress=progress, resume_run=resume_run, extra=run_extra)
     if time_budget_s is not None and not resume_run:

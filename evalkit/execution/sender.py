@@ -27,7 +27,7 @@ from .conversation import send_conversation
 from .live import LiveVariant
 from .load import Load, WorkItem
 from .patterns import Level
-from .procs import ChildPlan, Job, Posted, run_children, split
+from .procs import ChildWork, Job, Posted, run_children, split
 from .rows import request_row, timing_suspect
 from .signals import STOP, gather_or_cancel
 from .stops import LevelOutcome
@@ -276,7 +276,7 @@ class Sender:
         tel = self.matrix.telemetry
         streams = split(level.concurrency, n) if not level.open_loop else [0] * n
         caps = split(level.max_in_flight, n) if level.open_loop and level.max_in_flight else [None] * n
-        plans = [ChildPlan(k + 1, jobs[k::n], streams[k], self.epoch, self.matrix.generation.timeout_s,
+        plans = [ChildWork(k + 1, jobs[k::n], streams[k], self.epoch, self.matrix.generation.timeout_s,
                            tel.kernel_timestamps and kernel_stamps_supported(), retry.max_retries,
                            list(retry.on_errors), retry.backoff_s, caps[k]) for k in range(n)]
         start: list[float] = [0.0]

@@ -33,7 +33,7 @@ class GradedRequest:
     text: str
     finish_reason: str | None
     case: Case
-    phase: str = "main"  # the load level it was sent at (a sweep's c=N), so pairs compare like with like
+    level: str = "main"  # the load level it was sent at (a sweep's c=N), so pairs compare like with like
     concurrency: int = 1
     repeat: int = 0
 

@@ -133,13 +133,13 @@ class DriftGrader(Grader):
     def grade_outputs(self, items: list[GradedRequest], repeats: dict[int, int], baseline: str | None) -> dict[int, Score]:
         if baseline is None:
             return {}
-        # like with like: a candidate is compared with the baseline at the same load level (phase)
-        base = {(i.phase, i.case.id, repeats[i.request_id]): i for i in items if i.variant == baseline}
+        # like with like: a candidate is compared with the baseline at the same load level (level)
+        base = {(i.level, i.case.id, repeats[i.request_id]): i for i in items if i.variant == baseline}
         # the run's repeats per case: what the candidates sent (a baseline-only run: one)
         n_rep: dict[tuple[str, str], int] = {}
         for i in items:
             if i.variant != baseline:
-                k = (i.phase, i.case.id)
+                k = (i.level, i.case.id)
                 n_rep[k] = max(n_rep.get(k, 1), repeats[i.request_id] + 1)
         refs = {}
         for ph, case, _ in base:
@@ -148,7 +148,7 @@ class DriftGrader(Grader):
         pairs: list[tuple[GradedRequest, GradedRequest, str]] = []
         out: dict[int, Score] = {}
         for i in items:
-            ref, r = refs.get((i.phase, i.case.id), (None, 1))
+            ref, r = refs.get((i.level, i.case.id), (None, 1))
             if ref is None:
                 continue
             if i is ref:

@@ -9,7 +9,7 @@ from typing import Any
 
 FIXED: dict[str, dict[str, str]] = {
     "cost": {"title": "Cost per token vs the reference price",
-             "sql": "select run_id, variant, phase, concurrency, meets_slo, round(output_tps, 1) as output_tps, "
+             "sql": "select run_id, variant, level, concurrency, meets_slo, round(output_tps, 1) as output_tps, "
                     "usd_per_hour, round(usd_per_m_output_tokens, 2) as usd_per_m_output_tokens, "
                     "round(usd_per_1k_requests, 3) as usd_per_1k_requests, reference, "
                     "round(reference_usd_per_1k_requests, 3) as reference_usd_per_1k_requests, "

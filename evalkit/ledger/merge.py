@@ -1,6 +1,6 @@
 """Merge ledgers made apart (other machines, other days) into one: each source is first migrated
 to this evalkit's schema, run ids stay as they are (distinct runs stay distinct), and a run that
-was resumed in two places is de-duplicated by (variant, case, repeat, phase): the first final row
+was resumed in two places is de-duplicated by (variant, case, repeat, level): the first final row
 for a key wins, with its grades. Written to a temporary file and renamed: all or nothing."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ ORDER = ("runs", "hosts", "variants", "replicas", "cases")  # tables keyed by na
 
 
 def _key(r: dict[str, Any]) -> tuple[Any, ...]:
-    return (r["run_id"], r["variant"], r["case_id"], r["repeat"], r["phase"] or "main")
+    return (r["run_id"], r["variant"], r["case_id"], r["repeat"], r["level"] or "main")
 
 
 def merge_ledgers(sources: list[Path], out: Path) -> dict[str, int]:

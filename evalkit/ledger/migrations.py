@@ -130,9 +130,14 @@ def m004_browse_views(db: Database) -> None:
     db["derived_summary"].create({"run_id": str, "variant": str, "json": str})
 
 
-def requests_view_sql(grade_columns: Iterable[tuple[str, str, str]]) -> str:
+BUILT_IN_VIEW_COLUMNS = [("schema_passed", "schema", "passed"), ("persona_score", "persona", "value"),
+                         ("formality_predicted", "formality", "value"), ("drift_cosine", "drift", "value")]
+
+
+def requests_view_sql(grade_columns: Iterable[tuple[str, str, str]], level: str = "level") -> str:
     """`requests_joined`: one row per request with its case and the newest grade of each grader,
-    given as (column name, grader, field) with field `value` or `passed`."""
+    given as (column name, grader, field) with field `value` or `passed`. ``level``: the load
+    level's column as the schema then named it (`phase` before m015)."""
     sub = "".join(
         f"(select {field} from grades g where g.request_id = r.id and g.grader = '{grader}' "
         f"order by g.id desc limit 1) as {column},\n"
@@ -141,7 +146,7 @@ def requests_view_sql(grade_columns: Iterable[tuple[str, str, str]]) -> str:
     return f"""
         create view requests_joined as
         select r.id, r.run_id, r.variant, r.replica, c.task, c.persona, c.complexity, c.formality, r.case_id,
-               r.repeat, r.phase, r.concurrency, r.is_warmup, r.final, r.started_at, r.ttft_ms,
+               r.repeat, r.{level}, r.concurrency, r.is_warmup, r.final, r.started_at, r.ttft_ms,
                r.ttft_from_schedule_ms, r.client_wait_ms, r.tpot_ms, r.itl_mean_ms, r.e2e_ms, r.prompt_tokens,
                r.completion_tokens, r.finish_reason, r.error_class, r.srv_queue_ms, r.srv_prefill_ms,
                r.srv_decode_ms, r.srv_kv_cache_usage_peak, r.srv_preemptions,
@@ -168,8 +173,7 @@ def m005_hosts_load_cost(db: Database) -> None:
                      ("ttft_from_schedule_ms", float)):
         db["requests"].add_column(col, typ)
     db.execute("drop view if exists requests_joined")
-    db.execute(requests_view_sql([("schema_passed", "schema", "passed"), ("persona_score", "persona", "value"),
-                                  ("formality_predicted", "formality", "value"), ("drift_cosine", "drift", "value")]))
+    db.execute(requests_view_sql(BUILT_IN_VIEW_COLUMNS, level="phase"))
 
 
 @migration("m006_derived_cost")
@@ -280,3 +284,16 @@ def m014_verdicts_and_clocks(db: Database) -> None:
                                    "unit": str, "pairs": int, "estimate": float, "ci_low": float, "ci_high": float,
                                    "ci_level": float, "p_margin": float, "p_margin_holm": float, "verdict": str,
                                    "why": str, "method": str})
+
+
+@migration("m015_one_meaning_per_name")
+def m015_one_meaning_per_name(db: Database) -> None:
+    # "phase" meant a load level and the server's queue/prefill/decode: a load level is `level`.
+    # vLLM's per-request time_to_first_token_ms runs from scheduling to the first token: the prefill.
+    db.execute("drop view if exists requests_joined")
+    db.execute("alter table requests rename column phase to level")
+    db.execute("alter table requests rename column srv_resp_ttft_ms to srv_resp_prefill_ms")
+    db.execute("alter table client_lag rename column phase to level")
+    db.execute("alter table derived_cost rename column phase to level")
+    db.execute(requests_view_sql(BUILT_IN_VIEW_COLUMNS))  # every registered grader's come with the next grading
+    db.execute("drop view if exists server_metrics")  # the 0.1 name of server_samples, kept for one release

@@ -74,6 +74,6 @@ class SeriesReads:
             self._db["client_lag"].insert_all(rows)
 
     def client_lag(self, run_id: str) -> list[dict[str, Any]]:
-        return list(self._db.query("select proc, phase, mono_ms, lag_ms from client_lag where run_id = ? "
+        return list(self._db.query("select proc, level, mono_ms, lag_ms from client_lag where run_id = ? "
                                    "order by mono_ms", [run_id]))
 

@@ -189,25 +189,25 @@ class Ledger(SeriesReads):
     def request(self, request_id: int) -> dict[str, Any]:
         return dict(self._db["requests"].get(request_id))
 
-    def turn_texts(self, run_id: str, variant: str, conversation_id: str, repeat: int, phase: str) -> dict[int, str]:
+    def turn_texts(self, run_id: str, variant: str, conversation_id: str, repeat: int, level: str) -> dict[int, str]:
         """The replies a conversation already has in the ledger (final, successful): turn -> text."""
         return {r["turn"]: r["text"] or "" for r in self._db.query(
             "select turn, text from requests where run_id = ? and variant = ? and conversation_id = ? and repeat = ? "
-            "and coalesce(phase, 'main') = ? and final = 1 and error_class is null", [run_id, variant, conversation_id,
-                                                                                     repeat, phase])}
+            "and coalesce(level, 'main') = ? and final = 1 and error_class is null", [run_id, variant, conversation_id,
+                                                                                     repeat, level])}
 
     def max_seq(self, run_id: str) -> int:
         return int(self._db.execute("select coalesce(max(seq), 0) from requests where run_id = ?", [run_id]).fetchone()[0])
 
     def done_keys(self, run_id: str) -> set[tuple[str, str, int, str]]:
-        """(variant, case, repeat, phase) already measured in a run: a resume skips exactly these."""
+        """(variant, case, repeat, level) already measured in a run: a resume skips exactly these."""
         return {
-            (r["variant"], r["case_id"], r["repeat"], r["phase"] or "main")
-            for r in self._db.query("select variant, case_id, repeat, phase from requests "
+            (r["variant"], r["case_id"], r["repeat"], r["level"] or "main")
+            for r in self._db.query("select variant, case_id, repeat, level from requests "
                                    "where run_id = ? and is_warmup = 0 and final = 1", [run_id])
         }
 
-    def measured_requests(self, run_id: str, *, ok_only: bool = False, phase: str | None = None,
+    def measured_requests(self, run_id: str, *, ok_only: bool = False, level: str | None = None,
                           variant: str | None = None) -> list[dict[str, Any]]:
         """Measured requests (not warm-ups, final attempts) of a run, each with its case's fields,
         in send order. The one requests ⋈ cases join."""
@@ -215,9 +215,9 @@ class Ledger(SeriesReads):
         params: list[Any] = [run_id]
         if ok_only:
             where.append("r.error_class is null")
-        if phase is not None:
-            where.append("r.phase = ?")
-            params.append(phase)
+        if level is not None:
+            where.append("r.level = ?")
+            params.append(level)
         if variant is not None:
             where.append("r.variant = ?")
             params.append(variant)
@@ -313,26 +313,26 @@ class Ledger(SeriesReads):
         conds = ([f"error_class in ({','.join('?' * len(exact))})"] if exact else []) + \
             ["error_class like ?" for _ in families]
         rows = list(self._db.query(
-            "select id, variant, case_id, repeat, phase, attempt from requests where run_id = ? and final = 1 "
+            "select id, variant, case_id, repeat, level, attempt from requests where run_id = ? and final = 1 "
             f"and is_warmup = 0 and ({' or '.join(conds) or '0'})", [run_id, *exact, *families]))
         with self._db.conn:
             for r in rows:
                 self._db["requests"].update(r["id"], {"final": 0})
-        return {(r["variant"], r["case_id"], r["repeat"], r["phase"] or "main"): (r["attempt"] or 0) + 1 for r in rows}
+        return {(r["variant"], r["case_id"], r["repeat"], r["level"] or "main"): (r["attempt"] or 0) + 1 for r in rows}
 
     def next_attempts(self, run_id: str) -> dict[tuple[str, str, int, str], int]:
         """Keys with attempts but no final row yet (retried, or interrupted mid-flight): the
         attempt number the next one gets."""
-        return {(r["variant"], r["case_id"], r["repeat"], r["phase"] or "main"): r["n"] for r in self._db.query(
-            "select variant, case_id, repeat, phase, max(attempt) + 1 as n from requests where run_id = ? "
-            "and is_warmup = 0 group by variant, case_id, repeat, phase having max(final) = 0", [run_id])}
+        return {(r["variant"], r["case_id"], r["repeat"], r["level"] or "main"): r["n"] for r in self._db.query(
+            "select variant, case_id, repeat, level, max(attempt) + 1 as n from requests where run_id = ? "
+            "and is_warmup = 0 group by variant, case_id, repeat, level having max(final) = 0", [run_id])}
 
     def attempt_counts(self, run_id: str) -> dict[str, dict[str, int]]:
         """Per variant: measured rows (every attempt), final rows, and requests sent more than once."""
         return {r["variant"]: {"attempts": r["attempts"], "final": r["final"], "sent_again": r["again"]}
                 for r in self._db.query(
                     "select variant, count(*) as attempts, sum(final) as final, "
-                    "count(distinct case when attempt > 0 then case_id || '#' || repeat || '#' || phase end) as again "
+                    "count(distinct case when attempt > 0 then case_id || '#' || repeat || '#' || level end) as again "
                     "from requests where run_id = ? and is_warmup = 0 group by variant", [run_id])}
 
     def final_error_rate(self, run_id: str, variant: str) -> tuple[int, int]:

@@ -50,6 +50,6 @@ class LagProbe:
         vals = self.lags[i:j + 1]
         return max(vals) if vals else None
 
-    def rows(self, run_id: str, phase: str, proc: int = 0) -> list[dict]:
-        return [{"run_id": run_id, "proc": proc, "phase": phase, "mono_ms": round(t, 3), "lag_ms": round(lag, 3)}
+    def rows(self, run_id: str, level: str, proc: int = 0) -> list[dict]:
+        return [{"run_id": run_id, "proc": proc, "level": level, "mono_ms": round(t, 3), "lag_ms": round(lag, 3)}
                 for t, lag in zip(self.times, self.lags, strict=True)]

@@ -188,7 +188,7 @@ SERVER_FIELDS = ["srv_method", *HIST_FIELDS, *GAUGES_AT_START, "srv_kv_cache_usa
 
 # vLLM's per-request timing (--enable-per-request-metrics) -> the row's raw columns
 RESPONSE_FIELDS = {
-    "srv_resp_ttft_ms": "time_to_first_token_ms",  # from scheduling to the first token
+    "srv_resp_prefill_ms": "time_to_first_token_ms",  # from scheduling to the first token
     "srv_resp_queue_ms": "queue_time_ms",  # queued -> scheduled
     "srv_resp_generation_ms": "generation_time_ms",  # first -> last token
     "srv_resp_mean_itl_ms": "mean_itl_ms",
@@ -208,7 +208,7 @@ def response_timing(fields: dict[str, Any], timing: dict[str, Any] | None) -> di
         return out
     raw = {col: timing.get(key) for col, key in RESPONSE_FIELDS.items()}
     out.update(raw)
-    ttft, queue, gen = raw["srv_resp_ttft_ms"], raw["srv_resp_queue_ms"], raw["srv_resp_generation_ms"]
+    ttft, queue, gen = raw["srv_resp_prefill_ms"], raw["srv_resp_queue_ms"], raw["srv_resp_generation_ms"]
     if ttft is None:
         return out
     out.update({"srv_method": "response", "srv_prefill_ms": ttft,
@@ -328,7 +328,7 @@ class MetricsScraper:
         self._stop.set()
 
     def restart(self) -> None:
-        """Ready to `run` again, possibly in another event loop (each load phase runs in its own
+        """Ready to `run` again, possibly in another event loop (each load level runs in its own
         `asyncio.run`, and an Event stays bound to the loop it was first awaited in)."""
         self._stop = asyncio.Event()
 

@@ -8,7 +8,7 @@ import json
 from collections import defaultdict
 from typing import Any
 
-from ..engines.budget import requests_that_fit
+from ..engines.memory import requests_that_fit
 from ..execution.stops import SLO_METRICS, reference_latencies, slowdowns
 from ..ledger import Ledger
 from ..spec.sizes import human
@@ -37,26 +37,26 @@ def meets(r: dict[str, Any], absolute: dict[str, float], relative: dict[str, flo
 
 def load_levels(rows: list[dict[str, Any]], load: dict[str, Any], ledger: Ledger | None = None,
                 run_id: str | None = None) -> list[dict[str, Any]]:
-    """Per variant and load level (a sweep's phases, or the one phase): throughput over the level's
+    """Per variant and load level (a sweep's levels, or the one level): throughput over the level's
     wall time; KV peak, most running and waiting, preemptions (the server's counter); goodput (the
     share meeting every per-request limit, with a Wilson 95 % interval); and whether the level met
     the run's SLOs (p99 of each at or under its limit, the sweep's own rule)."""
     absolute, relative = _slo_of(load)
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
-        groups[(r["variant"], r["phase"] or "main")].append(r)
+        groups[(r["variant"], r["level"] or "main")].append(r)
     refs = {v: reference_latencies(rs) for (v, _), rs in groups.items() if max((r["concurrency"] or 1) for r in rs) == 1}
     starts = {k: _first_sends(rs) for k, rs in groups.items()}
     out = []
-    for (v, phase), rs in groups.items():
+    for (v, level), rs in groups.items():
         ok = [r for r in rs if r["error_class"] is None]
         wall_s = _wall_s(rs)
         # the next level on each server began when its first request went: the counter stops there
         until: dict[Any, float] = {}
         for (v2, ph2), st in starts.items():
-            if v2 == v and ph2 != phase:
+            if v2 == v and ph2 != level:
                 for rep, t in st.items():
-                    if t > starts[(v, phase)].get(rep, float("inf")):
+                    if t > starts[(v, level)].get(rep, float("inf")):
                         until[rep] = min(until.get(rep, float("inf")), t)
         out_tok = sum(r["completion_tokens"] or 0 for r in ok)
         in_tok = sum(r["prompt_tokens"] or 0 for r in ok)
@@ -67,7 +67,7 @@ def load_levels(rows: list[dict[str, Any]], load: dict[str, Any], ledger: Ledger
         good = sum(meets(r, absolute, relative, ref) for r in rs)
 
         out.append({
-            "variant": v, "phase": phase, "concurrency": max((r["concurrency"] or 1) for r in rs), "n": len(rs),
+            "variant": v, "level": level, "concurrency": max((r["concurrency"] or 1) for r in rs), "n": len(rs),
             "errors": len(rs) - len(ok), "wall_s": wall_s, "prompt_tokens": in_tok, "output_tokens": out_tok,
             "output_tps": out_tok / wall_s if wall_s else None, "requests_per_s": len(ok) / wall_s if wall_s else None,
             "kv_peak": _peak(rs, "srv_kv_cache_usage_peak"), "running_peak": _peak(rs, "srv_running_peak"),
@@ -82,7 +82,7 @@ def load_levels(rows: list[dict[str, Any]], load: dict[str, Any], ledger: Ledger
             "goodput_pct": 100.0 * good / len(rs) if slo and rs else None,
             "goodput_ci95_pct": [100 * x for x in ci] if slo and (ci := wilson(good, len(rs))) else None,
         })
-    return sorted(out, key=lambda x: (x["variant"], x["concurrency"], x["phase"]))
+    return sorted(out, key=lambda x: (x["variant"], x["concurrency"], x["level"]))
 
 
 def _spans(rows: list[dict[str, Any]]) -> dict[Any, tuple[float, float]]:
@@ -212,7 +212,7 @@ def cost(variants: list[dict[str, Any]], levels: list[dict[str, Any]], reference
         if usd_h is None or not lv["output_tps"] or not lv["requests_per_s"]:
             continue
         usd_s = usd_h / 3600.0
-        entry = {**{k: lv[k] for k in ("variant", "phase", "concurrency", "meets_slo", "output_tps", "requests_per_s")},
+        entry = {**{k: lv[k] for k in ("variant", "level", "concurrency", "meets_slo", "output_tps", "requests_per_s")},
                  "usd_per_hour": usd_h,
                  "usd_per_m_output_tokens": usd_s / lv["output_tps"] * 1e6,
                  "usd_per_1k_requests": usd_s / lv["requests_per_s"] * 1000.0}

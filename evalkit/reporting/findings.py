@@ -22,7 +22,7 @@ from .under_load import quality_under_load
 from .verdicts import parse_margins, sentences, verdicts
 
 LATENCY_FIELDS = ("ttft_ms", "tpot_ms", "itl_mean_ms", "e2e_ms", "out_tps")
-SLICE_FIELDS = ("complexity", "persona", "formality", "task", "candidate", "replica", "phase", "concurrency")
+SLICE_FIELDS = ("complexity", "persona", "formality", "task", "candidate", "replica", "level", "concurrency")
 
 
 def describe(values: list[float]) -> dict[str, float | None]:

@@ -60,7 +60,7 @@ def _verdicts(f: dict[str, Any]) -> list[str]:
 def _capacity(f: dict[str, Any]) -> list[str]:
     parts = ["<h2>Capacity</h2>"]
     parts += [f"<p><b>{escape(line)}</b></p>" for line in f["capacity_statement"]]
-    parts.append(_table(["variant", "budget", "weights", "KV cache", "KV blocks × size", "KV tokens",
+    parts.append(_table(["variant", "memory budget", "weights", "KV cache", "KV blocks × size", "KV tokens",
                          "predicted max concurrency", "max concurrent (short/medium/long)", "saturated at (why)",
                          "SLO held up to", "max tested"],
                         [[c["variant"], human(c.get("memory_budget_bytes")) if c.get("memory_budget_bytes") else "-",
@@ -77,7 +77,7 @@ def _capacity(f: dict[str, Any]) -> list[str]:
         parts.append("<h3>Per load level</h3>")
         parts.append(_table(["variant", "level", "n", "err", "KV peak %", "running max", "waiting max", "preempt",
                              "output tok/s", "goodput % [95% CI]", "slowdown p99", "meets SLOs"],
-                            [[lv["variant"], lv["phase"], lv["n"], lv["errors"],
+                            [[lv["variant"], lv["level"], lv["n"], lv["errors"],
                               _f(100 * lv["kv_peak"] if lv["kv_peak"] is not None else None, 1),
                               _f(lv["running_peak"]), _f(lv["waiting_peak"]), _f(lv["preemptions"]),
                               _f(lv["output_tps"], 1), f"{_f(lv['goodput_pct'], 0)} {_f(lv['goodput_ci95_pct'], 0)}",
@@ -149,7 +149,7 @@ def render_html(ledger: Ledger, run_id: str | None = None) -> str:
                      "that still meets the SLOs.</p>")
         parts.append(_table(["variant", "level", "meets SLOs", "output tok/s", "$/hour", "$ per M output tokens",
                              "$ per 1k requests", "reference $ per 1k requests", "break-even requests/hour"],
-                            [[c["variant"] + (" ★" if c.get("best_level") else ""), c["phase"],
+                            [[c["variant"] + (" ★" if c.get("best_level") else ""), c["level"],
                               {True: "yes", False: "no", None: "-"}[c["meets_slo"]], _f(c["output_tps"], 1),
                               _f(c["usd_per_hour"], 2), _f(c["usd_per_m_output_tokens"], 2),
                               _f(c["usd_per_1k_requests"], 3),

@@ -36,17 +36,17 @@ def quality_vs_cost(rows: list[dict[str, Any]], levels: list[dict[str, Any]], co
                     ) -> list[dict[str, Any]]:
     """Per variant and load level: the quality score (% of outputs passing schema, persona and
     formality), output tokens/s per user, $ per million output tokens; which are on the frontier."""
-    usd = {(c["variant"], c["phase"]): c["usd_per_m_output_tokens"] for c in cost}
+    usd = {(c["variant"], c["level"]): c["usd_per_m_output_tokens"] for c in cost}
     out = []
     for lv in levels:
-        rs = [r for r in rows if r["variant"] == lv["variant"] and (r["phase"] or "main") == lv["phase"]
+        rs = [r for r in rows if r["variant"] == lv["variant"] and (r["level"] or "main") == lv["level"]
               and r["error_class"] is None]
         q = [x for r in rs if (x := quality_pass(r)) is not None]
         if not q:
             continue
-        out.append({"variant": lv["variant"], "phase": lv["phase"], "concurrency": lv["concurrency"],
+        out.append({"variant": lv["variant"], "level": lv["level"], "concurrency": lv["concurrency"],
                     "quality_pct": 100.0 * sum(q) / len(q), "tps_per_user": mean([r["out_tps"] for r in rs]),
-                    "usd_per_m_output_tokens": usd.get((lv["variant"], lv["phase"]))})
+                    "usd_per_m_output_tokens": usd.get((lv["variant"], lv["level"]))})
     key = {f"{e['variant']} c={e['concurrency']}": e for e in out}
     fast = frontier({k: (e["tps_per_user"], e["quality_pct"]) for k, e in key.items() if e["tps_per_user"]}, True)
     cheap = frontier({k: (e["usd_per_m_output_tokens"], e["quality_pct"]) for k, e in key.items()
@@ -107,7 +107,7 @@ def capacity_plots(ok: list[dict[str, Any]], f: dict[str, Any], report: dict[str
             "goodput (%)", gp, ylim=(0, 100), colors=cols, vlines=pred)))
     slo = report["slo_ms"]
     p99 = {v: [(lv["concurrency"], percentile([r["ttft_ms"] for r in ok if r["variant"] == v
-                                               and (r["phase"] or "main") == lv["phase"]], 99) or 0.0)
+                                               and (r["level"] or "main") == lv["level"]], 99) or 0.0)
                 for lv in levels if lv["variant"] == v] for v in variants}
     out.append(("TTFT p99 vs concurrency", svgplot.lines(
         "TTFT p99 vs concurrency" + (" (dashed: the TTFT SLO)" if slo.get("ttft") else ""), "concurrency",

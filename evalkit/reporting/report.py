@@ -181,7 +181,7 @@ def max_in_flight(intervals: list[tuple[float, float]]) -> int:
 
 
 def arrivals(rows: list[dict[str, Any]], load: dict[str, Any]) -> list[dict[str, Any]]:
-    """Open-loop runs: per variant and phase, the requested and achieved arrival rate, how far
+    """Open-loop runs: per variant and level, the requested and achieved arrival rate, how far
     sends fell behind the schedule (event-loop lateness plus any cap's wait), and the most
     requests in flight. A warning when the client could not keep the schedule."""
     if not load.get("rate"):
@@ -189,9 +189,9 @@ def arrivals(rows: list[dict[str, Any]], load: dict[str, Any]) -> list[dict[str,
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         if r.get("scheduled_ms") is not None and r.get("sent_ms") is not None:
-            groups[(r["variant"], r["phase"] or "main")].append(r)
+            groups[(r["variant"], r["level"] or "main")].append(r)
     out = []
-    for (variant, phase), rs in sorted(groups.items()):
+    for (variant, level), rs in sorted(groups.items()):
         sent = sorted(r["sent_ms"] for r in rs)
         lag = [r["sent_ms"] - r["scheduled_ms"] for r in rs]
         span_s = (sent[-1] - sent[0]) / 1000.0
@@ -199,7 +199,7 @@ def arrivals(rows: list[dict[str, Any]], load: dict[str, Any]) -> list[dict[str,
         gap_ms = 1000.0 / load["rate"]
         p99 = percentile(lag, 99) or 0.0
         entry = {
-            "variant": variant, "phase": phase, "n": len(rs), "requested_rps": load["rate"],
+            "variant": variant, "level": level, "n": len(rs), "requested_rps": load["rate"],
             "achieved_rps": achieved, "arrival": load.get("arrival", "poisson"),
             "max_concurrency": load.get("max_concurrency"),
             "lag_p50_ms": percentile(lag, 50), "lag_p99_ms": p99, "lag_max_ms": max(lag),
@@ -241,10 +241,10 @@ def to_json(report: dict[str, Any]) -> str:
 
 
 def arrival_notes(arr: list[dict[str, Any]]) -> list[str]:
-    """One line per open-loop variant and phase: requested vs achieved, send lag, in flight."""
+    """One line per open-loop variant and level: requested vs achieved, send lag, in flight."""
     out = []
     for a in arr:
-        out.append(f"arrivals {a['variant']} {a['phase']}: {a['arrival']} at {a['requested_rps']:g}/s requested, "
+        out.append(f"arrivals {a['variant']} {a['level']}: {a['arrival']} at {a['requested_rps']:g}/s requested, "
                    f"{a['achieved_rps'] or 0:.2f}/s achieved over {a['n']} requests; send lag p50/p99/max "
                    f"{a['lag_p50_ms']:,.1f}/{a['lag_p99_ms']:,.1f}/{a['lag_max_ms']:,.1f} ms; "
                    f"max in flight {a['max_in_flight']}"
@@ -255,15 +255,15 @@ def arrival_notes(arr: list[dict[str, Any]]) -> list[str]:
 
 
 def client_check(lag: list[dict[str, Any]], rows: list[dict[str, Any]], threshold_ms: float) -> list[dict[str, Any]]:
-    """The client's self-check per load phase: its event loop's lag (p99 and worst, over every
-    window of the phase and every sending process), which clock stamped the rows, and how many
+    """The client's self-check per load level: its event loop's lag (p99 and worst, over every
+    window of the level and every sending process), which clock stamped the rows, and how many
     rows are marked as timings the client's own load may have bent."""
     out = []
-    for phase in dict.fromkeys([x["phase"] for x in lag] + [r["phase"] or "main" for r in rows]):
-        lags = [x["lag_ms"] for x in lag if x["phase"] == phase]
-        rs = [r for r in rows if (r["phase"] or "main") == phase]
+    for level in dict.fromkeys([x["level"] for x in lag] + [r["level"] or "main" for r in rows]):
+        lags = [x["lag_ms"] for x in lag if x["level"] == level]
+        rs = [r for r in rows if (r["level"] or "main") == level]
         sources = sorted({r.get("timestamp_source") or "user" for r in rs})
-        out.append({"phase": phase, "lag_p99_ms": percentile(lags, 99), "lag_max_ms": max(lags) if lags else None,
+        out.append({"level": level, "lag_p99_ms": percentile(lags, 99), "lag_max_ms": max(lags) if lags else None,
                     "rows": len(rs), "sources": sources, "suspect": sum(bool(r.get("timing_suspect")) for r in rs),
                     "threshold_ms": threshold_ms,
                     "client_bound": bool(lags) and (percentile(lags, 99) or 0.0) > threshold_ms})
@@ -275,7 +275,7 @@ def client_notes(checks: list[dict[str, Any]]) -> list[str]:
     for c in checks:
         if not c["client_bound"] and not c["suspect"]:
             continue
-        line = f"client lag p99 {c['lag_p99_ms'] or 0:,.1f} ms (max {c['lag_max_ms'] or 0:,.1f}) during {c['phase']}: "
+        line = f"client lag p99 {c['lag_p99_ms'] or 0:,.1f} ms (max {c['lag_max_ms'] or 0:,.1f}) during {c['level']}: "
         if "user" in c["sources"]:
             line += ("the client, not the server, was the bottleneck; TTFT from user-space stamps is not trustworthy "
                      f"at this load ({c['suspect']} of {c['rows']} rows marked timing_suspect)")

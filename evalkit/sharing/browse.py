@@ -25,7 +25,7 @@ def request_columns() -> dict[str, str]:
     """Datasette's column descriptions: every request column's declaration (evalkit.catalogue)."""
     return {m.key: m.describe() for m in catalogue.REQUEST}
 
-COST_FIELDS = ("variant", "phase", "concurrency", "meets_slo", "output_tps", "usd_per_hour", "usd_per_m_output_tokens",
+COST_FIELDS = ("variant", "level", "concurrency", "meets_slo", "output_tps", "usd_per_hour", "usd_per_m_output_tokens",
                "usd_per_1k_requests", "reference", "reference_usd_per_1k_requests", "break_even_requests_per_hour",
                "best_level")
 SPIKE_FIELDS = ("request_id", "variant", "complexity", "case_id", "metric", "value", "slice_median", "robust_z",

@@ -41,7 +41,7 @@ def _iso(epoch_s: float | None) -> str | None:
 
 
 def _row(i: int, **kw: Any) -> dict[str, Any]:
-    base = {"case_id": f"import-{i:06d}", "repeat": 0, "is_warmup": 0, "phase": "main", "concurrency": None,
+    base = {"case_id": f"import-{i:06d}", "repeat": 0, "is_warmup": 0, "level": "main", "concurrency": None,
             "attempt": 0, "final": 1, "timestamp_source": "imported"}
     return {**base, **kw}
 
@@ -70,7 +70,7 @@ def guidellm(path: Path, text: str) -> tuple[list[dict[str, Any]], dict[str, Any
                     error_class=None if status == "successful" else f"import_{status}",
                     error=str(err)[:2000] if err else (None if status == "successful" else status),
                     concurrency=((b.get("config") or {}).get("strategy") or {}).get("max_concurrency"),
-                    phase=((b.get("config") or {}).get("strategy") or {}).get("type_", "main")))
+                    level=((b.get("config") or {}).get("strategy") or {}).get("type_", "main")))
     if not rows:
         raise ResultFileError(f"{path}: a GuideLLM file with no requests")
     return rows, {"tool_version": version, "model": _guidellm_model(d)}

@@ -40,7 +40,7 @@ def find_secret(rows: list[dict[str, Any]], where: str) -> str | None:
 def _card(ledger: Ledger, run_id: str, configs: dict[str, int], rep: dict[str, Any], f: dict[str, Any]) -> str:
     run = ledger.require_run(run_id)
     cost_rows = "\n".join(
-        f"| {c['variant']}{' ★' if c.get('best_level') else ''} | {c['phase']} | {fmt(None, c['output_tps'], 1)} | "
+        f"| {c['variant']}{' ★' if c.get('best_level') else ''} | {c['level']} | {fmt(None, c['output_tps'], 1)} | "
         f"{fmt(None, c['usd_per_m_output_tokens'], 2)} | {fmt(None, c['usd_per_1k_requests'], 3)} | "
         f"{fmt(None, c.get('reference_usd_per_1k_requests'), 3)} |" for c in f["cost"])
     cost_section = ("## Cost per token\n\n★: the highest load level that still meets the SLOs.\n\n"

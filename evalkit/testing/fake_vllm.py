@@ -19,7 +19,7 @@ import sys
 
 from aiohttp import web
 
-from ..engines.budget import kv_bytes_per_token, weight_bytes
+from ..engines.memory import kv_bytes_per_token, weight_bytes
 from .stub_server import StubConfig, make_app
 
 ENGINE_MARK = "evalkit-fake-vllm-engine-core"

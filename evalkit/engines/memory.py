@@ -93,7 +93,7 @@ def requests_that_fit(kv_blocks: int, block_size: int, tokens_per_request: float
 
 
 @dataclass
-class KvPlan:
+class MemoryPlan:
     """What a variant's share of the budget buys, predicted before its server starts."""
 
     budget_bytes: int
@@ -118,7 +118,7 @@ class KvPlan:
 
 
 def plan(variant: str, model_path: str, budget: int, served_dtype: str | None, *, max_model_len: int | None,
-         block_size: int, online_quantization: str | None = None, kv_cache_dtype: str | None = None) -> KvPlan:
+         block_size: int, online_quantization: str | None = None, kv_cache_dtype: str | None = None) -> MemoryPlan:
     """The KV cache a variant gets from the budget; a ValueError (one line, the numbers) when the
     budget cannot hold the weights plus one request of --max-model-len tokens."""
     w = weight_bytes(model_path, served_dtype, online_quantization)
@@ -135,7 +135,7 @@ def plan(variant: str, model_path: str, budget: int, served_dtype: str | None, *
                          f"{human(w)} plus one --max-model-len {max_len} request ({human(need)} of KV cache at "
                          f"{human(per_tok)}/token): give at least {human(w + need)}")
     blocks = kv // block_bytes
-    return KvPlan(budget, w, kv, per_tok, block_size, int(blocks), int(blocks * block_size))
+    return MemoryPlan(budget, w, kv, per_tok, block_size, int(blocks), int(blocks * block_size))
 
 
 _LOADED = re.compile(r"Model loading took ([\d.]+) ?GiB")
@@ -154,7 +154,7 @@ def default_block_size() -> int:
     return 16 if this_host().get("gpu_json") else 128
 
 
-def plan_matrix(matrix: Any, say: Any = lambda s: None) -> dict[str, KvPlan]:
+def plan_memory(matrix: Any, say: Any = lambda s: None) -> dict[str, MemoryPlan]:
     """Every budgeted variant's plan, before any server starts or anything is written; a too-small
     budget is a MatrixError (exit 2) naming the variant and the numbers."""
     from ..errors import MatrixError
