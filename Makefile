@@ -13,7 +13,7 @@ TIME_BUDGET ?= 10m
 LIMIT ?=
 LEDGER ?= evalkit.db
 
-.PHONY: setup test-env quant-env browser run test test-fast lint bench clean
+.PHONY: setup test-env quant-env browser run test test-fast test-stub lint bench clean
 
 setup: $(VENV)/.stamp
 $(VENV)/.stamp: pyproject.toml
@@ -62,7 +62,12 @@ test: test-env quant-env browser
 	$(VENV)/bin/ruff check evalkit tests benchmarks cli.py data evaluate_modules rubrics
 	$(PY) -m pytest -q
 
-test-fast: test-env browser
+# The unit tier: no server, no subprocess, no embedding model (tests/conftest.py marks the rest).
+test-fast: test-env
+	$(PY) -m pytest -q -m "not vllm and not integration"
+
+# Everything but the real engine: the unit and integration tiers.
+test-stub: test-env browser
 	$(PY) -m pytest -q -m "not vllm"
 
 bench: test-env quant-env

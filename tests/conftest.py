@@ -77,3 +77,27 @@ def stub_ledger(runner, stub_pair, endpoint_matrix, tmp_path) -> Path:
                             "--limit", "6", "--ledger", str(ledger), "-q"])
     assert r.exit_code == 0, r.output
     return ledger
+
+
+# The unit tier (`make test-fast`): library functions with no server, no subprocess and no
+# embedding model. Everything else is the integration tier (`integration`), and the real engine
+# is `vllm` (pyproject.toml). A test is integration when it uses a fixture that starts something,
+# or its body starts or calls something that does.
+INTEGRATION_FIXTURES = {"stub", "stub_pair", "stub_ledger", "slow_candidate_ledger", "two_candidate_run",
+                        "swept_ledger", "fake_vllm", "fake_models", "local_ray", "plugin_site", "end_stall",
+                        "stub_matrix", "real_run"}
+INTEGRATION_CALLS = ("StubServer", "runner.invoke", "subprocess", "run_matrix", "FakeVllm", "browse(", "embed(",
+                     "grade_run", "Popen", "make_graders", "_blocked(", "_stalled_at_the_end(", "_sweep(", "_sweep_stop(",
+                     "_run_faulty_stub(", "_jittered_run(", "resolve_model(", "load(\"evalkit_", "onnx")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    import inspect
+
+    for item in items:
+        if item.get_closest_marker("vllm") or item.get_closest_marker("integration"):
+            continue
+        fn = getattr(item, "function", None)
+        src = inspect.getsource(fn) if fn is not None else ""
+        if INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ())) or any(c in src for c in INTEGRATION_CALLS):
+            item.add_marker(pytest.mark.integration)

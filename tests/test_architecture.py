@@ -139,4 +139,5 @@ def test_the_root_holds_only_shared_modules_and_no_module_is_too_long():
 def test_every_package_says_what_it_owns_and_may_import():
     for init in PACKAGE_DIR.glob("*/__init__.py"):
         doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
-        assert len(doc) > 80 and "import" in doc, f"{init}: a docstring saying what it owns and may import"
+        assert len(doc) > 80, f"{init}: a docstring saying what it owns and may import"
+        assert "import" in doc, f"{init}: a docstring saying what it owns and may import"

@@ -33,6 +33,7 @@ def test_a_w8a8_from_an_older_recipe_is_prepared_again(tmp_path, fake_prepare):
     out = bundled._prepare(bundled.W8A8, tmp_path, said.append)
     assert fake_prepare == ["w8a8"]  # the bf16 source (recipe 1) is current and reused
     assert bundled._recipe_of(out) == bundled.RECIPES[bundled.W8A8] == 2
-    assert any("W8A8" in s for s in said) and (out / "config.json").exists()
+    assert any("W8A8" in s for s in said)
+    assert (out / "config.json").exists()
     bundled._prepare(bundled.W8A8, tmp_path, said.append)
     assert fake_prepare == ["w8a8"]  # now current: reused

@@ -76,7 +76,8 @@ def test_weights_are_measured_from_the_checkpoint_as_served(fake_models):
     assert weight_bytes(str(i8), "float16") == 2 * 8192 * 64 + 1024 * 1024 + 2 * 1024  # int8 stays one byte
     assert kv_bytes_per_token(str(fp), "float16") == 2 * 2 * 16 * 2 * 2  # layers x KV heads x dim x K,V x bytes
     p = plan("base", str(fp), 4 * 1024**2, "float16", max_model_len=2048, block_size=128)
-    assert p.kv_bytes == 4 * 1024**2 - p.weight_bytes and p.kv_blocks == p.kv_bytes // (128 * 256)
+    assert p.kv_bytes == 4 * 1024**2 - p.weight_bytes
+    assert p.kv_blocks == p.kv_bytes // (128 * 256)
 
 
 @pytest.mark.parametrize("budget,message", [
@@ -89,9 +90,13 @@ def test_bad_budgets_are_one_line_exit_2_and_nothing_written(runner, write, fake
     r = runner.invoke(cli, ["run", "--matrix", str(budget_matrix(write, fake_models, budget)), "--ledger", str(ledger),
                             "--limit", "2", "-q"])
     assert r.exit_code == 2, r.output
-    assert message in r.output and len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output
+    assert message in r.output
+    assert len(r.output.strip().splitlines()) == 1
+    assert "Traceback" not in r.output
     if "smaller than" in message:  # names the variant and the numbers
-        assert "variant 'base'" in r.output and "MiB" in r.output and "--max-model-len 2048" in r.output
+        assert "variant 'base'" in r.output
+        assert "MiB" in r.output
+        assert "--max-model-len 2048" in r.output
     assert not ledger.exists() or Database(ledger)["runs"].count == 0
 
 
@@ -108,17 +113,20 @@ def test_one_budget_gives_the_smaller_checkpoint_more_kv_blocks_and_it_holds_mor
     assert v["int8"]["weight_bytes"] < v["base"]["weight_bytes"]
     assert v["int8"]["kv_blocks"] > v["base"]["kv_blocks"] > 0  # the engine's own count
     for x in v.values():
-        assert x["kv_tokens"] == x["kv_blocks"] * x["kv_block_size"] and x["kv_block_size"] == 128
+        assert x["kv_tokens"] == x["kv_blocks"] * x["kv_block_size"]
+        assert x["kv_block_size"] == 128
         assert x["kv_blocks"] == x["kv_blocks_planned"]  # the engine made exactly what the budget planned
         assert x["weight_bytes_reported"] == pytest.approx(x["weight_bytes"], rel=0.05)  # "Model loading took" (rounded)
-        assert x["max_concurrency_predicted"] >= 1 and x["tokens_per_request"] > 64
+        assert x["max_concurrency_predicted"] >= 1
+        assert x["tokens_per_request"] > 64
         assert "--kv-cache-memory-bytes" in json.loads(x["server_args_json"])
     assert v["base"]["saturated_at"] is not None
     assert (v["int8"]["saturated_at"] or 99) > v["base"]["saturated_at"]  # more blocks, more streams before it stops
     # per-request server timing at every level, also where requests overlap
     rows = list(db.query("select * from requests where is_warmup = 0 and concurrency > 1"))
-    assert rows and all(x["srv_method"] == "response" and x["srv_resp_prefill_ms"] is not None
-                        and x["srv_queue_ms"] is not None for x in rows)
+    assert rows
+    assert (all(x["srv_method"] == "response" and x["srv_resp_prefill_ms"] is not None
+                        and x["srv_queue_ms"] is not None for x in rows))
     rep = json.loads(runner.invoke(cli, ["report", "--ledger", str(ledger), "--json"]).output)
     # the latency table is each variant's first level, not every level pooled (queueing at c=8
     # would read as the variant's latency); a note says so
@@ -128,16 +136,22 @@ def test_one_budget_gives_the_smaller_checkpoint_more_kv_blocks_and_it_holds_mor
     assert rep["table_level"] == {"base": 1, "int8": 1}
     assert any("at its first load level (concurrency 1)" in n for n in rep["notes"])
     line = rep["findings"]["capacity_statement"][0]
-    assert "in the same" in line and "int8 has" in line and "x the KV blocks" in line and "keeps the SLO" in line
+    assert "in the same" in line
+    assert "int8 has" in line
+    assert "x the KV blocks" in line
+    assert "keeps the SLO" in line
     cap = {c["variant"]: c for c in rep["findings"]["capacity"]}
     assert cap["int8"]["blocks"] > cap["base"]["blocks"]
     q = {e["variant"]: e for e in rep["findings"]["quality_under_load"]}
-    assert q["base"]["identical_pct"] == 100.0 and q["base"]["level"] == v["base"]["saturated_at"]
+    assert q["base"]["identical_pct"] == 100.0
+    assert q["base"]["level"] == v["base"]["saturated_at"]
     html = tmp_path / "r.html"
     assert runner.invoke(cli, ["report", "--ledger", str(ledger), "--html", str(html)]).exit_code == 0
     text = html.read_text()
-    assert "Goodput (requests meeting every SLO) vs concurrency" in text and "fits" in text
-    assert "Quality under load" in text and "x the KV blocks" in text
+    assert "Goodput (requests meeting every SLO) vs concurrency" in text
+    assert "fits" in text
+    assert "Quality under load" in text
+    assert "x the KV blocks" in text
 
 
 def _sweep_stop(runner, write, endpoint_matrix, tmp_path, itl_ms: float, slo: str, name: str) -> int | None:
@@ -165,11 +179,13 @@ def short_dataset(write) -> Path:
 def test_the_same_stop_level_on_a_fast_and_a_4x_slower_server(runner, write, endpoint_matrix, tmp_path):
     fast = _sweep_stop(runner, write, endpoint_matrix, tmp_path, 2.0, "ttft=3x,e2e=3x", "fast")
     slow = _sweep_stop(runner, write, endpoint_matrix, tmp_path, 8.0, "ttft=3x,e2e=3x", "slow")
-    assert fast is not None and fast == slow  # tokens and relative limits: the machine's speed does not move it
+    assert fast is not None
+    assert fast == slow  # tokens and relative limits: the machine's speed does not move it
     # a wall-clock limit tuned on the fast one stops the slow one sooner: the question changed
     fast_abs = _sweep_stop(runner, write, endpoint_matrix, tmp_path, 2.0, "e2e=300", "fast_abs")
     slow_abs = _sweep_stop(runner, write, endpoint_matrix, tmp_path, 8.0, "e2e=300", "slow_abs")
-    assert slow_abs is not None and (fast_abs is None or slow_abs < fast_abs)
+    assert slow_abs is not None
+    assert fast_abs is None or slow_abs < fast_abs
 
 
 def test_response_timing_and_the_metrics_join_agree_on_the_same_rows(runner, endpoint_matrix, tmp_path):
@@ -194,11 +210,14 @@ def test_response_timing_and_the_metrics_join_agree_on_the_same_rows(runner, end
 def test_relative_slo_needs_a_sweep_from_1_and_quality_under_load_needs_greedy(runner, write, endpoint_matrix, stub):
     r = runner.invoke(cli, ["run", "--matrix", str(endpoint_matrix(stub.base_url)), "--slo", "ttft=3x",
                             "--concurrency", "4", "-q"])
-    assert r.exit_code == 2 and "sweep that starts at 1" in r.output
+    assert r.exit_code == 2
+    assert "sweep that starts at 1" in r.output
     m = endpoint_matrix(stub.base_url)
     m.write_text(m.read_text().replace("generation:\n", "generation:\n  quality_under_load: true\n  temperature: 0.5\n"))
     r = runner.invoke(cli, ["matrix", "validate", str(m)])
-    assert r.exit_code == 2 and "greedy decoding" in r.output and ":" in r.output.split("greedy")[0]
+    assert r.exit_code == 2
+    assert "greedy decoding" in r.output
+    assert ":" in r.output.split("greedy")[0]
 
 
 def _samples(db, series: str, points: list[tuple[int | None, float, float]]) -> None:

@@ -37,16 +37,20 @@ def test_faults_become_error_classes(fault: str, error_class: str):
 def test_malformed_lines_are_counted_and_content_kept():
     with StubServer(StubConfig(fault="malformed", itl_ms=0, ttft_ms=0)) as s:
         r = _send(f"{s.base_url}/v1/chat/completions")
-    assert r.ok and r.n_malformed == 2 and r.text.startswith("This is a stub")
+    assert r.ok
+    assert r.n_malformed == 2
+    assert r.text.startswith("This is a stub")
 
 
 def test_connection_refused():
     r = _send(f"http://127.0.0.1:{free_port()}/v1/chat/completions")
-    assert r.error_class == "connect_error" and r.http_status is None
+    assert r.error_class == "connect_error"
+    assert r.http_status is None
 
 
 def test_stall_after_first_token_times_out():
     with StubServer(StubConfig(fault="stall", itl_ms=0, ttft_ms=0)) as s:
         r = _send(f"{s.base_url}/v1/chat/completions", timeout_s=0.5)
     assert r.error_class == "timeout"
-    assert r.ttft_ms is not None and r.text  # what was received is kept
+    assert r.ttft_ms is not None
+    assert r.text  # what was received is kept

@@ -55,7 +55,8 @@ def test_a_blocked_loop_does_not_bend_the_kernel_stamp_and_the_user_column_shows
     with StubServer(StubConfig(ttft_ms=20, itl_ms=60, role_chunk=False, stamp=True, fixed_chunks=3)) as s:
         first, first_user, r = _blocked(f"{s.base_url}/v1/chat/completions", use_wire=True)
         sent = s.cfg.stamps[max(s.cfg.stamps)]  # when the stub wrote the first content chunk
-    assert r.timestamp_source == "kernel" and r.first_read_chunks == 1
+    assert r.timestamp_source == "kernel"
+    assert r.first_read_chunks == 1
     assert abs(first - sent) * 1000 < 2.0, (first - sent) * 1000  # within 2 ms of the server's own stamp
     assert (first_user - first) * 1000 > 25  # the user-space stamp carries the client's 50 ms stall
     assert r.ttft_user_ms - r.ttft_ms > 25
@@ -125,7 +126,8 @@ def test_the_user_space_path_is_bent_by_the_same_stall_and_says_which_clock_it_u
     with StubServer(StubConfig(ttft_ms=20, itl_ms=5, role_chunk=False, stamp=True)) as s:
         first, _, r = _blocked(f"{s.base_url}/v1/chat/completions", use_wire=False)
         sent = s.cfg.stamps[max(s.cfg.stamps)]
-    assert r.timestamp_source == "user" and (first - sent) * 1000 > 25
+    assert r.timestamp_source == "user"
+    assert (first - sent) * 1000 > 25
 
 
 def test_keep_alive_chunked_bodies_and_every_fault_class_on_the_kernel_path():
@@ -144,11 +146,14 @@ def test_keep_alive_chunked_bodies_and_every_fault_class_on_the_kernel_path():
         assert r.error_class == cls, (fault, r.error_class, r.error)
     with StubServer(StubConfig(fault="http_429")) as s:
         r = asyncio.run(many(f"{s.base_url}/v1/chat/completions", 1, WireClient()))[0]
-    assert r.error_class == "http_429" and r.retry_after_s == 1.0 and "slow down" in r.error
+    assert r.error_class == "http_429"
+    assert r.retry_after_s == 1.0
+    assert "slow down" in r.error
     from evalkit.engines.vllm_server import free_port
 
     r = asyncio.run(many(f"http://127.0.0.1:{free_port()}/v1/chat/completions", 1, WireClient()))[0]
-    assert r.error_class == "connect_error" and r.http_status is None
+    assert r.error_class == "connect_error"
+    assert r.http_status is None
 
 
 def test_fallbacks_record_their_source(runner, endpoint_matrix, tmp_path, monkeypatch):
@@ -186,14 +191,16 @@ def test_the_self_check_marks_a_run_whose_loop_was_blocked(runner, tmp_path, wri
         summary = run_matrix(ledger, load_matrix(m), load_cases(default_dataset_path())[:12], default_dataset_path(),
                              load=load_from_options(None, concurrency=4), progress=Blocking())
     rows = list(Database(ledger_path).query("select * from requests where is_warmup = 0"))
-    assert rows and {x["timestamp_source"] for x in rows} == {"user"}
+    assert rows
+    assert {x["timestamp_source"] for x in rows} == {"user"}
     assert max(x["client_lag_max_ms"] for x in rows) > 40
     assert sum(x["timing_suspect"] for x in rows) >= len(rows) // 2
     assert Database(ledger_path)["client_lag"].count > 0
     rep = json.loads(runner.invoke(cli, ["report", "--ledger", str(ledger_path), "--json"]).output)
     assert any("the client, not the server, was the bottleneck" in n for n in rep["notes"]), rep["notes"]
     r = runner.invoke(cli, ["check", "--ledger", str(ledger_path), "--max-client-lag", "10"])
-    assert r.exit_code == 1 and "FAIL base: client event-loop lag p99" in r.output, r.output
+    assert r.exit_code == 1, r.output
+    assert "FAIL base: client event-loop lag p99" in r.output, r.output
     assert summary.n_requests == 12
 
 
@@ -206,7 +213,8 @@ def test_two_sending_processes_one_writer_one_schedule(runner, endpoint_matrix, 
                                     "--no-grade", *args])
             assert r.exit_code == 0, r.output
             rows = list(Database(ledger).query("select * from requests where is_warmup = 0 order by scheduled_ms"))
-            assert len(rows) == 30 and {x["client_proc"] for x in rows} == {1, 2}
+            assert len(rows) == 30
+            assert {x["client_proc"] for x in rows} == {1, 2}
             assert all(x["error_class"] is None and x["ttft_ms"] > 0 for x in rows)
             assert len({(x["case_id"], x["repeat"]) for x in rows}) == 30  # each request once
             assert {x["proc"] for x in Database(ledger).query("select distinct proc from client_lag")} >= {1, 2}
@@ -222,7 +230,8 @@ def test_two_sending_processes_one_writer_one_schedule(runner, endpoint_matrix, 
 def test_client_procs_must_be_positive(runner, endpoint_matrix, stub):
     r = runner.invoke(cli, ["run", "--matrix", str(endpoint_matrix(stub.base_url)), "--client-procs", "0", "-q",
                             "--concurrency", "2"])
-    assert r.exit_code == 2 and "--client-procs must be at least 1" in r.output
+    assert r.exit_code == 2
+    assert "--client-procs must be at least 1" in r.output
 
 
 def test_docs_define_the_new_columns():

@@ -93,7 +93,8 @@ def test_bad_rows_name_file_line_and_field(tmp_path: Path, shipped_rows, mutate,
     with pytest.raises(DatasetError) as e:
         load_cases(p)
     msg = str(e.value)
-    assert msg.startswith(f"{p}:2: ") and expected in msg, msg
+    assert msg.startswith(f"{p}:2: "), msg
+    assert expected in msg, msg
     assert "\n" not in msg
 
 

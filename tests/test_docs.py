@@ -25,7 +25,8 @@ def test_readme_is_short_and_opens_with_the_two_commands():
     first_block = re.search(r"```bash\n(.*?)```", text, re.S)
     assert first_block is not None
     commands = [x for x in first_block.group(1).splitlines() if x.strip() and not x.startswith("#")]
-    assert commands[0].startswith("make run") and commands[1].startswith("make test")
+    assert commands[0].startswith("make run")
+    assert commands[1].startswith("make test")
 
 
 def test_every_relative_link_resolves():
@@ -46,7 +47,8 @@ def test_each_definition_lives_in_measuring_md_once():
     for page in DOCS.glob("*.md"):
         if page.name != "measuring.md":
             text = page.read_text(encoding="utf-8")
-            assert "| **TTFT** |" not in text and "| **noise floor** |" not in text, page.name
+            assert "| **TTFT** |" not in text, page.name
+            assert "| **noise floor** |" not in text, page.name
 
 
 def _hooks(cls: type) -> set[str]:

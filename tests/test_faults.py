@@ -53,7 +53,8 @@ def test_killed_mid_run_then_resume_completes_exactly_the_missing(sig, stub_pair
     db = Database(ledger_path)
     run = next(db["runs"].rows)
     before = _measured_keys(db)
-    assert 0 < len(before) < 40 and len(before) == len(set(before))
+    assert 0 < len(before) < 40
+    assert len(before) == len(set(before))
     if sig == signal.SIGINT:
         assert "Traceback" not in out
         assert run["status"] == "interrupted"  # marked on the way out
@@ -62,7 +63,8 @@ def test_killed_mid_run_then_resume_completes_exactly_the_missing(sig, stub_pair
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"{len(before)} already in the ledger (skipped)" in r.stdout
     after = _measured_keys(db)
-    assert len(after) == 40 and len(set(after)) == 40  # no gaps, no duplicates
+    assert len(after) == 40
+    assert len(set(after)) == 40  # no gaps, no duplicates
     assert db["runs"].get(run["id"])["status"] == "complete"
     assert db.execute("pragma integrity_check").fetchone()[0] == "ok"
 
@@ -101,13 +103,15 @@ def test_server_that_fails_to_start_is_reported_and_others_still_run(runner, stu
     monkeypatch.setenv("EVALKIT_CACHE", str(tmp_path / "cache"))
     m = write("m.yaml", f"name: x\nbaseline: ok\ngeneration: {{baseline_repeats: 1}}\nvariants:\n"
                         f"  - name: ok\n    endpoint: {stub.base_url}\n  - name: broken\n    model: /nope\n")
-    r = runner.invoke(cli, ["run", "--matrix", str(m), "--limit", "2", "--ledger", str(ledger_path), "-q"])
+    r = runner.invoke(cli, ["run", "--no-grade", "--matrix", str(m), "--limit", "2", "--ledger", str(ledger_path), "-q"])
     assert r.exit_code == 1
     last = r.output.strip().splitlines()[-1]
-    assert last.startswith("Error: variant(s) failed: broken") and "exited with code 3" in last
+    assert last.startswith("Error: variant(s) failed: broken")
+    assert "exited with code 3" in last
     db = Database(ledger_path)
     v = {x["name"]: x for x in db["variants"].rows}
-    assert v["ok"]["status"] == "complete" and v["broken"]["status"] == "failed"
+    assert v["ok"]["status"] == "complete"
+    assert v["broken"]["status"] == "failed"
     assert "ValueError: no such model" in v["broken"]["log_tail"]
     assert db["requests"].count == 5  # the healthy variant ran (1 warmup + 2 timing probes + 2)
 
@@ -127,16 +131,19 @@ def test_retry_policy_adds_rows_per_attempt(runner, endpoint_matrix, ledger_path
     db = Database(ledger_path)
     finals = list(db["requests"].rows_where("final = 1"))
     retried = list(db["requests"].rows_where("final = 0"))
-    assert len(finals) == 4 and all(f["error_class"] is None for f in finals)  # every 503 was retried
+    assert len(finals) == 4
+    assert all(f["error_class"] is None for f in finals)  # every 503 was retried
     # the stub fails every 2nd request it sees: items 2-4 each fail once, then succeed on retry
-    assert len(retried) == 3 and all(x["error_class"] == "http_503" for x in retried)
+    assert len(retried) == 3
+    assert all(x["error_class"] == "http_503" for x in retried)
 
 
 def test_retries_are_off_by_default(runner, endpoint_matrix, ledger_path):
     r = _run_faulty_stub(runner, endpoint_matrix, ledger_path, "http_429", 4)
     assert r.exit_code == 0, r.output
     db = Database(ledger_path)
-    assert db["requests"].count == 4 and db["requests"].count_where("error_class = 'http_429'") == 2
+    assert db["requests"].count == 4
+    assert db["requests"].count_where("error_class = 'http_429'") == 2
 
 
 GOOD_MATRIX = "name: t\nbaseline: a\nvariants:\n  - name: a\n    model: m\n"
@@ -199,7 +206,8 @@ def test_bad_inputs_table_one_line_exit_2_nothing_written(runner, tmp_path: Path
         r = runner.invoke(cli, [*args, *extra])
         lines = [x for x in r.output.strip().splitlines() if x.strip()]
         assert r.exit_code == 2, (name, r.output)
-        assert len(lines) == 1 and lines[0].startswith("Error: "), (name, r.output)
+        assert len(lines) == 1, (name, r.output)
+        assert lines[0].startswith("Error: "), (name, r.output)
         assert "Traceback" not in r.output
         assert not ledger.exists(), name  # nothing half written
 
@@ -215,14 +223,16 @@ def test_planted_secret_reaches_no_output(runner, write, tmp_path, monkeypatch):
                             f"  - name: b\n    endpoint: {leaky.base_url}\n    api_key_env: EVALKIT_TEST_API_KEY\n")
         r1 = runner.invoke(cli, ["run", "--matrix", str(m), "--limit", "3", "--ledger", str(ledger)])
     # every request of the leaky variant failed: it is `failed`, the run exits 1, and no line carries the key
-    assert r1.exit_code == 1 and "variant(s) failed: b (3 of 3 requests failed" in r1.output, r1.output
+    assert r1.exit_code == 1, r1.output
+    assert "variant(s) failed: b (3 of 3 requests failed" in r1.output, r1.output
     db = Database(ledger)
     assert db["requests"].count_where("error_class = 'http_401' and is_warmup = 0") == 3  # the leaky server answered
     outputs = [r1.output]
     for args in (["report"], ["report", "--json"], ["report", "--markdown"],
                  ["report", "--html", str(tmp_path / "r.html")], ["publish", "--out", str(tmp_path / "pub")]):
         outputs.append(runner.invoke(cli, [*args, "--ledger", str(ledger)]).output)
-    assert (tmp_path / "r.html").exists() and (tmp_path / "pub" / "requests").exists()
+    assert (tmp_path / "r.html").exists()
+    assert (tmp_path / "pub" / "requests").exists()
     db.execute("pragma wal_checkpoint(TRUNCATE)")
     blobs = [ledger.read_bytes().decode("latin-1")] + outputs
     # every file written: HTML report, parquet, dataset card (binary files are read as bytes)
@@ -241,7 +251,8 @@ def test_soak_2000_requests_concurrency_64_with_known_fault_rate(runner, endpoin
         sent, injected = s.cfg.counters["requests"], s.cfg.counters["faults"]
     assert r.exit_code == 0, r.output
     db = Database(ledger_path)
-    assert sent == 2000 and injected == 200
+    assert sent == 2000
+    assert injected == 200
     assert db["requests"].count == sent  # every request is a row
     assert db["requests"].count_where("error_class is not null") == injected
     assert db["requests"].count_where("error_class = 'http_500'") == injected
@@ -276,12 +287,16 @@ def test_server_dies_mid_run_every_request_still_a_row(tmp_path, endpoint_matrix
     finally:
         stub.kill()
     # an endpoint that dies: every planned request is still a row, and the variant is `failed`
-    assert run.returncode == 1 and "variant(s) failed: base" in out and "> --max-error-rate 10%" in out, out
+    assert run.returncode == 1, out
+    assert "variant(s) failed: base" in out, out
+    assert "> --max-error-rate 10%" in out, out
     db = Database(ledger)
     assert db["requests"].count == 12  # every planned request is a row
     errs = [r["error_class"] for r in db["requests"].rows_where("error_class is not null")]
-    assert errs and set(errs) <= {"connect_error", "stream_cut"}
-    assert "errors" in out and str(len(errs)) in out
+    assert errs
+    assert set(errs) <= {"connect_error", "stream_cut"}
+    assert "errors" in out
+    assert str(len(errs)) in out
 
 
 def test_reply_that_is_not_json_fails_the_schema_grade(runner, endpoint_matrix, ledger_path):
@@ -292,7 +307,8 @@ def test_reply_that_is_not_json_fails_the_schema_grade(runner, endpoint_matrix, 
     db = Database(ledger_path)
     assert db["requests"].count_where("error_class is null") == 2  # the request itself succeeded
     g = list(db["grades"].rows_where("grader = 'schema'"))
-    assert len(g) == 2 and all(x["passed"] == 0 and x["explanation"].startswith("not valid JSON") for x in g)
+    assert len(g) == 2
+    assert all(x["passed"] == 0 and x["explanation"].startswith("not valid JSON") for x in g)
 
 
 def test_token_counts_fall_back_and_say_so(runner, endpoint_matrix, ledger_path):
@@ -314,7 +330,9 @@ def test_tokenizer_fallback_for_local_models(tmp_path):
     model = resolve_model("bundled:smollm2-135m-instruct")  # prepared once per cache (~30 s), then reused
     r = RequestResult(started_at="t", text="Hello there, Priya!", chunk_offsets_ms=[1.0, 2.0])
     fill_token_counts(r, [{"role": "user", "content": "Say hello."}], model)
-    assert r.usage_source == "tokenizer" and 3 <= r.completion_tokens <= 8 and r.prompt_tokens > 5
+    assert r.usage_source == "tokenizer"
+    assert 3 <= r.completion_tokens <= 8
+    assert r.prompt_tokens > 5
 
 
 def test_retry_honours_retry_after(runner, endpoint_matrix, ledger_path):
@@ -329,4 +347,5 @@ def test_retry_honours_retry_after(runner, endpoint_matrix, ledger_path):
     t = [datetime.fromisoformat(x["started_at"]) for x in rows]
     waited = (t[2] - t[1]).total_seconds() - rows[1]["e2e_ms"] / 1000
     assert waited >= 0.95, waited  # Retry-After: 1
-    assert rows[1]["final"] == 0 and rows[2]["final"] == 1
+    assert rows[1]["final"] == 0
+    assert rows[2]["final"] == 1

@@ -62,8 +62,10 @@ def test_first_request_on_a_server_is_called_cold():
 def test_spike_lines_name_the_cause():
     rows = [_row(i, 400.0 + i % 3) for i in range(1, 12)] + [_row(30, 1740.34, srv_prefill_ms=1735.0)]
     s = spikes(rows)
-    assert len(s) == 1 and s[0]["cause"] == "cold/long prefill"
-    assert "TTFT 1,740 ms" in s[0]["line"] and "server prefill 1735 ms" in s[0]["line"]
+    assert len(s) == 1
+    assert s[0]["cause"] == "cold/long prefill"
+    assert "TTFT 1,740 ms" in s[0]["line"]
+    assert "server prefill 1735 ms" in s[0]["line"]
 
 
 def test_paired_comparison_has_ci_and_verdict_only_when_clear():
@@ -95,15 +97,18 @@ def test_recommend_uses_intervals():
 def test_report_findings_cli(runner, stub_ledger):
     r = runner.invoke(cli, ["report", "--ledger", str(stub_ledger), "--by", "complexity,task"])
     assert r.exit_code == 0, r.output
-    assert "paired comparisons" in r.output and "slices by complexity, task" in r.output
+    assert "paired comparisons" in r.output
+    assert "slices by complexity, task" in r.output
     js = json.loads(runner.invoke(cli, ["report", "--ledger", str(stub_ledger), "--json"]).output)
     assert {"slices", "paired", "spikes", "capacity", "study_summary"} <= set(js["findings"])
     cap = js["findings"]["capacity"][0]
-    assert cap["kv_tokens"] == 1024 * 16 and set(cap["max_concurrent_by_complexity"]) == {"short", "medium", "long"}
+    assert cap["kv_tokens"] == 1024 * 16
+    assert set(cap["max_concurrent_by_complexity"]) == {"short", "medium", "long"}
     r = runner.invoke(cli, ["report", "--ledger", str(stub_ledger), "--by", "colour"])
     assert r.exit_code == 2
     r = runner.invoke(cli, ["recommend", "--ledger", str(stub_ledger), "--target", "ttft_p99=1000,e2e_p50=5000"])
-    assert r.exit_code == 0 and "interactive long-input: use" in r.output
+    assert r.exit_code == 0
+    assert "interactive long-input: use" in r.output
 
 
 def _chromium() -> str | None:
@@ -115,7 +120,9 @@ def test_html_report_renders_every_plot(runner, stub_ledger, tmp_path):
     r = runner.invoke(cli, ["report", "--ledger", str(stub_ledger), "--html", str(html)])
     assert r.exit_code == 0, r.output
     text = html.read_text()
-    assert "<script" not in text and 'href="http' not in text and "@import" not in text  # no scripts, no CDN
+    assert "<script" not in text
+    assert 'href="http' not in text
+    assert "@import" not in text  # no scripts, no CDN
     assert text.count("<svg") >= 7  # CDFs, E2E boxes, scatter, KV/queue timelines, drift, formality
     for title in ("TTFT CDF", "E2E by variant", "TTFT vs prompt tokens", "KV-cache use", "Drift (1", "Formality"):
         assert title in text, title
@@ -131,7 +138,8 @@ def test_html_report_renders_every_plot(runner, stub_ledger, tmp_path):
 
     img = Image.open(shot).convert("RGB")
     colours = img.getcolors(maxcolors=1 << 20)
-    assert colours is not None and len(colours) > 50  # not blank: text, axes, coloured series
+    assert colours is not None
+    assert len(colours) > 50  # not blank: text, axes, coloured series
     blue = sum(n for n, (r_, g, b) in colours if b > 150 and r_ < 80 and g < 160)  # the first series colour
     assert blue > 200
 
@@ -140,13 +148,14 @@ def test_generated_text_is_escaped_in_html(runner, endpoint_matrix, tmp_path):
     evil = '<script>alert("x")</script><img src=x onerror=alert(1)>'
     ledger = tmp_path / "l.db"
     with StubServer(StubConfig(fixed_text=evil, ttft_ms=1, itl_ms=0)) as s:
-        runner.invoke(cli, ["run", "--matrix", str(endpoint_matrix(s.base_url, structured=False)), "--limit", "3",
+        runner.invoke(cli, ["run", "--no-grade", "--matrix", str(endpoint_matrix(s.base_url, structured=False)), "--limit", "3",
                             "--ledger", str(ledger), "-q"])
     assert Database(ledger)["requests"].count_where("text = ? and is_warmup = 0", [evil]) == 3  # stored verbatim
     html = tmp_path / "r.html"
     runner.invoke(cli, ["report", "--ledger", str(ledger), "--html", str(html)])
     text = html.read_text()
-    assert evil not in text and "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in text
+    assert evil not in text
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in text
 
 
 def wait_for_json(url: str, tries: int = 100) -> object:
@@ -187,13 +196,16 @@ def test_browse_serves_canned_queries_over_http(stub_ledger, tmp_path):
         fails = get(f"/{name}/failures.json?_shape=array")
         assert fails == []  # a canned query that correctly returns no rows
         drift = get(f"/{name}/requests_joined.json?_shape=array&_facet=complexity&_size=5")
-        assert drift and "complexity" in drift[0]
+        assert drift
+        assert "complexity" in drift[0]
         page = urllib.request.urlopen(base + f"/{name}/requests", timeout=10).read().decode()
-        assert "Requests (one row per request" in page and "<dl" in page  # title + rendered JSON text
+        assert "Requests (one row per request" in page
+        assert "<dl" in page  # title + rendered JSON text
         meta = get("/-/metadata.json")
         assert "study_summary" in meta["databases"][name]["queries"]
         conns = subprocess.run(["ss", "-ltnp"], capture_output=True, text=True).stdout
-        assert f"127.0.0.1:{port}" in conns and f"0.0.0.0:{port}" not in conns
+        assert f"127.0.0.1:{port}" in conns
+        assert f"0.0.0.0:{port}" not in conns
     finally:
         p.terminate()
         p.wait(timeout=10)
@@ -210,11 +222,14 @@ def test_publish_out_loads_with_datasets(runner, stub_ledger, tmp_path, monkeypa
         ds = datasets.load_dataset("parquet", data_files=str(out / config / "*.parquet"), split="train")
         assert ds.num_rows == db[table].count, config
     card = (out / "README.md").read_text()
-    assert card.startswith("---\nconfigs:") and "config_name: requests" in card and "TTFT" in card
+    assert card.startswith("---\nconfigs:")
+    assert "config_name: requests" in card
+    assert "TTFT" in card
     assert "| variant | n | err | TTFT tax short % |" in card
     # the push path, up to the hub call
     r = runner.invoke(cli, ["publish", "--ledger", str(stub_ledger), "--repo", "me/evalkit-run"])
-    assert r.exit_code == 2 and "HF_TOKEN" in r.output
+    assert r.exit_code == 2
+    assert "HF_TOKEN" in r.output
     calls = []
 
     class FakeApi:
@@ -228,9 +243,11 @@ def test_publish_out_loads_with_datasets(runner, stub_ledger, tmp_path, monkeypa
 
     monkeypatch.setenv("HF_TOKEN", "hf_" + "x" * 30)
     url = pub.push(out, "me/evalkit-run", True, api=FakeApi())
-    assert url.endswith("me/evalkit-run") and calls[0] == ("create", "me/evalkit-run",
-                                                          {"repo_type": "dataset", "private": True, "exist_ok": True})
-    assert "README.md" in calls[1][2] and "requests" in calls[1][2]
+    assert url.endswith("me/evalkit-run")
+    assert (calls[0] == ("create", "me/evalkit-run",
+                                                          {"repo_type": "dataset", "private": True, "exist_ok": True}))
+    assert "README.md" in calls[1][2]
+    assert "requests" in calls[1][2]
 
 
 def test_publish_refuses_anything_that_looks_like_a_secret(runner, stub_ledger, tmp_path):
@@ -239,7 +256,9 @@ def test_publish_refuses_anything_that_looks_like_a_secret(runner, stub_ledger, 
     db["requests"].update(rid, {"text": "my key is sk-live-abcdefghijklmnopqrstuvwx"})
     out = tmp_path / "pub"
     r = runner.invoke(cli, ["publish", "--ledger", str(stub_ledger), "--out", str(out)])
-    assert r.exit_code == 2 and "looks like a secret" in r.output and "requests row" in r.output
+    assert r.exit_code == 2
+    assert "looks like a secret" in r.output
+    assert "requests row" in r.output
     assert not out.exists()  # nothing half written
 
 

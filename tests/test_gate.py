@@ -15,7 +15,9 @@ def test_check_passes_and_fails_with_one_line_per_failure(runner, stub_ledger, t
     ok = runner.invoke(cli, ["check", "--ledger", str(stub_ledger), "--threshold", "schema_pass=0.9",
                              "--max-error-rate", "0", "--target", "ttft_p99=5000"])
     assert ok.exit_code == 0, ok.output
-    assert "check run " in ok.output and "6 passed, 0 failed" in ok.output and "FAIL" not in ok.output
+    assert "check run " in ok.output
+    assert "6 passed, 0 failed" in ok.output
+    assert "FAIL" not in ok.output
 
     junit = tmp_path / "gate.xml"
     # the candidate stub answers in 25 ms, the baseline in 5 ms: a 15 ms TTFT p50 limit fails only the candidate
@@ -26,22 +28,30 @@ def test_check_passes_and_fails_with_one_line_per_failure(runner, stub_ledger, t
     assert any(x.startswith("FAIL cand: ttft p50") for x in fails)
     assert not any(x.startswith("FAIL base: ttft p50") for x in fails)
     assert any("formality_mae" in x for x in fails)
-    assert bad.output.strip().splitlines()[-1].startswith("Error: ") and "check(s) failed" in bad.output
+    assert bad.output.strip().splitlines()[-1].startswith("Error: ")
+    assert "check(s) failed" in bad.output
     suite = ET.parse(junit).getroot()
-    assert suite.tag == "testsuite" and int(suite.get("failures")) == len(fails)
-    assert int(suite.get("tests")) == 6 and len(suite.findall("testcase/failure")) == len(fails)
+    assert suite.tag == "testsuite"
+    assert int(suite.get("failures")) == len(fails)
+    assert int(suite.get("tests")) == 6
+    assert len(suite.findall("testcase/failure")) == len(fails)
 
 
 def test_drift_gate_and_usage_errors(runner, stub_ledger):
     r = runner.invoke(cli, ["check", "--ledger", str(stub_ledger), "--threshold", "drift_above_floor=0"])
     # identical stub outputs: drift − floor is 0 with a zero-width interval, which does not lie above 0
-    assert r.exit_code == 0 and "1 passed, 0 failed" in r.output, r.output
+    assert r.exit_code == 0, r.output
+    assert "1 passed, 0 failed" in r.output, r.output
     r = runner.invoke(cli, ["check", "--ledger", str(stub_ledger)])
-    assert r.exit_code == 2 and "at least one threshold" in r.output
+    assert r.exit_code == 2
+    assert "at least one threshold" in r.output
     r = runner.invoke(cli, ["check", "--ledger", str(stub_ledger), "--threshold", "schema_pass=2"])
-    assert r.exit_code == 2 and "schema_pass is a share" in r.output
+    assert r.exit_code == 2
+    assert "schema_pass is a share" in r.output
     r = runner.invoke(cli, ["check", "--ledger", str(stub_ledger), "--threshold", "nope=1"])
-    assert r.exit_code == 2 and "unknown name 'nope'" in r.output and "schema_pass" in r.output
+    assert r.exit_code == 2
+    assert "unknown name 'nope'" in r.output
+    assert "schema_pass" in r.output
 
 
 def test_the_old_check_flags_are_gone(runner, stub_ledger):

@@ -38,25 +38,33 @@ def test_plugin_is_registered(plugin_site, runner):
     assert "wordcount" in registry.available()
     assert "wordcount" not in registry.default_names()  # it declared default = False
     r = runner.invoke(cli, ["graders", "list"])
-    assert r.exit_code == 0 and "wordcount v1 (request)" in r.output and "schema v1 (request, default)" in r.output
-    assert "threshold wordcount_mean (max)" in r.output and "canned query longest_outputs" in r.output
+    assert r.exit_code == 0
+    assert "wordcount v1 (request)" in r.output
+    assert "schema v1 (request, default)" in r.output
+    assert "threshold wordcount_mean (max)" in r.output
+    assert "canned query longest_outputs" in r.output
 
 
 def test_plugin_grades_reach_report_html_datasette_and_card(plugin_site, runner, stub_ledger, tmp_path):
     r = runner.invoke(cli, ["grade", "--grader", "wordcount", "--ledger", str(stub_ledger)])
-    assert r.exit_code == 0 and "new grades" in r.output, r.output
+    assert r.exit_code == 0, r.output
+    assert "new grades" in r.output, r.output
     rep = json.loads(runner.invoke(cli, ["report", "--json", "--ledger", str(stub_ledger)]).output)
     assert "wordcount" in rep["graders"]
     row = next(x for x in rep["rows"] if x["variant"] == "base" and x["complexity"] == "all")
-    assert row["wordcount_mean"] > 0 and row["wordcount_short_pct"] is not None
+    assert row["wordcount_mean"] > 0
+    assert row["wordcount_short_pct"] is not None
     # a threshold in the gate, and a margin, with no line of evalkit naming the grader
     r = runner.invoke(cli, ["check", "--ledger", str(stub_ledger), "--threshold", "wordcount_mean=1"])
-    assert r.exit_code == 1 and "FAIL base: wordcount_mean" in r.output, r.output
+    assert r.exit_code == 1, r.output
+    assert "FAIL base: wordcount_mean" in r.output, r.output
     r = runner.invoke(cli, ["check", "--ledger", str(stub_ledger), "--threshold", "wordcount_mean=1000",
                             "--margins", "wordcount=5"])
-    assert r.exit_code == 0 and "3 passed" in r.output, r.output  # two thresholds, one margin (the candidate)
+    assert r.exit_code == 0, r.output
+    assert "3 passed" in r.output, r.output  # two thresholds, one margin (the candidate)
     md = runner.invoke(cli, ["report", "--markdown", "--ledger", str(stub_ledger)]).output
-    assert "| words |" in md and "≤120 words %" in md
+    assert "| words |" in md
+    assert "≤120 words %" in md
 
     html = tmp_path / "r.html"
     assert runner.invoke(cli, ["report", "--html", str(html), "--ledger", str(stub_ledger)]).exit_code == 0
@@ -75,10 +83,13 @@ def test_plugin_grades_reach_report_html_datasette_and_card(plugin_site, runner,
     p = browse(open_ledger(stub_ledger), stub_ledger, "127.0.0.1", port, meta_dir=tmp_path, wait=False)
     try:
         rows = wait_for_json(f"http://127.0.0.1:{port}/{stub_ledger.stem}/requests_joined.json?_shape=array&_size=50")
-        assert isinstance(rows, list) and rows and all("word_count" in x for x in rows)
+        assert isinstance(rows, list)
+        assert rows
+        assert all("word_count" in x for x in rows)
         assert any(x["word_count"] for x in rows if x["is_warmup"] == 0)
         longest = wait_for_json(f"http://127.0.0.1:{port}/{stub_ledger.stem}/longest_outputs.json?_shape=array")
-        assert longest and longest[0]["word_count"] == max(x["word_count"] for x in rows if x["is_warmup"] == 0)
+        assert longest
+        assert longest[0]["word_count"] == max(x["word_count"] for x in rows if x["is_warmup"] == 0)
     finally:
         p.terminate()
         p.wait(timeout=10)

@@ -18,19 +18,23 @@ GOOD_EMAIL = {"subject": "Backend role at Ledgerly", "body": "Dear Priya, " + "I
 
 def test_valid_output_passes():
     s = SchemaGrader().grade(_item(json.dumps(GOOD_EMAIL)))
-    assert s.value == 1.0 and s.passed and s.detail["errors"] == []
+    assert s.value == 1.0
+    assert s.passed
+    assert s.detail["errors"] == []
 
 
 def test_truncated_output_names_the_cause():
     s = SchemaGrader().grade(_item('{"subject": "Hi", "body": "Dear', finish="length"))
-    assert not s.passed and s.value == 0.0
+    assert not s.passed
+    assert s.value == 0.0
     assert s.explanation.startswith("truncated at max_tokens")
     assert s.detail["finish_reason"] == "length"
 
 
 def test_not_json():
     s = SchemaGrader().grade(_item("Sure! Dear hiring manager"))
-    assert not s.passed and s.explanation.startswith("not valid JSON")
+    assert not s.passed
+    assert s.explanation.startswith("not valid JSON")
 
 
 def test_failing_path_is_named():
@@ -47,7 +51,8 @@ def test_profile_schema_array_bounds():
     out = {"headline": "Data engineer for the NSO", "summary": "Five years of governed pipelines. " * 3,
            "skills": ["SQL"] * 7}
     s = SchemaGrader().grade(_item(json.dumps(out), task="profile_rewrite"))
-    assert not s.passed and s.detail["errors"][0]["path"] == "/skills"
+    assert not s.passed
+    assert s.detail["errors"][0]["path"] == "/skills"
 
 
 def test_unknown_grader_is_a_usage_error():

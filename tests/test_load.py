@@ -43,7 +43,8 @@ def test_rate_is_open_loop_requests_overlap_with_a_slow_server(runner, endpoint_
     # TTFT 200 ms at 20 req/s: a closed loop of one would send 5/s; an open loop keeps 20/s and overlaps.
     with StubServer(StubConfig(ttft_ms=200, itl_ms=1, max_chunks=4)) as s:
         rows = _open_loop_run(runner, endpoint_matrix, ledger_path, s, "--rate", "20", "--arrival-seed", "3")
-    assert len(rows) == 30 and all(r["error_class"] is None for r in rows)
+    assert len(rows) == 30
+    assert all(r["error_class"] is None for r in rows)
     expected = [x * 1000 for x in arrival_offsets(30, 20.0, "poisson", arrival_seed=3)]
     got = [r["scheduled_ms"] - rows[0]["scheduled_ms"] for r in rows]
     assert got == pytest.approx(expected, abs=0.01)  # the stored schedule is the seeded one
@@ -55,10 +56,13 @@ def test_rate_is_open_loop_requests_overlap_with_a_slow_server(runner, endpoint_
     assert all(r["client_wait_ms"] is not None and r["ttft_from_schedule_ms"] >= r["ttft_ms"] for r in rows)
     rep = json.loads(runner.invoke(cli, ["report", "--json", "--ledger", str(ledger_path)]).output)
     (arr,) = rep["arrivals"]
-    assert arr["requested_rps"] == 20 and arr["max_concurrency"] is None and arr["max_in_flight"] > 1
+    assert arr["requested_rps"] == 20
+    assert arr["max_concurrency"] is None
+    assert arr["max_in_flight"] > 1
     assert arr["warning"] is None
     out = runner.invoke(cli, ["report", "--ledger", str(ledger_path)]).output
-    assert "poisson at 20/s requested" in out and "(uncapped)" in out
+    assert "poisson at 20/s requested" in out
+    assert "(uncapped)" in out
 
 
 def test_max_concurrency_caps_in_flight_and_records_the_wait(runner, endpoint_matrix, ledger_path):
@@ -69,9 +73,12 @@ def test_max_concurrency_caps_in_flight_and_records_the_wait(runner, endpoint_ma
     assert max(r["client_wait_ms"] for r in rows) > 100  # the cap held requests back, and it shows
     rep = json.loads(runner.invoke(cli, ["report", "--json", "--ledger", str(ledger_path)]).output)
     (arr,) = rep["arrivals"]
-    assert arr["max_in_flight"] == 2 and arr["warning"] and "fell behind" in arr["warning"]
+    assert arr["max_in_flight"] == 2
+    assert arr["warning"]
+    assert "fell behind" in arr["warning"]
     row = next(x for x in rep["rows"] if x["complexity"] == "all")
-    assert row["ttft_sched_p99_ms"] > row["ttft_p99_ms"] + 100 and row["client_wait_p99_ms"] > 100
+    assert row["ttft_sched_p99_ms"] > row["ttft_p99_ms"] + 100
+    assert row["client_wait_p99_ms"] > 100
 
 
 @pytest.mark.parametrize("args, expected", [
@@ -82,7 +89,9 @@ def test_max_concurrency_caps_in_flight_and_records_the_wait(runner, endpoint_ma
 ])
 def test_open_loop_flags_that_contradict_exit_2(runner, args, expected, tmp_path):
     r = runner.invoke(cli, ["run", "--ledger", str(tmp_path / "l.db"), *args])
-    assert r.exit_code == 2 and expected in r.output and "Traceback" not in r.output, r.output
+    assert r.exit_code == 2, r.output
+    assert expected in r.output, r.output
+    assert "Traceback" not in r.output, r.output
     assert not (tmp_path / "l.db").exists()
 
 
@@ -114,7 +123,8 @@ def test_sweep_stops_when_kv_cache_fills(runner, endpoint_matrix, ledger_path):
     assert levels == {"c=1", "c=2", "c=4", "c=8"}
     rep = json.loads(runner.invoke(cli, ["report", "--json", "--ledger", str(ledger_path)]).output)
     cap = rep["findings"]["capacity"][0]
-    assert cap["measured_saturation_concurrency"] == 8 and cap["max_concurrency_tested"] == 8
+    assert cap["measured_saturation_concurrency"] == 8
+    assert cap["max_concurrency_tested"] == 8
 
 
 def test_stop_kv_moves_the_saturation_point(runner, endpoint_matrix, ledger_path):
@@ -129,7 +139,8 @@ def test_stop_kv_moves_the_saturation_point(runner, endpoint_matrix, ledger_path
 
 def test_sweep_stops_on_preemptions_and_attributes_them(runner, endpoint_matrix, ledger_path):
     r = _sweep(runner, endpoint_matrix, ledger_path, StubConfig(ttft_ms=60, itl_ms=2, preempt_over=2))
-    assert "saturated at concurrency 4:" in r.output and "preemptions observed" in r.output
+    assert "saturated at concurrency 4:" in r.output
+    assert "preemptions observed" in r.output
     rows = list(Database(ledger_path)["requests"].rows_where("is_warmup = 0 and level = 'c=4'"))
     assert sum(x["srv_preemptions"] or 0 for x in rows) > 0  # carried by the requests that lived through them
     assert all((x["srv_preemptions"] or 0) == 0

@@ -66,5 +66,6 @@ def test_bad_matrix_names_line_and_field(tmp_path: Path, text: str, expected: st
     with pytest.raises(MatrixError) as e:
         load_matrix(p)
     msg = str(e.value)
-    assert msg.startswith(str(p)) and expected in msg, msg
+    assert msg.startswith(str(p)), msg
+    assert expected in msg, msg
     assert "\n" not in msg

@@ -42,7 +42,8 @@ def rules(text: str, c=None) -> dict:
 
 def test_a_good_outreach_email_passes_every_rule():
     s = PersonaGrader().grade(GradedRequest(1, "v", email(GOOD), "stop", case()))
-    assert s.passed and s.value == 1.0, s.explanation
+    assert s.passed, s.explanation
+    assert s.value == 1.0, s.explanation
     assert set(s.detail["rules"]) == {"mentions_company", "mentions_role", "mentions_skills", "no_invented_facts",
                                       "outreach_length", "one_call_to_action"}
 
@@ -67,7 +68,9 @@ def test_each_rule_fails_on_a_hand_written_bad_output(rule: str, bad_body: str):
 def test_invented_facts_are_named():
     r = rules(email(GOOD + " I also led 45 engineers at Google from 2012."))
     why = r["no_invented_facts"]["why"]
-    assert "year 2012" in why and "number 45" in why and "Google" in why
+    assert "year 2012" in why
+    assert "number 45" in why
+    assert "Google" in why
     # facts that ARE in the prompt do not count as invented
     ok = rules(email(GOOD + " I cut p99 latency from 850 ms to 210 ms and hold a BSc Computer Science."))
     assert ok["no_invented_facts"]["passed"], ok["no_invented_facts"]
@@ -79,11 +82,13 @@ def test_salutation_and_sign_off_apply_only_to_formal_personas():
                  "Senior Data Engineer role at the National Statistics Office. Would you consider my SQL work?",
                  sign_off="Yours faithfully, Daniel Okafor")
     r = rules(good, formal)
-    assert r["salutation"]["passed"] and r["sign_off"]["passed"]
+    assert r["salutation"]["passed"]
+    assert r["sign_off"]["passed"]
     bad = email("Hey team! Daniel here, data engineer, keen on the Senior Data Engineer role at the National "
                 "Statistics Office. SQL is my thing. Chat?", sign_off="Cheers")
     r = rules(bad, formal)
-    assert not r["salutation"]["passed"] and not r["sign_off"]["passed"]
+    assert not r["salutation"]["passed"]
+    assert not r["sign_off"]["passed"]
     assert "salutation" not in rules(email(GOOD))  # the fintech manager gets no formal-letter rules
 
 
@@ -93,8 +98,10 @@ def test_profile_rewrite_gets_no_outreach_rules():
                       "summary": "Seven years of Python, Go and PostgreSQL on payment systems.",
                       "skills": ["Python", "Go"]})
     r = rules(out, c)
-    assert "one_call_to_action" not in r and "outreach_length" not in r
-    assert r["mentions_company"]["passed"] and r["mentions_skills"]["passed"]
+    assert "one_call_to_action" not in r
+    assert "outreach_length" not in r
+    assert r["mentions_company"]["passed"]
+    assert r["mentions_skills"]["passed"]
 
 
 def test_persona_similarity_is_a_soft_signal():
@@ -104,7 +111,8 @@ def test_persona_similarity_is_a_soft_signal():
     items = [GradedRequest(1, "v", email(GOOD), "stop", case())]
     s = g.grade_batch(items)[0]
     assert 0 < s.detail["persona_similarity"] <= 1
-    assert "persona similarity" in s.explanation and s.value == 1.0  # not part of the score
+    assert "persona similarity" in s.explanation
+    assert s.value == 1.0  # not part of the score
 
 
 @pytest.mark.parametrize("yaml_text, expected", [
@@ -119,7 +127,8 @@ def test_bad_persona_rubric_names_file_line_and_field(tmp_path: Path, yaml_text:
     p.write_text(yaml_text)
     with pytest.raises(RubricError) as e:
         load_yaml_model(p, PersonaRubric)
-    assert str(e.value).startswith(str(p)) and expected in str(e.value), str(e.value)
+    assert str(e.value).startswith(str(p)), str(e.value)
+    assert expected in str(e.value), str(e.value)
 
 
 def test_formality_grade_has_level_error_and_markers():
@@ -127,7 +136,8 @@ def test_formality_grade_has_level_error_and_markers():
     casual = email("hey priya!! gonna keep it short lol, i'm super into ledgerly's payments stuff. wanna chat? 🙂",
                    sign_off="cheers")
     s = FormalityGrader().grade(GradedRequest(1, "v", casual, "stop", c))
-    assert s.detail["predicted"] == 1 and s.detail["requested"] == c.formality
+    assert s.detail["predicted"] == 1
+    assert s.detail["requested"] == c.formality
     assert s.detail["error"] == 1 - c.formality
     assert any("contractions" in m for m in s.detail["markers"])
     assert any("informal markers" in m for m in s.detail["markers"])
@@ -141,11 +151,13 @@ def test_formality_with_both_estimators_flags_disagreement():
 
     g = FormalityGrader(embed=embed)
     s = g.grade(GradedRequest(1, "v", email(GOOD), "stop", case()))
-    assert s.detail["embed_level"] in range(1, 6) and len(s.detail["embed_probs"]) == 5
+    assert s.detail["embed_level"] in range(1, 6)
+    assert len(s.detail["embed_probs"]) == 5
     assert s.detail["estimators_disagree"] == (abs(s.detail["embed_level"] - s.detail["predicted"]) >= 2)
     summary = FormalityGrader.aggregate.summarise([{"value": 3.0, "passed": True, "case_id": "a", "detail": {
         "predicted": 3, "requested": 3, "error": 0, "embed_level": 5}}], None)
-    assert summary["formality_disagree_n"] == 1 and summary["formality_agree_pct"] == 0.0
+    assert summary["formality_disagree_n"] == 1
+    assert summary["formality_agree_pct"] == 0.0
 
 
 # Held-out figures on rubrics/formality_test.jsonl (130 texts never used for fitting); pinned, so a
@@ -158,12 +170,16 @@ def test_formality_test_file_figures_are_pinned(runner):
     assert r["file"].endswith("formality_test.jsonl")
     for est, (exact, within1) in TEST_FLOOR.items():
         assert r[est]["n"] == 130
-        assert r[est]["exact_accuracy"] >= exact and r[est]["within_1_accuracy"] >= within1, (est, r[est])
+        assert r[est]["exact_accuracy"] >= exact, (est, r[est])
+        assert r[est]["within_1_accuracy"] >= within1, (est, r[est])
     out = runner.invoke(cli, ["graders", "calibrate"])
-    assert out.exit_code == 0 and "markers: n=130" in out.output and "embeddings: n=130" in out.output
+    assert out.exit_code == 0
+    assert "markers: n=130" in out.output
+    assert "embeddings: n=130" in out.output
     assert "agree on" in out.output
     js = json.loads(runner.invoke(cli, ["graders", "calibrate", "--json"]).output)
-    assert len(js["embeddings"]["confusion"]) == 5 and len(js["markers"]["recall_by_level"]) == 5
+    assert len(js["embeddings"]["confusion"]) == 5
+    assert len(js["markers"]["recall_by_level"]) == 5
 
 
 def test_formality_fit_uses_the_tune_file_only():
@@ -179,39 +195,47 @@ def test_formality_fit_uses_the_tune_file_only():
     d = rubrics_dir()
     tune, test = read_labelled(d / "formality_tune.jsonl"), read_labelled(d / "formality_test.jsonl")
     everything = read_labelled(d / "formality_labelled.jsonl")
-    assert len(everything) >= 300 and len(tune) + len(test) == len(everything)
+    assert len(everything) >= 300
+    assert len(tune) + len(test) == len(everything)
     assert not {r["text"] for r in tune} & {r["text"] for r in test}
     assert {r.get("genre") for r in everything} >= {"email", "headline", "summary", "note"}
-    assert any(r["source"].startswith("model:") for r in test) and any(r["source"].startswith("model:") for r in tune)
+    assert any(r["source"].startswith("model:") for r in test)
+    assert any(r["source"].startswith("model:") for r in tune)
     lexicon = json.loads((d / "formality_lexicon.json").read_text())
     assert {k: v for k, v in lexicon.items() if k != "tune_sha256"} == derive_lexicon(tune)
     in_tune = {pos: set().union(*(terms(r["text"])[pos] for r in tune)) for pos in ("body", "opening", "closing")}
     only_test = [(pos, m) for pos in in_tune for m in lexicon[pos] if m not in in_tune[pos]]
     assert not only_test
     r = subprocess.run([sys.executable, str(d / "fit_formality.py"), "check"], capture_output=True, text=True)
-    assert r.returncode == 0 and "up to date" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "up to date" in r.stdout, r.stdout + r.stderr
 
 
 def test_calibrate_bad_file_is_a_usage_error(runner, write):
     p = write("lab.jsonl", '{"text": "hi", "level": 3}\n{"text": "x", "level": 9}\n')
     r = runner.invoke(cli, ["graders", "calibrate", "--file", str(p)])
-    assert r.exit_code == 2 and f"{p}:2: field 'level'" in r.output
+    assert r.exit_code == 2
+    assert f"{p}:2: field 'level'" in r.output
 
 
 def test_rubrics_validate(runner, tmp_path: Path):
     r = runner.invoke(cli, ["rubrics", "validate"])
-    assert r.exit_code == 0 and "outreach_email" in r.output and "mentions_company" in r.output
+    assert r.exit_code == 0
+    assert "outreach_email" in r.output
+    assert "mentions_company" in r.output
     d = tmp_path / "rub"
     (d / "schemas").mkdir(parents=True)
     (d / "persona.yaml").write_text("version: 1\nrules:\n  nope: {}\n")
     (d / "formality.yaml").write_text((Path(load_persona_rubric.__code__.co_filename).parents[2] / "rubrics"
                                        / "formality.yaml").read_text())
     r = runner.invoke(cli, ["rubrics", "validate", "--dir", str(d)])
-    assert r.exit_code == 2 and "unknown rule(s) nope" in r.output
+    assert r.exit_code == 2
+    assert "unknown rule(s) nope" in r.output
     (d / "persona.yaml").write_text("version: 1\nrules: {}\n")
     (d / "schemas" / "x.schema.json").write_text('{"type": "objekt"}')
     r = runner.invoke(cli, ["rubrics", "validate", "--dir", str(d)])
-    assert r.exit_code == 2 and "invalid JSON Schema" in r.output
+    assert r.exit_code == 2
+    assert "invalid JSON Schema" in r.output
 
 
 def test_rouge_and_field_diff_known_answers():
@@ -219,7 +243,9 @@ def test_rouge_and_field_diff_known_answers():
     assert rouge_l("a b c d", "e f g h") == 0.0
     assert rouge_l("the cat sat", "the cat sat down") == pytest.approx(2 * 1 * 0.75 / 1.75)
     d = field_diff('{"a": "x y", "b": "z"}', '{"a": "x y", "c": "z"}')
-    assert d["same_keys"] is False and d["fields"]["a"]["equal"] and not d["fields"]["b"]["equal"]
+    assert d["same_keys"] is False
+    assert d["fields"]["a"]["equal"]
+    assert not d["fields"]["b"]["equal"]
     assert field_diff("not json", "{}") is None
 
 
@@ -234,22 +260,27 @@ def test_drift_grader_pairs_reference_floor_and_candidate():
     out = g.grade_outputs(items, {1: 0, 2: 1, 3: 0}, "bf16")
     # the reference is the baseline under the other seed (repeat 1); both pairs differ by one seed
     assert out[2].detail["kind"] == "reference"
-    assert out[1].detail["kind"] == "noise_floor" and out[1].value == pytest.approx(0.8)
-    assert out[3].detail["kind"] == "drift" and out[3].value == pytest.approx(0.6)
+    assert out[1].detail["kind"] == "noise_floor"
+    assert out[1].value == pytest.approx(0.8)
+    assert out[3].detail["kind"] == "drift"
+    assert out[3].value == pytest.approx(0.6)
     assert out[3].detail["against_request_id"] == 2 == out[1].detail["against_request_id"]
     # with one baseline pass, the reference is repeat 0 and there is no floor
     solo = g.grade_outputs([items[0], items[2]], {1: 0, 3: 0}, "bf16")
-    assert solo[1].detail["kind"] == "reference" and solo[3].detail["drift"] == pytest.approx(1.0)
+    assert solo[1].detail["kind"] == "reference"
+    assert solo[3].detail["drift"] == pytest.approx(1.0)
 
 
 def test_bootstrap_ci_and_verdict_on_known_data():
     shifted = [0.2 + 0.01 * ((i % 5) - 2) for i in range(40)]  # mean 0.2, tiny spread
     ci = bootstrap_ci(shifted)
-    assert ci[0] > 0.18 and ci[1] < 0.22
+    assert ci[0] > 0.18
+    assert ci[1] < 0.22
     assert verdict(ci, "above", "below") == "above"
     centred = [(-1) ** i * 0.1 for i in range(40)]  # mean 0
     ci0 = bootstrap_ci(centred)
-    assert ci0[0] < 0 < ci0[1] and verdict(ci0, "above", "below") == "within noise"
+    assert ci0[0] < 0 < ci0[1]
+    assert verdict(ci0, "above", "below") == "within noise"
     assert verdict(bootstrap_ci([-0.3] * 10 + [-0.31] * 10), "above", "below") == "below"
     assert bootstrap_ci(shifted) == ci  # seeded: reproducible
     assert bootstrap_ci([1.0]) is None
@@ -267,7 +298,9 @@ def test_full_grading_on_a_stub_run_with_noise_floor(runner, stub_pair, endpoint
         got = {g["request_id"] for g in db["grades"].rows_where("grader = ?", [grader])}
         assert got == {x["id"] for x in measured}, grader
     kinds = [json.loads(g["detail_json"])["kind"] for g in db["grades"].rows_where("grader = 'drift'")]
-    assert kinds.count("reference") == 6 and kinds.count("noise_floor") == 6 and kinds.count("drift") == 6
+    assert kinds.count("reference") == 6
+    assert kinds.count("noise_floor") == 6
+    assert kinds.count("drift") == 6
     rep = json.loads(runner.invoke(cli, ["report", "--ledger", str(ledger_path), "--json"]).output)
     cand = next(x for x in rep["rows"] if x["variant"] == "cand" and x["complexity"] == "all")
     # the stubs answer identically: no drift, no floor, and the verdict says there is no floor to measure
@@ -285,7 +318,8 @@ def test_full_grading_on_a_stub_run_with_noise_floor(runner, stub_pair, endpoint
     before = db["grades"].count
     db.execute("update grades set grader_version = '0' where grader = 'formality'")
     r = runner.invoke(cli, ["grade", "--ledger", str(ledger_path), "--grader", "formality"])
-    assert "18 new grades" in r.output and db["grades"].count == before + 18
+    assert "18 new grades" in r.output
+    assert db["grades"].count == before + 18
 
 
 def test_llm_judge_grades_with_parsed_score_and_raw_answer(runner, stub, endpoint_matrix, ledger_path):
@@ -296,9 +330,11 @@ def test_llm_judge_grades_with_parsed_score_and_raw_answer(runner, stub, endpoin
     assert r.exit_code == 0, r.output
     db = Database(ledger_path)
     g = list(db["grades"].rows_where("grader = 'judge'"))
-    assert len(g) == 2 and all(x["value"] == 4.0 and x["passed"] == 1 for x in g)
+    assert len(g) == 2
+    assert all(x["value"] == 4.0 and x["passed"] == 1 for x in g)
     crit = json.loads(g[0]["detail_json"])["criteria"]
-    assert set(crit) == {"persona_fit", "faithfulness"} and crit["faithfulness"]["raw"].startswith("Score: 4")
+    assert set(crit) == {"persona_fit", "faithfulness"}
+    assert crit["faithfulness"]["raw"].startswith("Score: 4")
 
 
 def test_unseen_persona_and_candidate_are_graded_from_the_requested_formality(runner, stub, tmp_path, write):
@@ -315,12 +351,15 @@ def test_unseen_persona_and_candidate_are_graded_from_the_requested_formality(ru
     data = write("mine.jsonl", "\n".join(rows) + "\n")
     formal = email("Dear Procurement Lead, I write regarding the data engineer role.", sign_off="Kind regards, Sam")
     c5 = load_cases(data)[1]
-    assert c5.persona == "procurement_lead" and c5.formality == 5
+    assert c5.persona == "procurement_lead"
+    assert c5.formality == 5
     r = rules(formal, c5)
-    assert r["salutation"]["passed"] and r["sign_off"]["passed"]
+    assert r["salutation"]["passed"]
+    assert r["sign_off"]["passed"]
     casual = email("Hey! Sam here, keen on the data role.", sign_off="Cheers")
     r = rules(casual, c5)
-    assert not r["salutation"]["passed"] and not r["sign_off"]["passed"]
+    assert not r["salutation"]["passed"]
+    assert not r["sign_off"]["passed"]
     assert "salutation" not in rules(casual, load_cases(data)[0])  # formality 2: no formal-letter rules
 
     m = write("m.yaml", f"name: mine\nbaseline: a\ngeneration:\n  warmup: 0\n  baseline_repeats: 1\nvariants:\n  - name: a\n"
@@ -344,11 +383,14 @@ def test_persona_rules_measured_against_labelled_outputs(runner):
     rules = r["rules"]
     assert set(rules) >= {"mentions_company", "mentions_role", "mentions_skills", "no_invented_facts",
                           "one_call_to_action", "salutation", "sign_off"}
-    assert rules["no_invented_facts"]["fail_precision"] >= 0.78 and rules["no_invented_facts"]["fail_recall"] >= 0.81
+    assert rules["no_invented_facts"]["fail_precision"] >= 0.78
+    assert rules["no_invented_facts"]["fail_recall"] >= 0.81
     assert rules["one_call_to_action"]["accuracy"] >= 0.89
     assert all(x["accuracy"] >= 0.88 for x in rules.values())
     out = runner.invoke(cli, ["graders", "calibrate", "--grader", "persona"])
-    assert out.exit_code == 0 and "no_invented_facts: n=" in out.output and "precision" in out.output
+    assert out.exit_code == 0
+    assert "no_invented_facts: n=" in out.output
+    assert "precision" in out.output
 
 
 def test_onnx_embeddings_match_torch_on_the_calibration_texts():

@@ -26,23 +26,28 @@ def test_parses_real_vllm_exposition():
     samples = parse_prometheus(FIXTURE.read_text())
     snap = snapshot(samples)
     assert 0 <= snap["kv_cache_usage_perc"] <= 1
-    assert snap["num_requests_running"] == 1.0 and snap["num_requests_waiting"] == 0.0
+    assert snap["num_requests_running"] == 1.0
+    assert snap["num_requests_waiting"] == 0.0
     assert snap["num_preemptions_total"] == 0.0
-    assert snap["prompt_tokens_total"] == 10110.0 and snap["generation_tokens_total"] == 1146.0
+    assert snap["prompt_tokens_total"] == 10110.0
+    assert snap["generation_tokens_total"] == 1146.0
     assert snap['request_success_total{finished_reason="stop"}'] == 9.0
     n = snap["time_to_first_token_seconds_count"]
     b = buckets_of(snap, "time_to_first_token_seconds")
-    assert b[math.inf] == n and len(b) > 10
+    assert b[math.inf] == n
+    assert len(b) > 10
     assert not any(k.endswith("_created") for k in snap)
     cfg = engine_config(samples)
-    assert cfg["block_size"] == "128" and cfg["enable_prefix_caching"] == "True"
+    assert cfg["block_size"] == "128"
+    assert cfg["enable_prefix_caching"] == "True"
 
 
 def test_label_values_with_escapes_and_special_values():
     text = ('x_info{a="say \\"hi\\"",b="c,d"} 1\n# HELP y y\ny NaN\nz{le="+Inf"} +Inf\nbad line here\n')
     s = parse_prometheus(text)
     assert dict(s[0].labels) == {"a": 'say "hi"', "b": "c,d"}
-    assert math.isnan(s[1].value) and s[2].value == math.inf
+    assert math.isnan(s[1].value)
+    assert s[2].value == math.inf
     assert len(s) == 3
 
 
@@ -78,14 +83,16 @@ def test_attribution_from_histogram_deltas():
                  num_preemptions_total=3)
     a = attribute(before, after, "histogram_delta", 0.4)
     assert a["srv_method"] == "histogram_delta"
-    assert a["srv_queue_ms"] == pytest.approx(50.0) and a["srv_prefill_ms"] == pytest.approx(900.0)
-    assert a["srv_preemptions"] == 2 and a["srv_kv_cache_usage_start"] == 0.25
+    assert a["srv_queue_ms"] == pytest.approx(50.0)
+    assert a["srv_prefill_ms"] == pytest.approx(900.0)
+    assert a["srv_preemptions"] == 2
+    assert a["srv_kv_cache_usage_start"] == 0.25
     assert a["srv_kv_cache_usage_peak"] == 0.4
     assert a["srv_decode_ms"] is None  # not exposed: unknown, not zero
 
 
 def _run(runner, matrix: Path, ledger: Path, *args: str):
-    r = runner.invoke(cli, ["run", "--matrix", str(matrix), "--ledger", str(ledger), "-q", *args])
+    r = runner.invoke(cli, ["run", "--no-grade", "--matrix", str(matrix), "--ledger", str(ledger), "-q", *args])
     assert r.exit_code == 0, r.output
     return Database(ledger)
 
@@ -104,7 +111,8 @@ def test_sequential_run_attributes_server_phases_per_request(runner, endpoint_ma
     series = {x["series"] for x in db["server_samples"].rows}
     assert {"kv_cache_usage_perc", "num_requests_running", "e2e_request_latency_seconds_count"} <= series
     v = next(db["variants"].rows)
-    assert v["metrics_available"] == "yes" and json.loads(v["cache_config_json"])["num_gpu_blocks"] == "1024"
+    assert v["metrics_available"] == "yes"
+    assert json.loads(v["cache_config_json"])["num_gpu_blocks"] == "1024"
 
 
 def test_concurrency_mode_uses_window_attribution(runner, endpoint_matrix, ledger_path):
@@ -112,7 +120,8 @@ def test_concurrency_mode_uses_window_attribution(runner, endpoint_matrix, ledge
         m = endpoint_matrix(s.base_url, extra="telemetry:\n  interval_s: 0.02\n")
         db = _run(runner, m, ledger_path, "--limit", "12", "--concurrency", "6")
     rows = list(db["requests"].rows_where("is_warmup = 0"))
-    assert len(rows) == 12 and {r["concurrency"] for r in rows} == {6}
+    assert len(rows) == 12
+    assert {r["concurrency"] for r in rows} == {6}
     assert {r["srv_method"] for r in rows} == {"window"}
     # with 6 in flight, the stub's running gauge must have been seen above 1
     assert max(r["srv_kv_cache_usage_peak"] or 0 for r in rows) > 1 / 64
@@ -131,11 +140,13 @@ def test_failed_scrapes_leave_a_gap_not_an_end(runner, endpoint_matrix, ledger_p
     assert r.exit_code == 0, r.output
     db = Database(ledger_path)
     v = next(db["variants"].rows)
-    assert v["scrape_errors"] >= 2 and v["scrape_last_error"] == "HTTP 500"
+    assert v["scrape_errors"] >= 2
+    assert v["scrape_last_error"] == "HTTP 500"
     assert v["scrape_errors"] <= scrapes // 3 + 1
     assert f"{v['scrape_errors']} scrape(s) failed (last: HTTP 500)" in r.output
     rows = list(db["requests"].rows_where("is_warmup = 0"))
-    assert len(rows) == 6 and all(x["srv_scrapes"] >= 1 for x in rows)
+    assert len(rows) == 6
+    assert all(x["srv_scrapes"] >= 1 for x in rows)
     assert max(x["srv_kv_cache_usage_peak"] for x in rows) > 1 / 64  # sampled while 3 ran
 
 
@@ -155,7 +166,7 @@ def test_rate_mode_poisson_arrivals_are_seeded(runner, endpoint_matrix, tmp_path
 def test_sweep_stops_at_slo_breach(runner, endpoint_matrix, ledger_path):
     # TTFT is 30 ms, so an SLO of 10 ms is breached at the first level: the sweep stops there.
     with StubServer(StubConfig(ttft_ms=30, itl_ms=0)) as s:
-        r = runner.invoke(cli, ["run", "--matrix", str(endpoint_matrix(s.base_url)), "--ledger", str(ledger_path),
+        r = runner.invoke(cli, ["run", "--no-grade", "--matrix", str(endpoint_matrix(s.base_url)), "--ledger", str(ledger_path),
                                 "-q", "--limit", "3", "--sweep", "1,2,4", "--slo", "ttft=10"])
     assert r.exit_code == 0, r.output
     assert "saturated at concurrency 1: ttft p99" in r.output
@@ -207,4 +218,5 @@ def test_goodput_in_report(runner, endpoint_matrix, ledger_path):
 def test_conflicting_or_bad_load_flags_exit_2(runner, args, expected, tmp_path):
     r = runner.invoke(cli, ["run", "--ledger", str(tmp_path / "l.db"), *args])
     assert r.exit_code == 2, r.output
-    assert expected in r.output and "Traceback" not in r.output
+    assert expected in r.output
+    assert "Traceback" not in r.output

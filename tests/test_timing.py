@@ -21,7 +21,8 @@ def test_definitions_on_recorded_offsets():
     assert timing.tpot_ms(1100.0, 900.0, 5) == pytest.approx(50.0)
     assert timing.tpot_ms(1100.0, 900.0, 1) is None
     assert timing.output_tps(2000.0, 100) == pytest.approx(50.0)
-    assert timing.ttft_ms([]) is None and timing.itl_mean_ms([900.0]) is None
+    assert timing.ttft_ms([]) is None
+    assert timing.itl_mean_ms([900.0]) is None
 
 
 def _run(cfg: StubConfig, **kw) -> object:
@@ -38,7 +39,8 @@ def _run(cfg: StubConfig, **kw) -> object:
 def test_ttft_skips_the_role_only_first_chunk():
     # The stub sends {"role": "assistant", "content": ""} at once, then waits ttft_ms.
     r = _run(StubConfig(ttft_ms=200, itl_ms=1))
-    assert r.ok and r.ttft_ms is not None
+    assert r.ok
+    assert r.ttft_ms is not None
     assert r.ttft_ms >= 195, r.ttft_ms  # not the ~1 ms of the role-only chunk
     assert r.e2e_ms >= r.ttft_ms
     assert r.n_chunks > len(r.chunk_offsets_ms)  # role + finish + usage chunks carry no content
@@ -58,7 +60,8 @@ def test_structured_output_payload_and_reply():
     schema = {"type": "object", "properties": {"a": {"type": "string", "minLength": 3}}, "required": ["a"]}
     payload = build_payload("m", [], max_tokens=8, temperature=0, seed=None, schema_name="x", schema=schema)
     assert payload["response_format"]["json_schema"] == {"name": "x", "schema": schema, "strict": True}
-    assert payload["stream_options"] == {"include_usage": True} and "seed" not in payload
+    assert payload["stream_options"] == {"include_usage": True}
+    assert "seed" not in payload
     import json
 
     r = _run(StubConfig(ttft_ms=1, itl_ms=0), schema_name="x", schema=schema)

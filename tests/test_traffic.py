@@ -40,7 +40,8 @@ needs_tokenizer = pytest.mark.skipif(not quant_env_ready(), reason="the bundled 
                                               ("evalkit_sample.jsonl", "evalkit", 12)])
 def test_the_shipped_sample_traces_load(name, fmt, rows):
     got = load_trace(TRACES / name, fmt)
-    assert len(got) == rows and got[0].offset_s == 0
+    assert len(got) == rows
+    assert got[0].offset_s == 0
     assert all(b.offset_s >= a.offset_s for a, b in zip(got, got[1:], strict=False))
 
 
@@ -75,17 +76,21 @@ def test_bad_traces_are_one_line_with_file_and_line_exit_2(runner, endpoint_matr
     r = runner.invoke(cli, ["run", "--matrix", str(endpoint_matrix(stub.base_url)), "--trace", str(trace),
                             "--trace-format", fmt, "--ledger", str(ledger), "-q"])
     assert r.exit_code == 2, r.output
-    assert message in r.output and str(trace) in r.output and len(r.output.strip().splitlines()) == 1
+    assert message in r.output
+    assert str(trace) in r.output
+    assert len(r.output.strip().splitlines()) == 1
     assert not ledger.exists()
 
 
 def test_unknown_format_and_wrong_tool_files_are_usage_errors(runner, endpoint_matrix, stub, tmp_path):
     r = runner.invoke(cli, ["run", "--matrix", str(endpoint_matrix(stub.base_url)), "--trace",
                             str(TRACES / "mooncake_sample.jsonl"), "--trace-format", "sharegpt", "-q"])
-    assert r.exit_code == 2 and "--trace-format" in r.output
+    assert r.exit_code == 2
+    assert "--trace-format" in r.output
     r = runner.invoke(cli, ["import", "aiperf", str(FIXTURES / "guidellm_0.8.1_stub.json"), "--ledger",
                             str(tmp_path / "l.db")])
-    assert r.exit_code == 2 and "not an AIPerf profile_export.jsonl record" in r.output
+    assert r.exit_code == 2
+    assert "not an AIPerf profile_export.jsonl record" in r.output
 
 
 @needs_tokenizer
@@ -99,10 +104,12 @@ def test_prompts_are_exactly_the_recorded_length_by_the_tokenizer():
 
     tok, _ = tokenizer_for(load_matrix("default"))
     rows = load_trace(TRACES / "azure_sample.csv", "azure", 8)
-    assert "tokenizer" in label and len(cases) == 8
+    assert "tokenizer" in label
+    assert len(cases) == 8
     for c, r in zip(cases, rows, strict=True):
         assert _count(tok, c.messages[0].content) == r.input_tokens  # chat template included
-        assert c.max_tokens == r.output_tokens and c.task == "trace"
+        assert c.max_tokens == r.output_tokens
+        assert c.task == "trace"
 
 
 @needs_tokenizer
@@ -125,12 +132,17 @@ def test_replay_sends_every_row_once_at_its_offset_with_its_lengths_and_shared_p
     assert all(x["completion_tokens"] == x["trace_output_tokens"] for x in rows)  # max_tokens + ignore_eos held
     assert all(json.loads(x["request_json"])["ignore_eos"] for x in rows)
     shared = [x for x in rows if x["designed_shared_tokens"]]
-    assert shared and all(x["cached_prompt_tokens"] > 0 for x in shared)  # the shared hash blocks hit the cache
+    assert shared
+    assert all(x["cached_prompt_tokens"] > 0 for x in shared)  # the shared hash blocks hit the cache
     rep = json.loads(runner.invoke(cli, ["report", "--ledger", str(ledger), "--json"]).output)
     t = rep["findings"]["trace_fidelity"][0]
-    assert t["rows"] == 24 and abs(t["mean_gap_error_pct"]) < 5 and t["output_exact_pct"] == 100
+    assert t["rows"] == 24
+    assert abs(t["mean_gap_error_pct"]) < 5
+    assert t["output_exact_pct"] == 100
     p = rep["findings"]["prefix_sharing"][0]
-    assert p["designed_shared_pct"] > 0 and p["cached_pct"] > 0 and p["server_hit_pct"] > 0
+    assert p["designed_shared_pct"] > 0
+    assert p["cached_pct"] > 0
+    assert p["server_hit_pct"] > 0
     assert any(n.startswith("trace base:") for n in rep["findings"]["notes"])
     assert db["grades"].count == 0  # synthetic prompts: timing only, nothing to grade
 
@@ -171,7 +183,8 @@ def test_conversations_send_each_turn_with_the_variants_own_replies_and_grade_ea
             assert [t["case_id"] for t in turns] == [conv, f"{conv}#t1", f"{conv}#t2"]
         # each later request's history holds this variant's own earlier replies, in order
         row_of = {x["text"]: x for x in mine}  # numbered replies: each text is one row's
-        assert len(row_of) == len(mine) and len(bodies[v]) == len(mine)
+        assert len(row_of) == len(mine)
+        assert len(bodies[v]) == len(mine)
         histories = 0
         for body in bodies[v]:
             replies = [row_of[m["content"]] for m in body["messages"] if m["role"] == "assistant"]
@@ -187,7 +200,9 @@ def test_conversations_send_each_turn_with_the_variants_own_replies_and_grade_ea
         assert formality[x["id"]]["requested"] == want  # graded against the level that turn asked for
     rep = json.loads(runner.invoke(cli, ["report", "--ledger", str(ledger), "--json"]).output)
     c = {x["variant"]: x for x in rep["findings"]["conversations"]}
-    assert c["base"]["conversations"] == 3 and c["base"]["completed"] == 3 and c["base"]["turns"] == 9
+    assert c["base"]["conversations"] == 3
+    assert c["base"]["completed"] == 3
+    assert c["base"]["turns"] == 9
 
 
 def load_dataset_rows() -> list[dict]:
@@ -199,7 +214,8 @@ def test_a_turn_without_content_is_a_dataset_error(runner, write):
     row["turns"][0]["content"] = ""
     p = write("c.jsonl", json.dumps(row) + "\n")
     r = runner.invoke(cli, ["dataset", "validate", str(p)])
-    assert r.exit_code == 2 and f"{p}:1: field 'turns.0.content'" in r.output
+    assert r.exit_code == 2
+    assert f"{p}:1: field 'turns.0.content'" in r.output
 
 
 def test_three_tools_results_import_and_sit_beside_evalkits_own(runner, stub_ledger):
@@ -208,11 +224,13 @@ def test_three_tools_results_import_and_sit_beside_evalkits_own(runner, stub_led
                        ("vllm-bench", "vllm_bench_serve_0.32_stub.json")):
         r = runner.invoke(cli, ["import", tool, str(FIXTURES / name), "--into", run, "--as", tool, "--ledger",
                                 str(stub_ledger)])
-        assert r.exit_code == 0 and f"into run {run}" in r.output, r.output
+        assert r.exit_code == 0, r.output
+        assert f"into run {run}" in r.output, r.output
     rep = json.loads(runner.invoke(cli, ["report", "--ledger", str(stub_ledger), "--json"]).output)
     all_rows = {x["variant"]: x for x in rep["rows"] if x["complexity"] == "all"}
     assert {"base", "cand", "guidellm", "aiperf", "vllm-bench"} <= set(all_rows)
-    assert all_rows["guidellm"]["n"] == 6 and all_rows["guidellm"]["ttft_p50_ms"] > 0
+    assert all_rows["guidellm"]["n"] == 6
+    assert all_rows["guidellm"]["ttft_p50_ms"] > 0
     assert all_rows["aiperf"]["tpot_p50_ms"] > 0  # AIPerf's "ITL" is evalkit's TPOT
     assert all_rows["vllm-bench"]["ttft_p50_ms"] is None  # openai-chat TTFT is the first chunk of any kind
     db = Database(stub_ledger)
@@ -225,4 +243,5 @@ def test_three_tools_results_import_and_sit_beside_evalkits_own(runner, stub_led
                             str(stub_ledger)])
     assert r.exit_code == 0
     latest = json.loads(runner.invoke(cli, ["report", "--ledger", str(stub_ledger), "--json"]).output)
-    assert latest["run"]["source"] == "aiperf" and latest["host"] is None
+    assert latest["run"]["source"] == "aiperf"
+    assert latest["host"] is None

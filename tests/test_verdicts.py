@@ -63,9 +63,12 @@ def test_null_simulation_keeps_the_family_wise_false_flag_rate_at_5_percent():
 def test_margins_parse_with_units_and_signs():
     m = {x.metric: x for x in parse_margins("drift=0.05,schema_pass=-2pp,formality_mae=+0.2,e2e_mean=+0%,"
                                             "persona_pass=5")}
-    assert m["drift"].value == 0.05 and m["schema_pass"].value == -2 and m["schema_pass"].unit == "pp"
+    assert m["drift"].value == 0.05
+    assert m["schema_pass"].value == -2
+    assert m["schema_pass"].unit == "pp"
     assert m["persona_pass"].value == -5  # a bare number is the worsening allowed
-    assert m["e2e_mean"].unit == "%" and m["formality_mae"].value == 0.2
+    assert m["e2e_mean"].unit == "%"
+    assert m["formality_mae"].value == 0.2
     for bad, msg in (("nope=1", "unknown metric"), ("e2e_mean=2pp", "latency margin"), ("drift=lots", "expected a number"),
                      ("schema_pass=3ms", "percentage points")):
         with pytest.raises(UsageError, match=msg):
@@ -87,26 +90,32 @@ def slow_candidate_ledger(runner, endpoint_matrix, tmp_path):
 def test_one_verdict_line_per_variant_and_the_gate_fails_an_inferior_one(runner, slow_candidate_ledger, tmp_path):
     rep = json.loads(runner.invoke(cli, ["report", "--ledger", str(slow_candidate_ledger), "--json"]).output)
     f = rep["findings"]
-    assert len(f["verdict_lines"]) == 1 and f["verdict_lines"][0].startswith("cand vs base:")
+    assert len(f["verdict_lines"]) == 1
+    assert f["verdict_lines"][0].startswith("cand vs base:")
     v = {e["metric"]: e for e in f["verdicts"]}
-    assert v["e2e_mean"]["verdict"] == "inferior" and v["e2e_mean"]["estimate"] > 10  # % slower
+    assert v["e2e_mean"]["verdict"] == "inferior"
+    assert v["e2e_mean"]["estimate"] > 10  # % slower
     assert v["schema_pass"]["verdict"] in ("non-inferior", "inconclusive")  # identical stub outputs: no difference
     text = runner.invoke(cli, ["report", "--ledger", str(slow_candidate_ledger)]).output
     assert text.index("verdict: cand vs base") < text.index("spikes")  # the findings open with it
     junit = tmp_path / "g.xml"
     r = runner.invoke(cli, ["check", "--ledger", str(slow_candidate_ledger), "--margins", "e2e_mean=+0%",
                             "--junit", str(junit)])
-    assert r.exit_code == 1 and "FAIL cand: e2e_mean: inferior" in r.output, r.output
+    assert r.exit_code == 1, r.output
+    assert "FAIL cand: e2e_mean: inferior" in r.output, r.output
     fails = ET.parse(junit).getroot().findall("testcase/failure")
-    assert len(fails) == 1 and "e2e_mean" in fails[0].get("message")
+    assert len(fails) == 1
+    assert "e2e_mean" in fails[0].get("message")
     r = runner.invoke(cli, ["check", "--ledger", str(slow_candidate_ledger), "--margins", "e2e_mean=+500%"])
-    assert r.exit_code == 0 and "1 passed" in r.output  # within a generous margin: non-inferior, not a failure
+    assert r.exit_code == 0
+    assert "1 passed" in r.output  # within a generous margin: non-inferior, not a failure
 
 
 def test_a_nine_case_report_flags_no_slice_that_does_not_survive_holm(runner, slow_candidate_ledger):
     rep = json.loads(runner.invoke(cli, ["report", "--ledger", str(slow_candidate_ledger), "--json"]).output)
     m = rep["multiplicity"]["cand"]
-    assert m["tests"] >= 9 and m["expected_by_chance"] == pytest.approx(0.05 * m["tests"])
+    assert m["tests"] >= 9
+    assert m["expected_by_chance"] == pytest.approx(0.05 * m["tests"])
     for p in rep["findings"]["paired"]:
         if p["verdict"].startswith(("cand slower", "cand faster")):
             assert p["p_holm"] < 0.05, p  # every surviving flag survived the adjustment
@@ -116,12 +125,16 @@ def test_a_nine_case_report_flags_no_slice_that_does_not_survive_holm(runner, sl
 
 
 def test_durations_and_balanced_sizes():
-    assert parse_duration("10m") == 600 and parse_duration("1h30m") == 5400 and parse_duration("90s") == 90
+    assert parse_duration("10m") == 600
+    assert parse_duration("1h30m") == 5400
+    assert parse_duration("90s") == 90
     assert parse_duration("45") == 45
     for bad in ("", "ten minutes", "0m"):
         with pytest.raises(UsageError):
             parse_duration(bad)
-    assert balanced(17, 144) == 12 and balanced(5, 144) == 3 and balanced(500, 144) == 144
+    assert balanced(17, 144) == 12
+    assert balanced(5, 144) == 3
+    assert balanced(500, 144) == 144
 
 
 def test_budget_sizes_the_run_from_the_probes_and_says_what_it_buys(runner, endpoint_matrix, tmp_path):
@@ -132,10 +145,12 @@ def test_budget_sizes_the_run_from_the_probes_and_says_what_it_buys(runner, endp
         assert r.exit_code == 0, r.output
     run = next(Database(ledger)["runs"].rows)
     n = run["n_cases"]
-    assert 6 <= n < 60 and n % 6 == 0
+    assert 6 <= n < 60
+    assert n % 6 == 0
     assert len(json.loads(run["case_ids_json"])) == n
     assert Database(ledger)["requests"].count_where("is_warmup = 0") == 2 * n
-    assert f"{n} cases fit on this machine" in r.output and "can detect" in r.output
+    assert f"{n} cases fit on this machine" in r.output
+    assert "can detect" in r.output
 
 
 def _jittered_run(runner, endpoint_matrix, ledger, limit: int, seed: int, repeats: int = 1) -> None:
@@ -184,13 +199,16 @@ def test_compare_pools_runs_with_a_between_run_interval(runner, endpoint_matrix,
     assert len(c["runs"]) == 3
     e2e = next(x for x in c["pooled"] if x["metric"] == "e2e_mean")
     lo, hi = e2e["between_run_ci95"]
-    assert e2e["runs"] == 3 and lo <= e2e["pooled"] <= hi and e2e["between_run_sd"] >= 0
+    assert e2e["runs"] == 3
+    assert lo <= e2e["pooled"] <= hi
+    assert e2e["between_run_sd"] >= 0
     assert len([x for x in c["per_run"] if x["metric"] == "e2e_mean"]) == 3
     assert math.isfinite(e2e["within_run_se"])
     out = runner.invoke(cli, ["compare", "--ledger", str(ledger)]).output
     assert "pooled over 3 runs" in out
     r = runner.invoke(cli, ["compare", c["runs"][0], "--ledger", str(ledger)])
-    assert r.exit_code == 2 and "at least two runs" in r.output
+    assert r.exit_code == 2
+    assert "at least two runs" in r.output
 
 
 @pytest.mark.parametrize(("hypotheses", "pairs"), [(1, 6), (2, 7), (4, 8), (8, 9)])

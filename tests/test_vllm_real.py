@@ -71,19 +71,23 @@ def test_one_row_per_request_with_timing_tokens_text_and_grade(real_run):
     assert len(rows) == 3 * 2 + 3
     for r in rows:
         assert r["error_class"] is None, r["error"]
-        assert r["ttft_ms"] > 0 and r["e2e_ms"] > r["ttft_ms"]
-        assert r["prompt_tokens"] > 150 and r["completion_tokens"] > 0
+        assert r["ttft_ms"] > 0
+        assert r["e2e_ms"] > r["ttft_ms"]
+        assert r["prompt_tokens"] > 150
+        assert r["completion_tokens"] > 0
         assert r["usage_source"] == "stream_usage"
         assert r["finish_reason"] in ("stop", "length")
         assert r["text"]
         offsets = json.loads(r["chunk_offsets_ms_json"])
         assert offsets[0] == pytest.approx(r["ttft_ms"], abs=0.01)
         g = list(db["grades"].rows_where("request_id = ? and grader = 'schema'", [r["id"]]))
-        assert len(g) == 1 and g[0]["explanation"]
+        assert len(g) == 1
+        assert g[0]["explanation"]
     # long prompts really are long for the engine
     long_rows = list(db.query("select r.prompt_tokens from requests r join cases c on c.id = r.case_id "
                               "where c.complexity = 'long' and r.is_warmup = 0"))
-    assert long_rows and min(x["prompt_tokens"] for x in long_rows) > 1400
+    assert long_rows
+    assert min(x["prompt_tokens"] for x in long_rows) > 1400
 
 
 def test_server_telemetry_is_joined_to_each_request(real_run):
@@ -92,18 +96,24 @@ def test_server_telemetry_is_joined_to_each_request(real_run):
     for r in db["requests"].rows_where("is_warmup = 0"):
         # launched servers return each request's own timing (--enable-per-request-metrics); the
         # /metrics histogram delta for the same request is kept beside it
-        assert r["srv_method"] == "response" and r["srv_resp_prefill_ms"] > 0
+        assert r["srv_method"] == "response"
+        assert r["srv_resp_prefill_ms"] > 0
         # the client cannot see the first token before the server produced it, and not much later
         for srv in (r["srv_ttft_ms"], r["srv_hist_ttft_ms"]):
-            assert srv <= r["ttft_ms"] + 1 and r["ttft_ms"] - srv < 200
-        assert r["srv_prefill_ms"] > 0 and r["srv_decode_ms"] >= 0 and r["srv_queue_ms"] >= 0
-        assert r["srv_preemptions"] == 0 and 0 <= r["srv_kv_cache_usage_peak"] <= 1
+            assert srv <= r["ttft_ms"] + 1
+            assert r["ttft_ms"] - srv < 200
+        assert r["srv_prefill_ms"] > 0
+        assert r["srv_decode_ms"] >= 0
+        assert r["srv_queue_ms"] >= 0
+        assert r["srv_preemptions"] == 0
+        assert 0 <= r["srv_kv_cache_usage_peak"] <= 1
     series = {x["series"] for x in db.query("select distinct series from server_samples")}
     assert {"kv_cache_usage_perc", "num_requests_running", "time_to_first_token_seconds_count",
             "request_prefill_time_seconds_sum", "generation_tokens_total"} <= series
     for v in db["variants"].rows:
         cfg = json.loads(v["cache_config_json"])
-        assert int(cfg["num_gpu_blocks"]) > 0 and cfg["enable_prefix_caching"] == "False"
+        assert int(cfg["num_gpu_blocks"]) > 0
+        assert cfg["enable_prefix_caching"] == "False"
     assert "compressed-tensors W8A8" in db["variants"].get(next(db["runs"].rows)["id"] + ":w8a8")["quantization"]
 
 
@@ -131,7 +141,8 @@ def test_real_server_in_concurrency_mode(tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     db = Database(ledger)
     rows = list(db["requests"].rows_where("is_warmup = 0"))
-    assert len(rows) == 8 and {x["concurrency"] for x in rows} == {4}
+    assert len(rows) == 8
+    assert {x["concurrency"] for x in rows} == {4}
     # each request's own server timing, even when four overlap (a /metrics window could only give means)
     assert {x["srv_method"] for x in rows} == {"response"}
     assert all(x["srv_resp_prefill_ms"] > 0 and x["srv_ttft_ms"] <= x["ttft_ms"] + 1 for x in rows)
@@ -178,16 +189,19 @@ def test_real_saturation_preempts_and_the_sweep_says_so(tmp_path):
     r = CliRunner().invoke(cli, ["run", "--matrix", str(m), "--limit", "2", "--sweep", "2", "--ledger", str(ledger),
                                  "--no-grade"])
     assert r.exit_code == 0, r.output
-    assert "saturated at concurrency 2" in r.output and "preemptions observed" in r.output
+    assert "saturated at concurrency 2" in r.output
+    assert "preemptions observed" in r.output
     db = Database(ledger)
     rows = list(db.query("select r.*, c.complexity from requests r join cases c on c.id = r.case_id "
                          "where r.is_warmup = 0"))
-    assert len(rows) == 2 and all(x["error_class"] is None for x in rows)
+    assert len(rows) == 2
+    assert all(x["error_class"] is None for x in rows)
     preempted = [x for x in rows if (x["srv_preemptions"] or 0) > 0]
     v = next(db["variants"].rows)
     why = (f"KV trace {[(round(x['mono_ms']), x['value']) for x in db.query(KV_TRACE)]}; "
            f"scrape errors {v['scrape_errors']} ({v['scrape_last_error']})")
-    assert preempted and all(x["srv_scrapes"] >= 2 for x in rows), why
+    assert preempted, why
+    assert all(x["srv_scrapes"] >= 2 for x in rows), why
     # The KV peak is a sampled gauge and the instant of preemption (a full cache) may fall between
     # two samples; but the medium request alone holds ~70 % of it while it decodes, for seconds.
     assert max(x["srv_kv_cache_usage_peak"] for x in rows) >= 0.6, why
@@ -214,9 +228,12 @@ def test_real_vllm_through_ray(tmp_path):
     db = Database(ledger)
     rows = list(db["requests"].rows_where("is_warmup = 0"))
     said = [(x["error_class"], x["error"], x["ttft_ms"], x["completion_tokens"], x["timestamp_source"]) for x in rows]
-    assert len(rows) == 2 and all(x["error_class"] is None and (x["ttft_ms"] or 0) > 0 for x in rows), said
+    assert len(rows) == 2, said
+    assert all(x["error_class"] is None and (x["ttft_ms"] or 0) > 0 for x in rows), said
     v = next(db["variants"].rows)
-    assert v["status"] == "complete" and v["engine_version"].startswith("vllm") and v["host_id"]
+    assert v["status"] == "complete"
+    assert v["engine_version"].startswith("vllm")
+    assert v["host_id"]
     assert db["grades"].count_where("grader = 'drift'") == 2  # graded with embeddings on Ray workers
 
 
@@ -235,11 +252,14 @@ def test_real_two_variants_under_one_budget_get_their_kv_blocks_from_it(tmp_path
     assert v["base"]["memory_budget_bytes"] == v["w8a8"]["memory_budget_bytes"]
     assert v["w8a8"]["kv_blocks"] > v["base"]["kv_blocks"] > 0
     for x in v.values():  # the engine made exactly the blocks the budget planned
-        assert x["kv_tokens"] == x["kv_blocks"] * 128 and x["kv_blocks"] == x["kv_blocks_planned"]
+        assert x["kv_tokens"] == x["kv_blocks"] * 128
+        assert x["kv_blocks"] == x["kv_blocks_planned"]
     rows = list(db["requests"].rows_where("is_warmup = 0"))
-    assert rows and all(x["srv_method"] == "response" and x["srv_resp_prefill_ms"] > 0 for x in rows)
+    assert rows
+    assert all(x["srv_method"] == "response" and x["srv_resp_prefill_ms"] > 0 for x in rows)
     two = [x for x in rows if x["concurrency"] == 2]
-    assert two and all(x["srv_queue_ms"] is not None for x in two)
+    assert two
+    assert all(x["srv_queue_ms"] is not None for x in two)
 
 
 def test_killing_a_real_api_server_fails_its_variant_leaves_no_process_and_retry_completes(tmp_path):
@@ -273,7 +293,9 @@ def test_killing_a_real_api_server_fails_its_variant_leaves_no_process_and_retry
     assert p.returncode == 1, out
     db = Database(ledger)
     v = next(db["variants"].rows)
-    assert v["status"] == "failed" and v["exit_code"] == -9 and "exited with code -9" in v["error"], v["error"]
+    assert v["status"] == "failed", v["error"]
+    assert v["exit_code"] == -9, v["error"]
+    assert "exited with code -9" in v["error"], v["error"]
     assert group_members(pid) == []  # nothing of the dead server's process group survived evalkit
     run = next(db["runs"].rows)
     assert run["status"] == "failed"
@@ -282,7 +304,8 @@ def test_killing_a_real_api_server_fails_its_variant_leaves_no_process_and_retry
     assert r.returncode == 0, r.stdout + r.stderr
     finals = [(x["case_id"], x["repeat"]) for x in db.query(
         "select case_id, repeat from requests where is_warmup = 0 and final = 1 and error_class is null")]
-    assert len(finals) == 12 and len(set(finals)) == 12  # 6 cases x 2 (the baseline's noise-floor pass)
+    assert len(finals) == 12
+    assert len(set(finals)) == 12  # 6 cases x 2 (the baseline's noise-floor pass)
     assert db["runs"].get(run["id"])["status"] == "complete"
 
 
@@ -309,9 +332,11 @@ def test_real_trace_replay_keeps_offsets_lengths_and_shared_prefixes(tmp_path):
     shared = [x for x in rows if x["designed_shared_tokens"]]
     # a shared prefix is a cache hit once the request that first carried it has been prefilled;
     # on a slow processor a close follower may arrive before that, so not every one is asserted
-    assert shared and any((x["cached_prompt_tokens"] or 0) > 0 for x in shared)
+    assert shared
+    assert any((x["cached_prompt_tokens"] or 0) > 0 for x in shared)
     assert all((x["cached_prompt_tokens"] or 0) <= x["prompt_tokens"] for x in rows)
     rep = json.loads(CliRunner().invoke(cli, ["report", "--ledger", str(ledger), "--json"]).output)
     fid = rep["findings"]["trace_fidelity"][0]
-    assert abs(fid["mean_gap_error_pct"]) < 5 and fid["output_exact_pct"] == 100
+    assert abs(fid["mean_gap_error_pct"]) < 5
+    assert fid["output_exact_pct"] == 100
     assert rep["findings"]["prefix_sharing"][0]["server_hit_pct"] > 0
