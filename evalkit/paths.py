@@ -13,6 +13,12 @@ def rubrics_dir() -> Path:
     return Path(os.environ.get("EVALKIT_RUBRICS", PROJECT_DIR / "rubrics"))
 
 
+def rubric_file(folder: Path | None, name: str) -> Path:
+    """A rubric file from a workload's folder when it has one, else the shipped one."""
+    own = folder / name if folder is not None else None
+    return own if own is not None and own.exists() else rubrics_dir() / name
+
+
 def schemas_dir() -> Path:
     return rubrics_dir() / "schemas"
 

@@ -111,7 +111,8 @@ def test_bad_inputs_exit_2_with_one_line(runner, write, shipped_rows, tmp_path):
     bad_ds = write("bad.jsonl", json.dumps({**shipped_rows[0], "formality": 7}) + "\n")
     r = runner.invoke(cli, ["dataset", "validate", str(bad_ds)])
     assert r.exit_code == 2
-    assert r.output.strip() == f"Error: {bad_ds}:1: field 'formality': Input should be less than or equal to 5"
+    assert r.output.strip() == (f"Error: {bad_ds}:1: field 'formality': Input should be less than or equal to 5 "
+                                "(grader 'persona' reads it)")
     bad_m = write("m.yaml", "name: x\nbaseline: a\nvariants:\n  - name: a\n    model: m\n    flavour: 1\n")
     r = runner.invoke(cli, ["matrix", "validate", str(bad_m)])
     assert r.exit_code == 2

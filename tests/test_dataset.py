@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from evalkit.errors import DatasetError
+from evalkit.grading.resume import resume
 from evalkit.paths import PROJECT_DIR, default_dataset_path
 from evalkit.spec.dataset import load_cases, stratified_subset
 
@@ -16,15 +17,15 @@ from evalkit.spec.dataset import load_cases, stratified_subset
 def test_shipped_dataset_has_the_benchmark_axes():
     cases = load_cases()
     assert len(cases) >= 120
-    assert {c.task for c in cases} == {"cold_outreach", "profile_rewrite"}
-    assert len({c.persona for c in cases}) >= 8
-    assert len({c.candidate for c in cases}) >= 3
+    a = [resume(c) for c in cases]
+    assert {x.task for x in a} == {"cold_outreach", "profile_rewrite"}
+    assert len({x.persona for x in a}) >= 8
+    assert len({x.candidate for x in a}) >= 3
     assert {c.complexity for c in cases} == {"short", "medium", "long"}
-    assert {c.formality for c in cases} == {1, 2, 3, 4, 5}
-    assert all(c.context_keys.skills and c.context_keys.company and c.context_keys.role for c in cases)
+    assert {x.formality for x in a} == {1, 2, 3, 4, 5}
     # every complexity sees every formality level
-    assert {(c.complexity, c.formality) for c in cases} == {(x, f) for x in ("short", "medium", "long")
-                                                           for f in range(1, 6)}
+    assert {(c.complexity, x.formality) for c, x in zip(cases, a, strict=True)} == {
+        (cx, f) for cx in ("short", "medium", "long") for f in range(1, 6)}
 
 
 def test_long_prompts_are_much_longer_than_short():
@@ -55,8 +56,8 @@ def test_stratified_subset_is_balanced_and_deterministic():
     b = stratified_subset(cases, 12, subset_seed=0)
     assert [c.id for c in a] == [c.id for c in b]
     assert Counter(c.complexity for c in a) == {"short": 4, "medium": 4, "long": 4}
-    assert Counter(c.task for c in a) == {"cold_outreach": 6, "profile_rewrite": 6}
-    assert len({c.persona for c in a}) >= 4
+    assert Counter(resume(c).task for c in a) == {"cold_outreach": 6, "profile_rewrite": 6}
+    assert len({resume(c).persona for c in a}) >= 4
     assert [c.id for c in stratified_subset(cases, 12, subset_seed=1)] != [c.id for c in a]
     assert len(stratified_subset(cases, None)) == len(cases)
     # any prefix of the order is balanced too
@@ -74,15 +75,8 @@ def _row(shipped_rows: list[dict], **changes) -> dict:
     "mutate, expected",
     [
         (lambda r: "{not json", ":2: not valid JSON"),
-        (lambda r: json.dumps({k: v for k, v in r.items() if k != "task"}), "field 'task': Field required"),
-        (lambda r: json.dumps({**r, "formality": 6}), "field 'formality'"),
-        (lambda r: json.dumps({**r, "formality": "3"}), "field 'formality'"),
-        (lambda r: json.dumps({**r, "formality": 2.5}), "field 'formality'"),
         (lambda r: json.dumps({**r, "schema": "nope"}), "field 'schema': unknown schema 'nope'"),
-        (lambda r: json.dumps({**r, "complexity": "huge"}), "field 'complexity'"),
-        (lambda r: json.dumps({**r, "surprise": 1}), "field 'surprise'"),
-        (lambda r: json.dumps({**r, "context_keys": {"company": "x", "role": "y", "skills": []}}),
-         "field 'context_keys.skills'"),
+        (lambda r: json.dumps({**r, "id": "x"} | {"messages": []}), "field 'messages'"),
         (lambda r: json.dumps(r), "field 'id': duplicate id"),
         (lambda r: "[1, 2]", ":2: a row must be a JSON object"),
     ],
@@ -96,6 +90,43 @@ def test_bad_rows_name_file_line_and_field(tmp_path: Path, shipped_rows, mutate,
     assert msg.startswith(f"{p}:2: "), msg
     assert expected in msg, msg
     assert "\n" not in msg
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        ({"formality": 6}, "field 'formality'"),
+        ({"formality": "3"}, "field 'formality'"),
+        ({"formality": 2.5}, "field 'formality'"),
+        ({"context_keys": {"company": "x", "role": "y", "skills": []}}, "field 'context_keys.skills'"),
+    ],
+)
+def test_a_bad_attribute_of_the_resume_workload_names_file_line_and_field(tmp_path: Path, shipped_rows, change,
+                                                                           expected):
+    from evalkit.grading.registry import choose
+
+    p = tmp_path / "bad.jsonl"
+    p.write_text(json.dumps(shipped_rows[0]) + "\n" + json.dumps({**shipped_rows[0], "id": "other", **change}) + "\n")
+    with pytest.raises(DatasetError) as e:
+        choose(None, load_cases(p), where=str(p))
+    assert str(e.value).startswith(f"{p}:2: {expected}")
+
+
+def test_a_row_without_the_resume_attributes_skips_their_graders(tmp_path: Path, shipped_rows):
+    from evalkit.grading.registry import choose
+
+    p = tmp_path / "d.jsonl"
+    p.write_text(json.dumps(shipped_rows[0]) + "\n"
+                 + json.dumps({k: v for k, v in shipped_rows[1].items() if k != "task"}) + "\n")
+    names, notes = choose(None, load_cases(p))
+    assert "persona" not in names
+    assert notes == ["grader 'persona' skipped: 1 of 2 cases lack task, which it reads"]
+
+
+def test_an_unknown_field_is_an_attribute_not_an_error(tmp_path: Path, shipped_rows):
+    p = tmp_path / "d.jsonl"
+    p.write_text(json.dumps({**shipped_rows[0], "surprise": 1}) + "\n")
+    assert load_cases(p)[0].attributes["surprise"] == 1
 
 
 def test_missing_and_empty_dataset(tmp_path: Path):

@@ -167,7 +167,7 @@ def _bad_inputs(tmp: Path, shipped_row: dict) -> list[tuple[str, list[str]]]:
     return [
         ("dataset: not JSON", ["dataset", "validate", w("d1.jsonl", row + "\n{oops\n")]),
         ("dataset: missing field", ["dataset", "validate", w("d2.jsonl", json.dumps(
-            {k: v for k, v in shipped_row.items() if k != "persona"}) + "\n")]),
+            {k: v for k, v in shipped_row.items() if k != "messages"}) + "\n")]),
         ("dataset: unknown schema", ["dataset", "validate", w("d3.jsonl", json.dumps({**shipped_row, "schema": "x"}))]),
         ("dataset: formality 6", ["dataset", "validate", w("d4.jsonl", json.dumps({**shipped_row, "formality": 6}))]),
         ("dataset: duplicate id", ["dataset", "validate", w("d5.jsonl", row + "\n" + row + "\n")]),

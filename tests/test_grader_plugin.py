@@ -106,16 +106,17 @@ def test_the_built_ins_need_no_entry_points(monkeypatch):
 
 
 def test_a_grader_in_a_local_module_registers_by_module_and_class(tmp_path, monkeypatch):
-    (tmp_path / "replylen.py").write_text(
+    (tmp_path / "charlen.py").write_text(
         "from evalkit.grading import Grader, Score\n\n"
-        "class ReplyLength(Grader):\n    name = 'replylen'\n    version = '1'\n    default = False\n\n"
+        "class CharLength(Grader):\n    name = 'charlen'\n    version = '1'\n    default = False\n\n"
         "    def grade(self, item):\n        return Score(float(len(item.text)), None, 'chars')\n", encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
-        assert registry.resolve(["replylen:ReplyLength"]) == ["replylen"]
-        assert "replylen" in registry.available()
+        assert registry.resolve(["charlen:CharLength"]) == ["charlen"]
+        assert "charlen" in registry.available()
     finally:
-        registry._LOCAL.pop("replylen", None)
+        registry._LOCAL.pop("charlen", None)
+        sys.modules.pop("charlen", None)
         registry.available.cache_clear()
 
 

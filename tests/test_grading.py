@@ -8,7 +8,7 @@ from evalkit.spec.dataset import load_cases
 
 
 def _item(text: str, finish: str | None = "stop", task: str = "cold_outreach") -> GradedRequest:
-    case = next(c for c in load_cases() if c.task == task)
+    case = next(c for c in load_cases() if c.attributes["task"] == task)
     return GradedRequest(1, "v", text, finish, case)
 
 

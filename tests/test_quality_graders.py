@@ -22,8 +22,8 @@ from evalkit.testing.stub_server import StubConfig, StubServer
 
 def case(task: str = "cold_outreach", persona: str = "eng_manager_fintech", candidate: str = "maya_chen",
          complexity: str = "long"):
-    return next(c for c in load_cases() if (c.task, c.persona, c.candidate, c.complexity)
-                == (task, persona, candidate, complexity))
+    return next(c for c in load_cases() if (c.attributes["task"], c.attributes["persona"], c.attributes["candidate"],
+                                            c.complexity) == (task, persona, candidate, complexity))
 
 
 def email(body: str, subject: str = "Payments role at Ledgerly", sign_off: str = "Best regards, Maya") -> str:
@@ -137,8 +137,8 @@ def test_formality_grade_has_level_error_and_markers():
                    sign_off="cheers")
     s = FormalityGrader().grade(GradedRequest(1, "v", casual, "stop", c))
     assert s.detail["predicted"] == 1
-    assert s.detail["requested"] == c.formality
-    assert s.detail["error"] == 1 - c.formality
+    assert s.detail["requested"] == c.attributes["formality"]
+    assert s.detail["error"] == 1 - c.attributes["formality"]
     assert any("contractions" in m for m in s.detail["markers"])
     assert any("informal markers" in m for m in s.detail["markers"])
     formal = ("Dear Members of the Hiring Committee, I respectfully submit my application for the position. "
@@ -351,8 +351,8 @@ def test_unseen_persona_and_candidate_are_graded_from_the_requested_formality(ru
     data = write("mine.jsonl", "\n".join(rows) + "\n")
     formal = email("Dear Procurement Lead, I write regarding the data engineer role.", sign_off="Kind regards, Sam")
     c5 = load_cases(data)[1]
-    assert c5.persona == "procurement_lead"
-    assert c5.formality == 5
+    assert c5.attributes["persona"] == "procurement_lead"
+    assert c5.attributes["formality"] == 5
     r = rules(formal, c5)
     assert r["salutation"]["passed"]
     assert r["sign_off"]["passed"]

@@ -109,7 +109,7 @@ def test_prompts_are_exactly_the_recorded_length_by_the_tokenizer():
     for c, r in zip(cases, rows, strict=True):
         assert _count(tok, c.messages[0].content) == r.input_tokens  # chat template included
         assert c.max_tokens == r.output_tokens
-        assert c.task == "trace"
+        assert c.attributes["task"] == "trace"
 
 
 @needs_tokenizer

@@ -10,7 +10,7 @@ import click
 from ..errors import UsageError
 from ..grading import available, grade_run, make_graders
 from ..grading.judge import context_of_run
-from ..grading.registry import calibratable
+from ..grading.registry import calibratable, use_run
 from ..ledger import open_ledger
 from ..paths import rubrics_dir
 from .common import LEDGER_OPT, RUN_OPT, Group, cli, ledger_path
@@ -25,7 +25,11 @@ def grade(ledger: Path | None, run_id: str | None, graders: tuple[str, ...]) -> 
     """Grade a run's outputs again without regenerating; new grader versions add rows."""
     db = open_ledger(ledger_path(ledger), create=False)
     run = db.require_run(run_id)
-    n = grade_run(db, run["id"], make_graders(list(graders) or None, context_of_run(run["matrix_json"])))
+    recorded = use_run(run)  # the run's own graders (and its workload's modules) unless --grader names others
+    ctx = context_of_run(run["matrix_json"])
+    if run.get("workload_dir"):
+        ctx.rubrics = Path(run["workload_dir"]) / (run.matrix.get("rubrics") or "rubrics")
+    n = grade_run(db, run["id"], make_graders(list(graders) or recorded, ctx))
     click.echo(f"run {run['id']}: {n} new grades")
 
 

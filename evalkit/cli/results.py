@@ -24,7 +24,7 @@ from .console import print_report, say
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="also write one self-contained HTML report (plots inline, works offline)")
 @click.option("--by", default=None,
-              help="extra slices for the findings, any of complexity,persona,formality,task,candidate,turn "
+              help="extra slices for the findings: complexity, level, concurrency, replica, or any case attribute "
                    "(comma-joined)")
 @click.option("--spike-k", type=click.FloatRange(min=1), default=3.5, show_default=True,
               help="spike threshold: median + k x MAD per variant x complexity")

@@ -23,8 +23,10 @@ from .console import RichProgress, print_closing, print_report
 @click.option("--matrix", "matrix_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="matrix YAML, or a bundled name (default, capacity, saturation, drift-control) "
                    "[default: the embedded unquantized vs W8A8 matrix]")
+@click.option("--workload", "workload", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
+              help="a workload folder: its matrix.yaml, dataset, schemas/, rubrics/ and graders (docs/workloads.md)")
 @click.option("--dataset", "dataset_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="dataset JSONL [default: data/resume_gen_benchmark.jsonl]")
+              help="dataset JSONL [default: the workload's, else data/resume_gen_benchmark.jsonl]")
 @click.option("--limit", type=click.IntRange(min=1), default=None,
               help="run a stratified subset of N cases (balanced over complexity and task)")
 @click.option("--time-budget", default=None, metavar="DURATION",
@@ -75,27 +77,35 @@ from .console import RichProgress, print_closing, print_report
 @click.option("--stop-on-failure", is_flag=True, help="stop the run when a variant fails (default: go on with the next)")
 @LEDGER_OPT
 @click.option("--no-grade", is_flag=True, help="skip grading after the run (use `evalkit grade` later)")
+@click.option("--grader", "graders", multiple=True, metavar="NAME|module:Class",
+              help="a grader to run (repeatable) [default: the matrix's `graders:`, else every default grader whose "
+                   "fields the cases carry]")
+@click.option("--grader-path", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="a folder to import module:Class graders from [default: the workload folder]")
 @click.option("--quiet", "-q", is_flag=True, help="no progress output")
-def run(matrix_path: Path | None, dataset_path: Path | None, limit: int | None, time_budget: str | None,
+def run(matrix_path: Path | None, workload: Path | None, dataset_path: Path | None, limit: int | None, time_budget: str | None,
         trace_path: Path | None, trace_format: str | None, speedup: float, trace_limit: int | None,
         subset_seed: int | None,
         arrival_seed: int | None, repeats: int, mode: str | None, concurrency: int | None,
         rate: float | None, arrival: str | None, max_concurrency: int | None, sweep: str | None, stop_kv: float | None,
         slo: str | None, client_procs: int | None, interleave: bool, ray_address: str | None, resume_id: str | None,
         retry_failed: str | None, max_error_rate: float | None, stop_on_failure: bool, ledger: Path | None,
-        no_grade: bool, quiet: bool) -> None:
+        no_grade: bool, graders: tuple[str, ...], grader_path: Path | None, quiet: bool) -> None:
     """Serve each variant of the matrix, send every case, record every request in the ledger.
 
     Launched variants get their own vLLM server (started, health-checked, stopped); endpoint
     variants are called as they are. Rows are written as requests finish, and each server's
     /metrics is scraped alongside so every request carries what the server did around it.
     """
-    req = RunRequest(matrix_path, dataset_path, limit, time_budget,
+    if workload is not None and matrix_path is not None:
+        raise UsageError("give --workload DIR or --matrix FILE: a workload folder holds its matrix.yaml")
+    req = RunRequest(matrix_path or workload, dataset_path, limit, time_budget,
                      TraceSpec(str(trace_path), trace_format or "", speedup, trace_limit) if trace_path else None,
                      subset_seed or 0,
                      arrival_seed or 0, repeats, mode, concurrency, rate,
                      arrival, max_concurrency, sweep, stop_kv, slo, client_procs, interleave, max_error_rate,
-                     stop_on_failure, resume_id, retry_failed, ray_address is not None)
+                     stop_on_failure, resume_id, retry_failed, ray_address is not None, list(graders) or None, grader_path,
+                     not no_grade)
     if trace_path is not None and trace_format is None:
         raise UsageError("--trace needs --trace-format (mooncake, azure, burstgpt or evalkit)")
     req.check()
@@ -105,13 +115,16 @@ def run(matrix_path: Path | None, dataset_path: Path | None, limit: int | None, 
     if inp.reopened or retry_failed:
         click.echo(f"run {resume_id}: {inp.reopened} failed requests will be sent again (their rows stay, not final)")
     progress = RichProgress(quiet)
+    for note in inp.grader_notes:
+        progress.say(note)
     path = ledger_path(ledger)
     try:
         with graceful_stop():
             summary, n, grade_s = run_and_grade(db, inp.matrix, inp.cases, inp.dataset_path, repeats=inp.repeats,
                                                 subset_seed=req.subset_seed, load=inp.load, progress=progress,
                                                 resume_run=resume_id, grade=not no_grade, ray_address=ray_address,
-                                                time_budget_s=inp.time_budget_s, run_extra=inp.run_extra)
+                                                time_budget_s=inp.time_budget_s, run_extra=inp.run_extra,
+                                                graders=inp.graders)
     except (Interrupted, LedgerWriteError) as e:
         rid = getattr(e, "run_id", None) or resume_id
         hint = f"; resume with `evalkit run --resume {rid} --ledger {path}`" if rid else ""

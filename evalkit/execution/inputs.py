@@ -4,11 +4,13 @@ or everything for `--budget`, or a trace's requests), or an interrupted one (`--
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..grading.registry import add_path, choose, specs, use_workload
 from ..ledger import Ledger
 from ..paths import default_dataset_path
 from ..spec.dataset import Case, load_cases, stratified_subset
@@ -44,6 +46,9 @@ class RunRequest:
     resume_id: str | None = None
     retry_failed: str | None = None
     ray: bool = False
+    graders: list[str] | None = None  # --grader, over the matrix's `graders:`
+    grader_path: Path | None = None
+    grade: bool = True
 
 
     def check(self) -> None:
@@ -64,6 +69,8 @@ class RunInputs:
     dataset_path: Path
     load: Load
     repeats: int
+    graders: list[str] = field(default_factory=list)  # the graders this run uses
+    grader_notes: list[str] = field(default_factory=list)  # the ones skipped, and why
     time_budget_s: float | None = None
     run_extra: dict[str, Any] | None = None
     reopened: int = 0  # --retry-failed: requests that will be sent again
@@ -99,10 +106,19 @@ def resolve_inputs(ledger: Ledger | None, q: RunRequest, say: Any = lambda s: No
                                      interleave=q.interleave, arrival_seed=q.arrival_seed, order_seed=q.subset_seed,
                                      client_procs=q.client_procs, launched_locally=launched,
                                      max_error_rate=q.max_error_rate, stop_on_failure=q.stop_on_failure)
-            dpath = q.dataset_path or default_dataset_path()
-            all_cases = load_cases(dpath)
+            dpath = q.dataset_path or matrix.workload_path("dataset", "dataset.jsonl") or default_dataset_path()
+            all_cases = load_cases(dpath, matrix.workload_path("schemas", "schemas"))
             # with --time-budget: every case in balanced order (any prefix is balanced); the run keeps what fits
             cases = stratified_subset(all_cases, q.limit or (len(all_cases) if budget_s else matrix.limit), q.subset_seed)
             out = RunInputs(matrix, cases, dpath, load, q.repeats)
     out.time_budget_s = budget_s
+    if q.grade:  # which graders apply to these cases: bad case fields stop here, before anything is written
+        if q.grader_path is not None:
+            add_path(q.grader_path)
+        use_workload(out.matrix.folder)
+        names = q.graders if q.graders else out.matrix.graders
+        out.graders, out.grader_notes = choose(names, out.cases, with_judge=out.matrix.judge is not None,
+                                               where=str(out.dataset_path))
+    out.run_extra = {**(out.run_extra or {}), "graders_json": json.dumps(specs(out.graders)),
+                     "workload_dir": str(out.matrix.folder) if out.matrix.folder else None}
     return out

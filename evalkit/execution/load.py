@@ -213,12 +213,12 @@ def warmup_cases(cases: list[Case], n: int, structured: bool) -> list[Case]:
     for i in range(max(n, len(schemas) if structured else n)):
         base = next(c for c in cases if c.schema_name == schemas[i % len(schemas)])
         out.append(base.model_copy(update={
-            "id": f"_warmup-{i}-{base.schema_name}",
+            "id": f"_warmup-{i}-{base.schema_name or 'text'}",
             "messages": [Message(role="user", content=f"{WARMUP_PROMPT} ({i})")],
         }))
     for kind, filler in (("short", ""), ("long", WARMUP_FILLER)):
         out.append(cases[0].model_copy(update={
-            "id": f"_warmup-probe-{kind}-{cases[0].schema_name}",
+            "id": f"_warmup-probe-{kind}-{cases[0].schema_name or 'text'}",
             "messages": [Message(role="user", content=f"{filler}{WARMUP_PROMPT} (timing probe, {kind})")],
         }))
     return out

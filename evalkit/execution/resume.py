@@ -75,6 +75,8 @@ def resume_context(ledger: Ledger, run_id: str) -> ResumeContext:
         raise UsageError(f"--resume: {dpath} changed since run {run_id} started (hash differs)")
     try:
         matrix = Matrix.model_validate(stored_matrix(run["matrix_json"]))
+        if run.get("workload_dir") and Path(run["workload_dir"]).is_dir():
+            matrix._folder = Path(run["workload_dir"])
     except ValueError as e:
         raise UsageError(f"--resume: run {run_id}'s matrix does not load in this evalkit version "
                          f"({str(e).splitlines()[0]})") from None
@@ -85,7 +87,7 @@ def resume_context(ledger: Ledger, run_id: str) -> ResumeContext:
         spec.pop("tokenizer", None)
         cases, offsets, _ = trace_cases(TraceSpec(**spec), matrix)
     else:
-        cases, offsets = [c for c in load_cases(dpath)], None
+        cases, offsets = load_cases(dpath, matrix.workload_path("schemas", "schemas")), None
     by_id = {c.id: c for c in cases}
     cases = [by_id[i] for i in run.case_ids]
     return ResumeContext(matrix, cases, dpath, *load_of_run(run, offsets))

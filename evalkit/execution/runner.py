@@ -82,16 +82,22 @@ def new_run_id() -> str:
 
 
 def case_rows(cases: list[Case], dhash: str) -> list[dict]:
-    return [
-        {
-            "id": c.id, "dataset_hash": dhash, "task": c.task, "persona": c.persona,
-            "persona_title": c.persona_title, "persona_description": c.persona_description,
-            "candidate": c.candidate, "complexity": c.complexity, "formality": c.formality,
-            "schema_name": c.schema_name, "context_keys_json": dumps(c.context_keys.model_dump()),
-            "messages_json": dumps([m.model_dump() for m in c.messages]),
-        }
-        for c in cases
-    ]
+    """The cases as the ledger keeps them: their attributes whole, and the shipped resume
+    workload's attributes also in columns of their own (Datasette facets on them)."""
+    out = []
+    for c in cases:
+        a = c.attributes
+        ck = a.get("context_keys")
+        out.append({
+            "id": c.id, "dataset_hash": dhash, "task": a.get("task"), "persona": a.get("persona"),
+            "persona_title": a.get("persona_title"), "persona_description": a.get("persona_description"),
+            "candidate": a.get("candidate"), "complexity": c.complexity,
+            "formality": a.get("formality") if isinstance(a.get("formality"), int) else None,
+            "schema_name": c.schema_name, "context_keys_json": dumps(ck) if ck is not None else None,
+            "messages_json": dumps([m.model_dump() for m in c.messages]), "attributes_json": dumps(a),
+            "reference": c.reference, "schema_json": dumps(c.schema_doc) if c.schema_doc is not None else None,
+        })
+    return out
 
 
 @dataclass

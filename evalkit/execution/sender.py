@@ -22,7 +22,6 @@ from ..measure.tokens import fill_token_counts
 from ..measure.wire import WireClient, kernel_stamps_supported, stream_chat_wire
 from ..spec.dataset import Case
 from ..spec.matrix import Matrix
-from ..spec.output_schemas import load_schema
 from .conversation import send_conversation
 from .live import LiveVariant
 from .load import Load, WorkItem
@@ -66,8 +65,8 @@ class Sender:
 
     def _payload(self, item: WorkItem, messages: list[dict[str, str]] | None = None) -> dict[str, Any]:
         gen = self.matrix.generation
-        trace = item.case.task == "trace"
-        schema = load_schema(item.case.schema_name) if gen.structured_output and not trace else None
+        trace = item.case.attributes.get("task") == "trace"
+        schema = item.case.schema_doc if gen.structured_output and not trace else None
         max_tokens = item.case.max_tokens or gen.max_tokens
         extra = {**gen.extra_body, **({"ignore_eos": True} if item.case.max_tokens else {})}  # a trace's length holds
         prefix = [{"role": "system", "content": gen.shared_prefix}] if gen.shared_prefix and not trace else []

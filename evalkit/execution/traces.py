@@ -16,7 +16,7 @@ from typing import Any
 
 from ..engines.bundled import BF16, PREFIX, resolve_model
 from ..paths import default_dataset_path
-from ..spec.dataset import Case, ContextKeys, Message
+from ..spec.dataset import Case, Message
 from ..spec.matrix import Matrix, arg_value
 from ..spec.traces import BLOCK_TOKENS, TraceError, TraceRow, load_trace
 
@@ -109,9 +109,8 @@ def build_cases(rows: list[TraceRow], tok: Any, tok_path: str, max_model_len: in
             shared = min(shared, need)
         length = r.input_tokens or 0
         out.append(Case(
-            id=r.id or f"trace-{r.index:06d}", task="trace", persona="trace", candidate="trace",
-            complexity="short" if length < 400 else "medium" if length < 1000 else "long", formality=3,
-            schema="outreach_email", context_keys=ContextKeys(company="-", role="-", skills=["-"]), messages=msgs,
+            id=r.id or f"trace-{r.index:06d}", messages=msgs, attributes={"task": "trace"},
+            complexity="short" if length < 400 else "medium" if length < 1000 else "long",
             max_tokens=r.output_tokens, meta={"trace_row": r.index, "trace_input_tokens": r.input_tokens,
                                               "trace_output_tokens": r.output_tokens, "designed_shared_tokens": shared}))
     return out

@@ -37,18 +37,25 @@ __all__ = ["Aggregate", "CannedQuery", "GradedRequest", "Grader", "GraderContext
 
 
 def case_from_row(row: dict[str, Any]) -> Case:
+    """A request row's case as the run had it (a ledger from before 0.3 kept the resume fields in
+    columns of their own)."""
+    if row.get("attributes_json"):
+        attrs = json.loads(row["attributes_json"])
+    else:
+        attrs = {k: row[k] for k in ("task", "persona", "persona_title", "persona_description", "candidate",
+                                     "formality") if row.get(k) is not None}
+        if row.get("context_keys_json"):
+            attrs["context_keys"] = json.loads(row["context_keys_json"])
     return Case.model_validate({
-        "id": row["case_id"], "task": row["task"], "persona": row["persona"],
-        "persona_title": row.get("persona_title") or "", "persona_description": row.get("persona_description") or "",
-        "candidate": row["candidate"], "complexity": row["complexity"], "formality": row["formality"],
-        "schema": row["schema_name"], "context_keys": json.loads(row["context_keys_json"]),
-        "messages": json.loads(row["messages_json"]),
+        "id": row["case_id"], "messages": json.loads(row["messages_json"]), "complexity": row.get("complexity"),
+        "schema": row.get("schema_name"), "reference": row.get("reference"), "attributes": attrs,
+        "schema_doc": json.loads(row["schema_json"]) if row.get("schema_json") else None,
     })
 
 
 def graded_requests(ledger: Ledger, run_id: str) -> tuple[list[GradedRequest], dict[int, int]]:
     """Every successful, measured (non-warmup, final) request of a run, with its case."""
-    # a trace's synthetic prompts have no persona, formality or schema to grade: timing only
+    # a trace's synthetic prompts have nothing to grade: timing only
     rows = [r for r in ledger.measured_requests(run_id, ok_only=True) if r["task"] != "trace"]
     rows.sort(key=lambda r: r["id"])
     cases: dict[str, Case] = {}

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ValidationError
 
 from ..catalogue import Metric
 from ..spec.dataset import Case
@@ -86,6 +89,13 @@ class GraderContext:
     judge: Any = None
     embed: Callable[[list[str]], Any] | None = None
     quality_under_load: bool = False  # the run's matrix asked to compare outputs across load levels
+    rubrics: Path | None = None  # the workload's rubrics folder: a file there replaces the shipped one
+
+    def rubric(self, name: str) -> Path:
+        """A rubric file: the workload's when it has one, else the shipped one."""
+        from ..paths import rubric_file
+
+        return rubric_file(self.rubrics, name)
 
 
 class Aggregate:
@@ -145,6 +155,9 @@ class Grader:
     # case attributes the grader reads (beyond id, messages and text): a run whose cases lack them
     # skips the grader with one line instead of grading into meaningless numbers
     requires: ClassVar[tuple[str, ...]] = ()
+    # a pydantic model the attributes it reads must satisfy: a case that carries them badly is a
+    # dataset error naming its line and field before anything is sent
+    attributes_model: ClassVar[type[BaseModel] | None] = None
     aggregate: ClassVar[type[Aggregate]] = Aggregate
     # a labelled file (relative to the rubrics folder) that `evalkit graders calibrate` checks it on
     calibration_file: ClassVar[str | None] = None
@@ -162,6 +175,18 @@ class Grader:
     def grade_outputs(self, items: list[GradedRequest], repeats: dict[int, int], baseline: str | None) -> dict[int, Score]:
         """request id -> score. The default grades each request on its own."""
         return {i.request_id: s for i, s in zip(items, self.grade_batch(items), strict=True)}
+
+    @classmethod
+    def check_case(cls, case: Case) -> str | None:
+        """Why this case's attributes cannot be graded (`field: problem`), or None."""
+        if cls.attributes_model is None:
+            return None
+        try:
+            cls.attributes_model.model_validate(case.attributes)
+        except ValidationError as e:
+            err = e.errors()[0]
+            return f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}"
+        return None
 
     @classmethod
     def validate_rubrics(cls, rubrics: Any) -> str | None:
@@ -193,14 +218,12 @@ def pass_pct(grades: list[dict[str, Any]]) -> float | None:
 
 def bare_case(case_id: str = "case", *, formality: int = 3, schema: str = "outreach_email",
               task: str = "cold_outreach") -> Case:
-    """A case with only what text-only graders read (formality level, schema name): how the
+    """A case with only what text-only graders read (the formality level, the schema): how the
     `evaluate` modules hand plain texts to the real graders."""
-    return Case.model_validate({
-        "id": case_id, "task": task, "persona": "unspecified", "candidate": "unspecified", "complexity": "short",
-        "formality": formality, "schema": schema,
-        "context_keys": {"company": "-", "role": "-", "skills": ["-"]},
-        "messages": [{"role": "user", "content": "-"}],
-    })
+    from ..spec.output_schemas import load_schema
+
+    return Case.model_validate({"id": case_id, "messages": [{"role": "user", "content": "-"}], "schema": schema,
+                                "schema_doc": load_schema(schema), "formality": formality, "task": task})
 
 
 def _per_case(grades: list[dict[str, Any]], pass_rate: bool) -> dict[str, float]:

@@ -13,10 +13,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..catalogue import Metric
 from ..errors import RubricError
-from ..paths import rubrics_dir
+from ..paths import rubric_file, rubrics_dir
 from ..spec.config import load_yaml_model as _load
 from ..stats import mean
 from .base import Aggregate, GradedRequest, Grader, GraderContext, Margin, Score, Threshold
+from .resume import FormalityAttributes, formality_of
 from .text import prose, sentences, terms, words
 
 FEATURES = (
@@ -221,6 +222,8 @@ class FormalityGrader(Grader):
     version = "2"  # 2: markers derived from the tune file only; a second, embedding-based estimator
     description = ("formality level 1-5 by two estimators fitted on the tune file (markers; embeddings), "
                    "vs the requested level")
+    requires = ("formality",)
+    attributes_model = FormalityAttributes
     aggregate = FormalityAggregate
     calibration_file = "formality_test.jsonl"
 
@@ -247,7 +250,7 @@ class FormalityGrader(Grader):
 
     @classmethod
     def validate_rubrics(cls, rubrics: Path) -> str:
-        f = load_yaml_model(rubrics / "formality.yaml", FormalityRubric)
+        f = load_yaml_model(rubric_file(rubrics, "formality.yaml"), FormalityRubric)
         return f"formality features: {len(f.weights)}"
 
     def __init__(self, rubric: FormalityRubric | None = None, embed: Any = None) -> None:
@@ -257,7 +260,7 @@ class FormalityGrader(Grader):
 
     @classmethod
     def from_context(cls, ctx: GraderContext) -> FormalityGrader:
-        return cls(embed=ctx.embed)
+        return cls(load_formality_rubric(ctx.rubric("formality.yaml")), embed=ctx.embed)
 
 
     def grade_batch(self, items: list[GradedRequest]) -> list[Score]:
@@ -273,7 +276,7 @@ class FormalityGrader(Grader):
 
     def _score(self, item: GradedRequest, pred: tuple, second: tuple[int, list[float]] | None) -> Score:
         level, raw, f, markers = pred
-        want = item.case.formality
+        want = formality_of(item.case)
         err = level - want
         detail: dict[str, Any] = {"predicted": level, "requested": want, "error": err, "raw_score": round(raw, 4),
                                   "features": {k: round(v, 4) for k, v in f.items()}, "markers": markers,

@@ -12,11 +12,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..catalogue import Metric
-from ..paths import rubrics_dir
+from ..paths import rubric_file, rubrics_dir
 from ..spec.dataset import Case
 from ..stats import mean
 from .base import Aggregate, CannedQuery, GradedRequest, Grader, GraderContext, Margin, Score, Threshold, pass_pct
 from .formality import load_yaml_model
+from .resume import ResumeAttributes, resume
 from .text import json_fields, prose, sentences, words
 
 STOP = {"a", "an", "the", "of", "and", "for", "at", "in", "on", "to", "ii", "i", "senior", "staff"}
@@ -61,12 +62,13 @@ class Rule(BaseModel):
     def applies(self, case: Case) -> bool:
         """Task filter first; then the named personas, or (for personas the rubric has never seen,
         e.g. in a user's own dataset) a requested formality at or above `min_formality`."""
-        if self.tasks is not None and case.task not in self.tasks:
+        a = resume(case)
+        if self.tasks is not None and a.task not in self.tasks:
             return False
         if self.personas is None and self.min_formality is None:
             return True
-        return (self.personas is not None and case.persona in self.personas) or (
-            self.min_formality is not None and case.formality >= self.min_formality)
+        return (self.personas is not None and a.persona in self.personas) or (
+            self.min_formality is not None and a.formality >= self.min_formality)
 
 
 def _check_regex(p: str) -> None:
@@ -127,7 +129,7 @@ def invented_facts(output: str, source: str, case: Case) -> list[str]:
     for d in DEGREE.findall(output):
         if _norm(d) not in src:
             found.append(f"degree {d}")
-    allowed = _norm(case.context_keys.company)
+    allowed = _norm(resume(case).context_keys.company)
     for m in EMPLOYER.finditer(output):
         name = m.group(1)
         first = _norm(name.split(" ")[0])
@@ -139,7 +141,7 @@ def invented_facts(output: str, source: str, case: Case) -> list[str]:
 
 def check(rule_name: str, rule: Rule, case: Case, text: str, raw: str) -> tuple[bool, str]:
     low = _norm(text)
-    ck = case.context_keys
+    ck = resume(case).context_keys
     if rule_name == "mentions_company":
         ok = _norm(ck.company) in low
         return ok, f"{'mentions' if ok else 'does not mention'} {ck.company}"
@@ -192,6 +194,8 @@ class PersonaGrader(Grader):
     name = "persona"
     version = "2"  # 2: salutation and sign-off also apply from the requested formality (min_formality)
     description = "persona rubric (rubrics/persona.yaml): weighted rules, required ones decide pass"
+    requires = ("task", "persona", "candidate", "formality", "context_keys")
+    attributes_model = ResumeAttributes
     aggregate = PersonaAggregate
     calibration_file = "persona_labels.jsonl"
 
@@ -211,7 +215,7 @@ class PersonaGrader(Grader):
 
     @classmethod
     def validate_rubrics(cls, rubrics: Path) -> str:
-        p = load_yaml_model(rubrics / "persona.yaml", PersonaRubric)
+        p = load_yaml_model(rubric_file(rubrics, "persona.yaml"), PersonaRubric)
         return f"persona rules: {', '.join(p.rules)}"
 
     def __init__(self, rubric: PersonaRubric | None = None, embed: Any = None) -> None:
@@ -220,7 +224,7 @@ class PersonaGrader(Grader):
 
     @classmethod
     def from_context(cls, ctx: GraderContext) -> PersonaGrader:
-        return cls(embed=ctx.embed)
+        return cls(load_persona_rubric(ctx.rubric("persona.yaml")), embed=ctx.embed)
 
 
     def grade(self, item: GradedRequest, similarity: float | None = None) -> Score:
@@ -249,7 +253,7 @@ class PersonaGrader(Grader):
             from .embeddings import cosine
 
             outs = self.embed([prose(i.text) for i in items])
-            descs = self.embed([i.case.persona_description or i.case.persona for i in items])
+            descs = self.embed([resume(i.case).persona_description or resume(i.case).persona for i in items])
             sims = [cosine(a, b) for a, b in zip(outs, descs, strict=True)]
         return [self.grade(i, s) for i, s in zip(items, sims, strict=True)]
 

@@ -12,6 +12,7 @@ from functools import lru_cache
 from importlib import import_module
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any
 
 from ..catalogue import Metric
 from ..errors import UsageError
@@ -111,8 +112,8 @@ def default_names(with_judge: bool = False) -> list[str]:
 
 
 def make_graders(names: list[str] | None = None, ctx: GraderContext | None = None) -> list[Grader]:
-    reg = available()
-    names = resolve(list(names)) if names else default_names()
+    names = resolve(list(names)) if names is not None else default_names()
+    reg = available()  # after resolve: a module:Class it registered is in it
     ctx = ctx or GraderContext()
     if ctx.embed is None:
         from .embeddings import embed  # lazy: only graders that embed load the model
@@ -158,3 +159,57 @@ def canned_queries() -> list[tuple[str, CannedQuery]]:
 
 def calibratable() -> list[str]:
     return [name for name, cls in available().items() if cls.calibration_file]
+
+
+def use_workload(folder: str | Path | None) -> None:
+    """A run's workload folder: its `module:Class` graders import from there."""
+    if folder and Path(folder).is_dir():
+        add_path(folder)
+
+
+def choose(names: list[str] | None, cases: list[Any], *, with_judge: bool = False,
+           where: str = "dataset") -> tuple[list[str], list[str]]:
+    """The graders a run uses: the ones named (the matrix's `graders:`), else every default one;
+    each only when every case carries the fields it reads (`requires`), else skipped with one line.
+    A case that carries them badly is a DatasetError naming its line and field."""
+    chosen = resolve(names) if names is not None else default_names(with_judge)
+    reg = available()  # after resolve: a module:Class it registered is in it
+    out, notes = [], []
+    for n in chosen:
+        cls = reg[n]
+        missing = [k for k in cls.requires if not all(c.has(k) for c in cases)]
+        if missing:
+            lacking = sum(not all(c.has(k) for k in cls.requires) for c in cases)
+            notes.append(f"grader '{n}' skipped: {lacking} of {len(cases)} cases lack {', '.join(missing)}, "
+                         "which it reads")
+            continue
+        for c in cases:
+            if (why := cls.check_case(c)) is not None:
+                from ..errors import DatasetError
+
+                field, _, msg = why.partition(": ")
+                raise DatasetError(f"{where}:{c._line}: field '{field}': {msg} (grader '{n}' reads it)")
+        out.append(n)
+    return out, notes
+
+
+def specs(names: list[str]) -> list[str]:
+    """How a run records its graders: a name, or `module:Class` for one registered from a module."""
+    return [_LOCAL.get(n, n) for n in names]
+
+
+def use_run(run: dict[str, Any]) -> list[str] | None:
+    """Make a recorded run's graders available again (its workload folder on the import path, its
+    `module:Class` ones registered); returns their names, or None for a run that recorded none."""
+    import json
+
+    use_workload(run.get("workload_dir"))
+    if not run.get("graders_json"):
+        return None
+    out = []
+    for spec in json.loads(run["graders_json"]):
+        try:
+            out.append(register(spec) if ":" in spec else spec)
+        except UsageError:
+            continue  # its module is gone: its grades stay in the ledger, its columns do not show
+    return out

@@ -34,6 +34,7 @@ class SchemaGrader(Grader):
     name = "schema"
     version = "1"
     description = "the output parses as JSON and validates against the case's JSON Schema"
+    requires = ("schema",)
     aggregate = SchemaAggregate
 
     @classmethod
@@ -46,7 +47,7 @@ class SchemaGrader(Grader):
         return f"schemas: {', '.join(names)}"
 
     def grade(self, item: GradedRequest) -> Score:
-        schema = load_schema(item.case.schema_name)
+        schema = item.case.schema_doc or load_schema(item.case.schema_name)  # a ledger from before 0.3: by name
         try:
             obj = json.loads(item.text)
         except json.JSONDecodeError as e:

@@ -297,3 +297,17 @@ def m015_one_meaning_per_name(db: Database) -> None:
     db.execute("alter table derived_cost rename column phase to level")
     db.execute(requests_view_sql(BUILT_IN_VIEW_COLUMNS))  # every registered grader's come with the next grading
     db.execute("drop view if exists server_metrics")  # the 0.1 name of server_samples, kept for one release
+
+
+@migration("m016_generic_cases")
+def m016_generic_cases(db: Database) -> None:
+    # A case of any workload: its attributes (every field beyond id and messages), an expected
+    # answer, and the JSON Schema it named, resolved (a name, a path or inline). The resume
+    # workload's own columns stay, filled from its attributes, for Datasette's facets.
+    db["cases"].add_column("attributes_json", str)
+    db["cases"].add_column("reference", str)
+    db["cases"].add_column("schema_json", str)
+    # Which graders a run chose (the matrix's, or the defaults that applied) and the workload folder
+    # their `module:Class` names are imported from.
+    db["runs"].add_column("graders_json", str)
+    db["runs"].add_column("workload_dir", str)

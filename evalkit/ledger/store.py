@@ -35,7 +35,7 @@ def dumps(value: Any) -> str:
 
 # Case fields carried by every measured request (what slices, graders and reports need).
 CASE_FIELDS = ("task", "persona", "persona_title", "persona_description", "candidate", "complexity", "formality",
-               "schema_name", "context_keys_json", "messages_json")
+               "schema_name", "context_keys_json", "messages_json", "attributes_json", "reference", "schema_json")
 
 # What `publish` exports per run: config name -> (table, how rows belong to the run).
 EXPORTS = {

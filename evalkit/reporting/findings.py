@@ -4,6 +4,7 @@ and the study-style summary. Everything here reads rows; nothing is measured aga
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from typing import Any
@@ -22,7 +23,7 @@ from .under_load import quality_under_load
 from .verdicts import parse_margins, sentences, verdicts
 
 LATENCY_FIELDS = ("ttft_ms", "tpot_ms", "itl_mean_ms", "e2e_ms", "out_tps")
-SLICE_FIELDS = ("complexity", "persona", "formality", "task", "candidate", "replica", "level", "concurrency")
+SLICE_FIELDS = ("complexity", "replica", "level", "concurrency")  # and every case attribute
 
 
 def describe(values: list[float]) -> dict[str, float | None]:
@@ -40,19 +41,30 @@ def request_rows(ledger: Ledger, run_id: str) -> list[dict[str, Any]]:
     grades = ledger.latest_grades(run_id)
     for r in rows:
         r["grades"] = grades.get(r["id"], {})
+        r["attributes"] = json.loads(r["attributes_json"]) if r.get("attributes_json") else {
+            k: r[k] for k in ("task", "persona", "candidate", "formality") if r.get(k) is not None}
         r["out_tps"] = (r["completion_tokens"] / (r["e2e_ms"] / 1000.0)
                         if r["completion_tokens"] and r["e2e_ms"] and r["error_class"] is None else None)
     return rows
 
 
+def slice_value(r: dict[str, Any], key: str) -> Any:
+    """A row's value of a slicing key: a request field, else one of its case's attributes."""
+    if key in SLICE_FIELDS:
+        return r.get(key)
+    v = r["attributes"].get(key)
+    return json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v
+
+
 def slices(rows: list[dict[str, Any]], by: list[str]) -> list[dict[str, Any]]:
     """Distribution of every metric per variant x slice (any combination of case fields)."""
-    bad = [b for b in by if b not in SLICE_FIELDS]
+    attrs = sorted({k for r in rows for k in r["attributes"]})
+    bad = [b for b in by if b not in SLICE_FIELDS and b not in attrs]
     if bad:
-        raise UsageError(f"--by: unknown slice field(s) {', '.join(bad)} (known: {', '.join(SLICE_FIELDS)})")
+        raise UsageError(f"--by: unknown slice field(s) {', '.join(bad)} (known: {', '.join([*SLICE_FIELDS, *attrs])})")
     groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
-        groups[(r["variant"], *(r[b] for b in by))].append(r)
+        groups[(r["variant"], *(slice_value(r, b) for b in by))].append(r)
     out = []
     for key, rs in sorted(groups.items(), key=lambda kv: tuple(str(x) for x in kv[0])):
         ok = [r for r in rs if r["error_class"] is None]
@@ -119,7 +131,7 @@ def spikes(rows: list[dict[str, Any]], metric: str = "ttft_ms", k: float = 3.5) 
     groups: dict[tuple[str, int, str], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:  # like with like: a request is compared with its own slice at its own load level
         if r["error_class"] is None and r[metric] is not None:
-            groups[(r["variant"], level_of(r), r["complexity"])].append(r)
+            groups[(r["variant"], level_of(r), r["complexity"] or "all")].append(r)
     firsts = {v: min(r["seq"] for r in rows if r["variant"] == v) for v in {r["variant"] for r in rows}}
     for (v, level, cx), rs in sorted(groups.items()):
         vals = [r[metric] for r in rs]

@@ -11,7 +11,7 @@ import numpy as np
 from .. import catalogue
 from ..catalogue import KEYS, Metric, fmt
 from ..execution.resume import run_state
-from ..grading.registry import available, summary_columns
+from ..grading.registry import available, summary_columns, use_run
 from ..host import hosts_differ
 from ..ledger import Ledger
 from ..spec.dataset import COMPLEXITIES
@@ -70,7 +70,8 @@ def paired(rows: list[dict[str, Any]], baseline: str, metric: str, by: str = "co
         slices: dict[str, set[str]] = defaultdict(set)
         for r in rows:
             if r["variant"] == v and (r["case_id"], r["repeat"]) in base:
-                slices[str(r[by])].add(r["case_id"])
+                if r.get(by) is not None:  # a workload without the slice has only "all"
+                    slices[str(r[by])].add(r["case_id"])
                 slices["all"].add(r["case_id"])
         a = case_means(rows, v, metric, shared[v])
         b = case_means(rows, baseline, metric, shared[v])
@@ -91,6 +92,7 @@ def paired(rows: list[dict[str, Any]], baseline: str, metric: str, by: str = "co
 def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float] | None = None) -> dict[str, Any]:
     run = ledger.require_run(run_id)
     run_id = run["id"]
+    use_run(run)  # a run's module:Class graders declare its quality columns
     variants = ledger.variants(run_id)
     rows = ledger.measured_requests(run_id)
     grades = ledger.latest_grades(run_id)

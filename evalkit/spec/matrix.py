@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from ..errors import MatrixError
 from ..paths import default_matrix_path
@@ -282,9 +282,34 @@ class Matrix(BaseModel):
     margins: dict[str, str | float] = Field(
         default_factory=dict, description="non-inferiority margins per metric, e.g. {drift: 0.05, schema_pass: -2pp, "
                                           "e2e_mean: +0%}: each variant gets a verdict per metric")
+    graders: list[str] | None = Field(
+        None, description="graders to run: names (schema, drift, persona, formality, ...) or module:Class from the "
+                          "workload folder [default: every default grader whose case fields the dataset carries]")
+    dataset: str | None = Field(None, description="the workload's cases, a path relative to this file "
+                                                  "[default: dataset.jsonl beside it, else the shipped resume cases]")
+    schemas: str | None = Field(None, description="a folder of NAME.schema.json, relative to this file "
+                                                  "[default: schemas/ beside it when there is one]")
+    rubrics: str | None = Field(None, description="a folder of rubric files for the graders that read them; a file "
+                                                  "not there comes from the shipped rubrics [default: rubrics/ beside "
+                                                  "it when there is one]")
     variants: list[Variant] = Field(min_length=1)
+    _folder: Path | None = PrivateAttr(None)  # the workload folder: where this matrix was read from
 
     _budget = field_validator("memory_budget", mode="before")(lambda v: check_budget(v))
+
+    @property
+    def folder(self) -> Path | None:
+        return self._folder
+
+    def workload_path(self, field: str, default: str) -> Path | None:
+        """A path the matrix names (relative to its folder), or the conventional one beside it."""
+        if self._folder is None:
+            return None
+        given = getattr(self, field)
+        p = self._folder / (given or default)
+        if given and not p.exists():
+            raise MatrixError(f"{self._folder}: field '{field}': {p} does not exist")
+        return p if p.exists() else None
 
     @model_validator(mode="after")
     def _names(self) -> Matrix:
@@ -317,11 +342,18 @@ def bundled_matrices() -> list[str]:
 
 
 def load_matrix(path: str | Path | None = None) -> Matrix:
-    """A matrix file, or the name of a bundled one (`default`, `saturation`)."""
+    """A matrix file, a workload folder (its matrix.yaml), or the name of a bundled one
+    (`default`, `saturation`). A matrix outside the package is its workload folder's: its
+    dataset, schemas, rubrics and graders' modules are found beside it."""
     p = Path(path) if path else default_matrix_path()
     if path and not p.exists() and str(path) in bundled_matrices():
         p = default_matrix_path().parent / f"{path}.yaml"
-    return load_yaml_model(p, Matrix, MatrixError, "matrix")
+    if p.is_dir():
+        p = p / "matrix.yaml"
+    m = load_yaml_model(p, Matrix, MatrixError, "matrix")
+    if p.resolve().parent != default_matrix_path().resolve().parent:
+        m._folder = p.resolve().parent
+    return m
 
 
 def matrix_summary(m: Matrix) -> str:

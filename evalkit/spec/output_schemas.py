@@ -41,3 +41,20 @@ def _load(path: str) -> dict[str, Any]:
 def load_schema(name: str, directory: Path | None = None) -> dict[str, Any]:
     d = directory or schemas_dir()
     return _load(str(d / f"{name}{SUFFIX}"))
+
+
+def check_schema(schema: Any, where: str) -> dict[str, Any]:
+    """A JSON Schema given inline or read from a file, checked; RubricError names where."""
+    if not isinstance(schema, dict):
+        raise RubricError(f"{where}: a JSON Schema must be an object")
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as e:
+        at = "/".join(str(x) for x in e.path) or "(root)"
+        raise RubricError(f"{where}: field '{at}': invalid JSON Schema: {e.message}") from None
+    return schema
+
+
+def schema_search_path(workload_schemas: Path | None = None) -> list[Path]:
+    """Where a schema's name is looked up: the workload's schemas folder, then the shipped one."""
+    return [d for d in (workload_schemas, schemas_dir()) if d is not None]

@@ -112,6 +112,10 @@ def metrics_text(cfg: StubConfig) -> str:
 
 
 def _fill(schema: dict[str, Any], hint: str) -> Any:
+    if schema.get("enum"):
+        return schema["enum"][0]
+    if "const" in schema:
+        return schema["const"]
     t = schema.get("type")
     if t == "object":
         return {k: _fill(v, f"{hint} {k}") for k, v in schema.get("properties", {}).items()}
