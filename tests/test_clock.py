@@ -115,7 +115,7 @@ def test_chunks_merged_while_the_loop_was_late_are_counted_so_the_row_is_marked(
         sent = s.cfg.stamps[max(s.cfg.stamps)]
     late_ms = (first - sent) * 1000
     assert r.first_read_chunks > 1 or late_ms < 2.0  # either exact, or visibly shared
-    from evalkit.execution.sender import timing_suspect
+    from evalkit.execution.rows import timing_suspect
 
     row = {"error_class": None, "ttft_ms": r.ttft_ms, "timestamp_source": "kernel",
            "first_read_chunks": r.first_read_chunks}

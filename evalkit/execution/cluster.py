@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 import queue
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -46,18 +48,17 @@ class EventLedger(MirroredLedger):
     """The worker's ledger: every write is queued as an event for the driver. Fault injection for
     tests: the worker dies abruptly after $EVALKIT_RAY_FAULT_AFTER requests."""
 
-    def __init__(self, events: queue.Queue[tuple[Any, ...]]) -> None:
-        super().__init__(events.put)
+    def __init__(self, events: queue.Queue[tuple[Any, ...]], path: str = ":memory:") -> None:
+        super().__init__(events.put, path)
         self.n_requests = 0
         self.die_after = int(os.environ.get(FAULT_ENV, "0") or 0)
 
-    def insert_request(self, row: dict[str, Any]) -> int:
-        rid = super().insert_request(row)
-        self.n_requests += 1
+    def insert_requests(self, rows: list[dict[str, Any]]) -> None:
+        super().insert_requests(rows)
+        self.n_requests += len(rows)
         if self.die_after and self.n_requests >= self.die_after:
             time.sleep(0.5)  # let the streamed events leave, then die like a killed node would
             os._exit(70)
-        return rid
 
 
 class QueueProgress:
@@ -102,12 +103,13 @@ def run_shard(shard: Shard) -> Iterator[tuple[Any, ...]]:
     cases = [Case.model_validate(c) for c in shard.cases]
     summary = RunSummary(shard.run_row["id"])
     result: dict[str, Any] = {}
+    scratch = tempfile.mkdtemp(prefix="evalkit-worker-")
 
     def body() -> None:
         try:
-            # SQLite connections belong to the thread that made them: this one
-            # in memory: the worker only reads back its own rows; the driver keeps the ledger
-            local = EventLedger(events)
+            # SQLite connections belong to the thread that made them: this one. A scratch file,
+            # not memory: the worker only reads back its own rows, and a long run's must not fill its RAM
+            local = EventLedger(events, str(Path(scratch) / "worker.db"))
             local.seed_run(shard.run_row, shard.case_rows)
             ctx = RunContext(local, summary.run_id, matrix, cases, shard.repeats, Load.from_record(shard.load),
                              {tuple(k) for k in shard.skip}, QueueProgress(events), cache_dir() / "logs",  # type: ignore[misc]
@@ -138,6 +140,7 @@ def run_shard(shard: Shard) -> Iterator[tuple[Any, ...]]:
         if batch:
             yield ("batch", batch)
     t.join()
+    shutil.rmtree(scratch, ignore_errors=True)
     yield ("summary", {"n_requests": summary.n_requests, "n_errors": summary.n_errors,
                        "failed_variants": summary.failed_variants, "saturation": summary.saturation,
                        "stages": summary.stages, "error": result.get("error"), "node": os.uname().nodename})

@@ -52,9 +52,3 @@ async def send_conversation(sender: Any, http: Any, item: WorkItem, attribute_no
             return rows
         prev = last["text"] or ""
     return rows
-
-
-def item_done(item: WorkItem, skip: set[tuple[str, str, int, str]]) -> bool:
-    """Whether an item (every turn of a conversation) already has its final rows."""
-    ids = [item.case.turn_case(k).id for k in range(len(item.case.turns) + 1)]
-    return all((item.variant, i, item.repeat, item.level) in skip for i in ids)

@@ -6,6 +6,7 @@ tokens, and decode from their time per output token. Every case is assumed to ge
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,10 +52,10 @@ def _chars(item: WorkItem) -> int:
     return sum(len(m.content) for m in item.case.messages)
 
 
-def estimate_variant(warm_rows: list[dict[str, Any]], warm: list[WorkItem], main: list[WorkItem], matrix: Matrix,
+def estimate_variant(warm_rows: list[dict[str, Any]], warm: list[WorkItem], main: Iterable[WorkItem], matrix: Matrix,
                      load: Load, remaining_variants: int = 0, server_start_s: float = 0.0) -> RunEstimate | None:
     ok = [r for r in warm_rows if r["error_class"] is None and r["ttft_ms"] is not None and r["prompt_tokens"]]
-    if not ok or not main:
+    if not ok:
         return None
     # the timing probes come after the grammars are compiled; the first warm-ups pay for that
     ok = [r for r in ok if "-probe-" in r["case_id"]] or ok
@@ -66,20 +67,26 @@ def estimate_variant(warm_rows: list[dict[str, Any]], warm: list[WorkItem], main
     if tpot is None:
         return None
     decode_ms = (matrix.generation.max_tokens - 1) * tpot
-    per = [max(0.0, a + b * _chars(it) * tok_per_char) + decode_ms for it in main]
-    total_ms = sum(per)
+    total_ms = longest = 0.0
+    n = 0
+    for it in main:  # one pass: a large run's items are generated, not listed
+        ms = max(0.0, a + b * _chars(it) * tok_per_char) + decode_ms
+        total_ms, longest, n = total_ms + ms, max(longest, ms), n + 1
+    if not n:
+        return None
+    sequential_ms = total_ms
     levels = load.levels()
     if levels[0].open_loop and levels[0].rate:
         rate = levels[0].rate
-        total_ms = max(len(main) / rate * 1000.0, max(per))
+        total_ms = max(n / rate * 1000.0, longest)
         basis = f"open loop at {rate:g}/s"
     elif load.concurrent:
         total_ms = sum(total_ms / lv.concurrency for lv in levels)  # as if batching scaled perfectly
         basis = (f"{len(levels)} concurrency level(s): a lower bound, assuming batching scales perfectly; "
-                 f"sequential it would be {_mmss(sum(per) / 1000 * len(levels))}")
+                 f"sequential it would be {_mmss(sequential_ms / 1000 * len(levels))}")
     else:
         basis = (f"prefill {a:.0f} ms + {b:.2f} ms/prompt token, decode {tpot:.1f} ms/token x "
                  f"{matrix.generation.max_tokens - 1}")
     measure_s = total_ms / 1000.0
     rest_s = remaining_variants * (measure_s + server_start_s)
-    return RunEstimate(len(main), measure_s, rest_s, basis)
+    return RunEstimate(n, measure_s, rest_s, basis)

@@ -6,7 +6,8 @@ sends, in order. Options are parsed once, here, at the edge. No I/O.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import UsageError
@@ -176,7 +177,7 @@ def load_from_options(matrix_load: Any, *, mode: str | None = None, concurrency:
     return Load(pattern, stops, limits, policy)
 
 
-@dataclass
+@dataclass(slots=True)
 class WorkItem:
     variant: str
     case: Case
@@ -224,47 +225,116 @@ def warmup_cases(cases: list[Case], n: int, structured: bool) -> list[Case]:
     return out
 
 
-def build_work(matrix: Matrix, variants: list[str], cases: list[Case], repeats: int, load: Load,
-               level: str = "main", concurrency: int = 1, warmup: bool = True) -> list[WorkItem]:
-    """The work items one level sends: each variant's warm-ups (first level only), then every case
-    and repeat (the baseline's noise-floor passes after its repeats), interleaved when asked."""
-    items: list[WorkItem] = []
+def _measured(matrix: Matrix, variants: list[str], cases: list[Case], repeats: int, load: Load, level: str,
+              concurrency: int) -> Iterator[WorkItem]:
+    """Every case and repeat of the variants, in sending order (the baseline's noise-floor passes
+    after its repeats; interleaved when asked), each on its replica: generated, never listed."""
     gen = matrix.generation
-    warm = warmup_cases(cases, gen.warmup, gen.structured_output) if warmup else []
-    for v in variants:
-        items += [WorkItem(v, c, 0, True, level, concurrency) for c in warm]
+    replicas = {v: matrix.variant(v).n_replicas for v in variants}
+    index = {c.id: i for i, c in enumerate(cases)}  # case i goes to replica i mod N (all its repeats too)
 
     def n_rep(v: str) -> int:
         # the baseline is sent more often: its extra repeats are drift's noise floor
         return gen.baseline_passes(repeats) if v == matrix.baseline else repeats
 
+    def item(v: str, c: Case, rep: int) -> WorkItem:
+        n = replicas.get(v, 1)
+        return WorkItem(v, c, rep, False, level, concurrency, index[c.id] % n if n > 1 else None)
+
     top = max(n_rep(v) for v in variants)
-    main = [(rep, c) for rep in range(top) for c in cases]
     if load.policy.interleave and len(variants) > 1:
         rng = random.Random(load.policy.order_seed)
-        for rep, c in main:
-            order = [v for v in variants if rep < n_rep(v)]
-            rng.shuffle(order)  # randomised within each case, so neither variant always goes first
-            items += [WorkItem(v, c, rep, False, level, concurrency) for v in order]
+        for rep in range(top):
+            for c in cases:
+                order = [v for v in variants if rep < n_rep(v)]
+                rng.shuffle(order)  # randomised within each case, so neither variant always goes first
+                for v in order:
+                    yield item(v, c, rep)
     else:
         for v in variants:
-            items += [WorkItem(v, c, rep, False, level, concurrency) for rep, c in main if rep < n_rep(v)]
-    return shard(items, {v: matrix.variant(v).n_replicas for v in variants})
+            for rep in range(n_rep(v)):
+                for c in cases:
+                    yield item(v, c, rep)
 
 
-def shard(items: list[WorkItem], replicas: dict[str, int]) -> list[WorkItem]:
-    """Spread each replicated variant's cases over its servers: case i of the dataset order goes to
-    replica i mod N (all repeats of a case to the same server); every server gets the warm-ups."""
-    out: list[WorkItem] = []
-    order: dict[str, int] = {}
-    for it in items:
-        n = replicas.get(it.variant, 1)
-        if n <= 1:
-            out.append(it)
-        elif it.warmup:
-            out += [WorkItem(it.variant, it.case, it.repeat, True, it.level, it.concurrency, r) for r in range(n)]
-        else:
-            idx = order.setdefault(it.case.id, len(order))
-            it.replica = idx % n
-            out.append(it)
-    return out
+def warmup_items(matrix: Matrix, variants: list[str], cases: list[Case], level: str = "main",
+                 concurrency: int = 1) -> list[WorkItem]:
+    """Each variant's warm-ups, on every server of a replicated variant."""
+    gen = matrix.generation
+    warm = warmup_cases(cases, gen.warmup, gen.structured_output)
+    items: list[WorkItem] = []
+    for v in variants:
+        n = matrix.variant(v).n_replicas
+        items += [WorkItem(v, c, 0, True, level, concurrency, r) for c in warm
+                  for r in ([None] if n <= 1 else range(n))]
+    return items
+
+
+def build_work(matrix: Matrix, variants: list[str], cases: list[Case], repeats: int, load: Load,
+               level: str = "main", concurrency: int = 1, warmup: bool = True) -> list[WorkItem]:
+    """The work items one level sends, as a list: the warm-ups (first level only), then every case
+    and repeat (`Work` makes the same measured items on demand, which a large run needs)."""
+    warm = warmup_items(matrix, variants, cases, level, concurrency) if warmup else []
+    return warm + list(_measured(matrix, variants, cases, repeats, load, level, concurrency))
+
+
+def item_done(item: WorkItem, skip: Collection[tuple[str, str, int, str]]) -> bool:
+    """Whether an item (every turn of a conversation) already has its final rows."""
+    if not skip:
+        return False
+    ids = [item.case.turn_case(k).id for k in range(len(item.case.turns) + 1)] if item.case.turns else [item.case.id]
+    return all((item.variant, i, item.repeat, item.level) in skip for i in ids)
+
+
+@dataclass
+class Work:
+    """One level's measured items, made on demand each time it is iterated (a million requests are
+    never in memory at once): the servers this process opened, less what a resume already has
+    (`skip`), each starting at its next attempt number, limited to the cases a time budget kept."""
+
+    matrix: Matrix
+    variants: list[str]
+    cases: list[Case]
+    repeats: int
+    load: Load
+    level: str = "main"
+    concurrency: int = 1
+    targets: Collection[str] | None = None
+    skip: Collection[tuple[str, str, int, str]] = frozenset()
+    attempts: dict[tuple[str, str, int, str], int] = field(default_factory=dict)
+    keep: frozenset[str] | None = None
+    _counts: dict[str, int] | None = field(default=None, repr=False)
+
+    def __iter__(self) -> Iterator[WorkItem]:
+        for it in _measured(self.matrix, self.variants, self.cases, self.repeats, self.load, self.level,
+                            self.concurrency):
+            if (self.targets is not None and it.target not in self.targets) or \
+                    (self.keep is not None and it.case.id not in self.keep) or item_done(it, self.skip):
+                continue
+            it.attempt0 = self.attempts.get((it.variant, it.case.id, it.repeat, it.level), 0)
+            yield it
+
+    def counts(self) -> dict[str, int]:
+        """Items per target, counted in one pass (and kept: the work does not change)."""
+        if self._counts is None:
+            out: dict[str, int] = {}
+            for it in self:
+                out[it.target] = out.get(it.target, 0) + 1
+            self._counts = out
+        return self._counts
+
+    def __len__(self) -> int:
+        return sum(self.counts().values())
+
+    def count(self, variant: str) -> int:
+        return sum(n for t, n in self.counts().items() if t.split("#")[0] == variant)
+
+    def target_names(self) -> list[str]:
+        return list(self.counts())
+
+    def for_target(self, target: str) -> Iterator[WorkItem]:
+        return (it for it in self if it.target == target)
+
+    def only(self, case_ids: Collection[str]) -> Work:
+        """The same work limited to these cases (what a time budget kept)."""
+        return replace(self, keep=frozenset(case_ids), _counts=None)

@@ -14,21 +14,27 @@ whether to go on; it never asks which pattern it runs, so a new pattern is one t
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any, ClassVar, Literal
 
 Arrival = Literal["poisson", "constant"]
 
 
-def arrival_offsets(n: int, rate: float, arrival: str, arrival_seed: int) -> list[float]:
-    """Scheduled send times in seconds from the start of the load, for n requests at `rate`/s.
+def arrivals(rate: float, arrival: str, arrival_seed: int) -> Iterator[float]:
+    """Scheduled send times in seconds from the start of the load, at `rate`/s, without end.
     Poisson: exponential gaps from a seeded generator (the same seed gives the same schedule)."""
     rng = random.Random(arrival_seed)
-    t, out = 0.0, []
-    for _ in range(n):
-        out.append(t)
+    t = 0.0
+    while True:
+        yield t
         t += rng.expovariate(rate) if arrival == "poisson" else 1.0 / rate
-    return out
+
+
+def arrival_offsets(n: int, rate: float, arrival: str, arrival_seed: int) -> list[float]:
+    """The first n of `arrivals`."""
+    return list(islice(arrivals(rate, arrival, arrival_seed), n))
 
 
 @dataclass(frozen=True)
@@ -53,12 +59,16 @@ class Level:
     def sequential(self) -> bool:
         return not self.open_loop and self.concurrency == 1
 
-    def schedule(self, n: int) -> list[float]:
-        """When each of n open-loop arrivals is due (s from the level's start)."""
+    def arrivals(self) -> Iterator[float]:
+        """When each open-loop arrival is due (s from the level's start), in order, on demand."""
         if self.offsets is not None:
-            return list(self.offsets[:n])
+            return iter(self.offsets)
         assert self.rate is not None
-        return arrival_offsets(n, self.rate, self.arrival, self.arrival_seed)
+        return arrivals(self.rate, self.arrival, self.arrival_seed)
+
+    def schedule(self, n: int) -> list[float]:
+        """The first n arrivals."""
+        return list(islice(self.arrivals(), n))
 
 
 class Pattern:

@@ -14,12 +14,18 @@ import asyncio
 import pickle
 import struct
 import sys
+import threading
 import time
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 from ..measure.client import RequestResult
-from .signals import gather_or_cancel
+from .signals import STOP, gather_or_cancel
+
+LEAD_MS = 1000.0  # an open-loop item reaches its process this long before it is due
+LAG_EVERY_S = 0.25  # a child posts its closed loop-lag windows this often
 
 
 @dataclass
@@ -28,13 +34,13 @@ class Job:
     url: str
     payload: dict[str, Any]
     headers: dict[str, str]
-    offset_ms: float | None = None  # open loop: when it is due, from the common start every process shares
+    due_ms: float | None = None  # open loop: when it is due, on the run's clock every process shares
 
 
 @dataclass
 class ChildWork:
     proc: int
-    jobs: list[Job]
+    jobs: list[Job]  # unused: jobs arrive on stdin as the child can take them
     streams: int  # closed loop: this process's share of the streams (0 for open loop)
     epoch: float
     timeout_s: float
@@ -65,6 +71,24 @@ def _put(msg: tuple[Any, ...]) -> None:
     sys.stdout.buffer.flush()
 
 
+def _frame(msg: Any) -> bytes:
+    data = pickle.dumps(msg)
+    return struct.pack("<I", len(data)) + data
+
+
+def _read_inbox(loop: asyncio.AbstractEventLoop, inbox: asyncio.Queue[tuple[Any, ...]]) -> None:
+    """A thread: the parent's messages from stdin into the child's loop; the end of stdin ends the work."""
+    try:
+        while True:
+            head = sys.stdin.buffer.read(4)
+            if len(head) < 4:
+                break
+            msg = pickle.loads(sys.stdin.buffer.read(struct.unpack("<I", head)[0]))
+            loop.call_soon_threadsafe(inbox.put_nowait, msg)
+    finally:
+        loop.call_soon_threadsafe(inbox.put_nowait, ("end",))
+
+
 async def _child_main(plan: ChildWork) -> None:
     import aiohttp
 
@@ -72,12 +96,29 @@ async def _child_main(plan: ChildWork) -> None:
     from ..measure.looplag import LagProbe
     from ..measure.wire import WireClient, stream_chat_wire
 
-    _put(("ready", plan.proc))
     loop = asyncio.get_running_loop()
-    line = await loop.run_in_executor(None, sys.stdin.buffer.readline)  # every process starts on one moment
-    start_ms = float(line)
+    inbox: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
+    threading.Thread(target=_read_inbox, args=(loop, inbox), daemon=True).start()
+    _put(("ready", plan.proc))
+    first = await inbox.get()  # ("start", ms): every process starts on one moment
+    if first[0] != "start":
+        return
     probe = LagProbe(plan.epoch)
     probe_task = asyncio.create_task(probe.run())
+    posted = [0]
+
+    def post_lag() -> None:
+        new = list(zip(probe.times[posted[0]:], probe.lags[posted[0]:], strict=True))
+        posted[0] += len(new)
+        if new:
+            _put(("lag", plan.proc, new))
+
+    async def lag_poster() -> None:
+        while True:
+            await asyncio.sleep(LAG_EVERY_S)
+            post_lag()
+
+    lag_task = asyncio.create_task(lag_poster())
     wire = WireClient() if plan.kernel else None
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), trace_configs=[send_stamp()]) as http:
         async def one(job: Job) -> None:
@@ -95,19 +136,26 @@ async def _child_main(plan: ChildWork) -> None:
                 await asyncio.sleep(r.retry_after_s if r.retry_after_s is not None else plan.backoff_s * 2 ** attempt)
 
         if plan.streams:
-            pending = list(plan.jobs)
+            jobs: asyncio.Queue[Job | None] = asyncio.Queue()
+
+            async def pump() -> None:
+                while (msg := await inbox.get())[0] == "jobs":
+                    for j in msg[1]:
+                        jobs.put_nowait(j)
+                jobs.put_nowait(None)
 
             async def worker() -> None:
-                while pending:
-                    await one(pending.pop(0))
+                while (job := await jobs.get()) is not None:
+                    await one(job)
+                jobs.put_nowait(None)  # the end, for the next worker too
 
-            await gather_or_cancel(*(worker() for _ in range(min(plan.streams, len(pending)) or 1)))
+            await gather_or_cancel(pump(), *(worker() for _ in range(plan.streams)))
         else:
             cap = asyncio.Semaphore(plan.max_in_flight) if plan.max_in_flight else None
+            live: set[asyncio.Task[None]] = set()
 
             async def arrive(job: Job) -> None:
-                due = start_ms + (job.offset_ms or 0.0)
-                delay = (due - (time.perf_counter() - plan.epoch) * 1000.0) / 1000.0
+                delay = ((job.due_ms or 0.0) - (time.perf_counter() - plan.epoch) * 1000.0) / 1000.0
                 if delay > 0:
                     await asyncio.sleep(delay)
                 if cap is None:
@@ -116,16 +164,24 @@ async def _child_main(plan: ChildWork) -> None:
                 async with cap:
                     await one(job)
 
-            await gather_or_cancel(*(arrive(j) for j in plan.jobs))
+            while (msg := await inbox.get())[0] == "jobs":
+                for j in msg[1]:
+                    t = asyncio.create_task(arrive(j))
+                    live.add(t)
+                    t.add_done_callback(live.discard)
+            if live:
+                await gather_or_cancel(*live)
     if wire is not None:
         wire.close()
     probe.stop()
-    await asyncio.gather(probe_task, return_exceptions=True)
-    _put(("lag", plan.proc, list(zip(probe.times, probe.lags, strict=True))))
+    lag_task.cancel()
+    await asyncio.gather(probe_task, lag_task, return_exceptions=True)
+    post_lag()
 
 
 def child_main() -> None:
-    """A sending process: its plan arrives pickled on stdin, its results leave on stdout."""
+    """A sending process: its plan arrives pickled on stdin, then its start and its items; its
+    results leave on stdout."""
     plan: ChildWork = pickle.loads(sys.stdin.buffer.read(struct.unpack("<I", sys.stdin.buffer.read(4))[0]))
     try:
         asyncio.run(_child_main(plan))
@@ -133,6 +189,73 @@ def child_main() -> None:
         _put(("error", plan.proc, f"{type(e).__name__}: {e}"))
     finally:
         _put(("done", plan.proc))
+
+
+class Children:
+    """The sending processes of one level as the parent feeds them: what each holds and has not
+    finished (a closed loop gives more only when results come back)."""
+
+    def __init__(self, procs: list[asyncio.subprocess.Process]) -> None:
+        self.procs = procs
+        self.holding = [0] * len(procs)
+        self.gone: set[int] = set()
+        self.room = asyncio.Event()
+        self.closed = False
+
+    async def send(self, k: int, msg: tuple[Any, ...]) -> bool:
+        if k in self.gone:
+            return False
+        stdin = self.procs[k].stdin
+        assert stdin is not None
+        try:
+            stdin.write(_frame(msg))
+            await stdin.drain()
+            return True
+        except (BrokenPipeError, ConnectionResetError):
+            self.gone.add(k)  # the process died: its results say what it had
+            return False
+
+    def finished(self, proc: int) -> None:
+        """A child's item got its final result: room for another."""
+        self.holding[proc - 1] -= 1
+        self.room.set()
+
+    async def feed_pull(self, jobs: Iterator[Job], streams: list[int]) -> None:
+        """Closed loop: each process holds its streams plus a few more; it gets more as it finishes."""
+        limit = [s + max(8, s // 2) for s in streams]
+        while not STOP.requested:
+            self.room.clear()
+            for k in range(len(self.procs)):
+                want = limit[k] - self.holding[k]
+                if want <= 0 or k in self.gone:
+                    continue
+                batch = list(islice(jobs, want))
+                if batch and await self.send(k, ("jobs", batch)):
+                    self.holding[k] += len(batch)
+                if len(batch) < want:
+                    return  # every item is out
+            if len(self.gone) == len(self.procs):
+                return
+            await self.room.wait()
+
+    async def feed_schedule(self, jobs: Iterator[Job], now_ms: Callable[[], float]) -> None:
+        """Open loop: item i goes to process i mod N a moment (LEAD_MS) before it is due."""
+        for i, job in enumerate(jobs):
+            wait = (job.due_ms or 0.0) - LEAD_MS - now_ms()
+            if wait > 0:
+                await asyncio.sleep(wait / 1000.0)
+            if STOP.requested:
+                return
+            k = i % len(self.procs)
+            if await self.send(k, ("jobs", [job])):
+                self.holding[k] += 1
+
+    async def close(self) -> None:
+        """No more items: each process finishes what it holds and reports."""
+        if not self.closed:
+            self.closed = True
+            for k in range(len(self.procs)):
+                await self.send(k, ("end",))
 
 
 @dataclass
@@ -144,21 +267,23 @@ class Posted:
     result: RequestResult
 
 
-async def run_children(plans: list[ChildWork], on_result: Any, epoch: float, on_start: Any = None) -> tuple[
-        float, dict[int, list[tuple[float, float]]], list[str]]:
+async def run_children(plans: list[ChildWork], on_result: Callable[[Posted], Awaitable[None]], epoch: float,
+                       feed: Callable[[Children, float], Awaitable[None]],
+                       on_lag: Callable[[int, list[tuple[float, float]]], None]) -> list[str]:
     """Start one process per plan (`python -m evalkit.execution.procs`: nothing of the caller's
-    main module runs again), start them together once all are ready, and hand each posted result
-    to ``on_result`` (in this loop) as it arrives. Returns the common start (ms on the run's
-    clock), each process's loop-lag windows and any child errors."""
+    main module runs again), start them together once all are ready, feed them with ``feed``
+    (given the common start, ms on the run's clock), and hand each posted result to ``on_result``
+    and each batch of loop-lag windows to ``on_lag`` (in this loop) as they arrive. Returns the
+    children's errors."""
     procs = []
     for p in plans:
         proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "evalkit.execution.procs",
                                                     stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
-        data = pickle.dumps(p)
         assert proc.stdin is not None
-        proc.stdin.write(struct.pack("<I", len(data)) + data)
+        proc.stdin.write(_frame(p))
         await proc.stdin.drain()
         procs.append(proc)
+    children = Children(procs)
     queue: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
 
     async def pump(proc: asyncio.subprocess.Process) -> None:
@@ -170,11 +295,16 @@ async def run_children(plans: list[ChildWork], on_result: Any, epoch: float, on_
         except asyncio.IncompleteReadError:
             await queue.put(("gone",))
 
+    async def feeding(start_ms: float) -> None:
+        try:
+            await feed(children, start_ms)
+        finally:
+            await children.close()
+
     pumps = [asyncio.create_task(pump(p)) for p in procs]
-    lags: dict[int, list[tuple[float, float]]] = {}
     errors: list[str] = []
     running, ready, done = len(procs), 0, 0
-    start_ms = 0.0
+    feeder: asyncio.Task[None] | None = None
     try:
         while running:
             msg = await queue.get()
@@ -183,16 +313,16 @@ async def run_children(plans: list[ChildWork], on_result: Any, epoch: float, on_
                 ready += 1
                 if ready == len(procs):
                     start_ms = (time.perf_counter() - epoch) * 1000.0 + 20.0  # a moment ahead: nobody starts late
-                    if on_start is not None:
-                        on_start(start_ms)
-                    for p in procs:
-                        assert p.stdin is not None
-                        p.stdin.write(f"{start_ms!r}\n".encode())
-                        await p.stdin.drain()
+                    for k in range(len(procs)):
+                        await children.send(k, ("start", start_ms))
+                    feeder = asyncio.create_task(feeding(start_ms))
             elif kind == "result":
-                await on_result(Posted(*msg[1:]))
+                posted = Posted(*msg[1:])
+                if not posted.retry:
+                    children.finished(posted.proc)
+                await on_result(posted)
             elif kind == "lag":
-                lags[msg[1]] = msg[2]
+                on_lag(msg[1], msg[2])
             elif kind == "error":
                 errors.append(f"sending process {msg[1]}: {msg[2]}")
             elif kind == "done":
@@ -200,6 +330,12 @@ async def run_children(plans: list[ChildWork], on_result: Any, epoch: float, on_
             elif kind == "gone":
                 running -= 1
     finally:
+        if feeder is not None and not feeder.done():
+            feeder.cancel()
+        if feeder is not None:
+            got = await asyncio.gather(feeder, return_exceptions=True)
+            if isinstance(got[0], Exception):
+                errors.append(f"feeding the sending processes: {type(got[0]).__name__}: {got[0]}")
         for p in procs:
             if p.returncode is None:
                 try:
@@ -211,7 +347,7 @@ async def run_children(plans: list[ChildWork], on_result: Any, epoch: float, on_
             t.cancel()
     if done < len(procs):
         errors.append(f"{len(procs) - done} sending process(es) died without reporting")
-    return start_ms, lags, errors
+    return errors
 
 
 if __name__ == "__main__":

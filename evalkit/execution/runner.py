@@ -28,10 +28,9 @@ from ..paths import cache_dir
 from ..redact import redact, redact_args
 from ..spec.dataset import Case, dataset_hash
 from ..spec.matrix import Matrix
-from .conversation import item_done
 from .estimate import RunEstimate, estimate_variant
 from .live import LiveVariant
-from .load import Load, build_work, warmup_cases
+from .load import Load, Work, warmup_cases, warmup_items
 from .patterns import Level
 from .sender import Sender
 from .signals import STOP
@@ -175,16 +174,16 @@ def level_outcome(ctx: RunContext, name: str, level: Level, fresh: LevelOutcome)
     """One variant's outcome of a level for the stop rules: what this process sent, or, when a
     resume finishes a level begun earlier, the level's every row in the ledger."""
     if any(k[0] == name and k[3] == level.name for k in ctx.skip):
-        fresh = LevelOutcome()
-        for r in ctx.ledger.measured_requests(ctx.run_id, level=level.name, variant=name):
+        fresh = LevelOutcome(keep_latencies=fresh.keep_latencies, keep_cases=fresh.keep_cases)
+        for r in ctx.ledger.iter_measured(ctx.run_id, level=level.name, variant=name):
             fresh.add(r)
     fresh.failed, fresh.sent = ctx.ledger.final_error_rate(ctx.run_id, name)
     fresh.preemptions = ctx.ledger.level_counter_delta(ctx.run_id, name, fresh.spans, "num_preemptions_total")
     return fresh
 
 
-def _send_warmups(ctx: RunContext, sender: Sender, warm: list, main: list, live: list[str], servers: dict,
-                  variants_after: int) -> list:
+def _send_warmups(ctx: RunContext, sender: Sender, warm: list, main: Work, live: list[str], servers: dict,
+                  variants_after: int) -> Work:
     """The warm-ups, one at a time; their timing probes estimate the run (and size it to a time
     budget): returns the measured items left to send."""
     t0 = time.monotonic()
@@ -199,9 +198,9 @@ def _send_warmups(ctx: RunContext, sender: Sender, warm: list, main: list, live:
         if not sizing:  # a budgeted run says what it will send instead of what all cases would take
             ctx.progress.say(est.line("+".join(live)))
     if sizing:
-        kept = size_to_budget(ctx.ledger, ctx.run_id, ctx.matrix, ctx.cases, ctx.repeats, ctx.summary, est, main,
+        kept = size_to_budget(ctx.ledger, ctx.run_id, ctx.matrix, ctx.cases, ctx.repeats, ctx.summary, est,
                               variants_after, servers, ctx.progress.say)
-        main = [it for it in main if it.case.id in kept]
+        main = main.only(kept)
     return main
 
 
@@ -236,19 +235,16 @@ def run_group(ctx: RunContext, group: list[str], seq0: int, variants_after: int 
             live = [n for n in live if level.concurrency <= todo[n]["up_to"]]
             if not live:
                 break
-            work = [it for it in build_work(ctx.matrix, live, ctx.cases, ctx.repeats, load, level.name,
-                                            level.concurrency, warmup=i == 0)
-                    if it.target in servers and (it.warmup or not item_done(it, ctx.skip))]
-            for it in work:
-                it.attempt0 = attempts.get((it.variant, it.case.id, it.repeat, it.level), 0)
+            warm = [it for it in warmup_items(ctx.matrix, live, ctx.cases, level.name, level.concurrency)
+                    if it.target in servers] if i == 0 else []
+            main = Work(ctx.matrix, live, ctx.cases, ctx.repeats, load, level.name, level.concurrency,
+                        targets=set(servers), skip=ctx.skip, attempts=attempts)
             summary.n_skipped += sum(1 for k in ctx.skip if k[0] in live and k[3] == level.name)
-            warm, main = [it for it in work if it.warmup], [it for it in work if not it.warmup]
             if warm:
                 main = _send_warmups(ctx, sender, warm, main, live, servers, variants_after)
             stage = f"measure {level.name}" if multi else "measure"
             for name in live:
-                ctx.progress.level_start(f"{name} {level.name}" if multi else name,
-                                         sum(1 for it in main if it.variant == name))
+                ctx.progress.level_start(f"{name} {level.name}" if multi else name, main.count(name))
             t1 = time.monotonic()
             got = asyncio.run(sender.run(main, level))
             for name in live:
@@ -303,16 +299,15 @@ def run_group(ctx: RunContext, group: list[str], seq0: int, variants_after: int 
 
 
 def pending(ctx: RunContext, group: list[str]) -> dict[str, dict[str, int]]:
-    """Per variant: how many measured requests are still to send, and the highest level worth
-    sending (a sweep that saturated at a level does not go past it on resume)."""
+    """Per variant with anything left: how many levels still have requests to send, and the highest
+    level worth sending (a sweep that saturated at a level does not go past it on resume)."""
     out: dict[str, dict[str, int]] = {}
     for name in group:
         v = ctx.ledger.variant(f"{ctx.run_id}:{name}") or {}
         up_to = v.get("saturated_at") or 10**9
-        n = sum(1 for level in ctx.load.levels() if level.concurrency <= up_to
-                for it in build_work(ctx.matrix, [name], ctx.cases, ctx.repeats, ctx.load, level.name,
-                                     level.concurrency, warmup=False)
-                if not item_done(it, ctx.skip))
+        n = sum(1 for level in ctx.load.levels() if level.concurrency <= up_to  # stops at the first item left
+                if any(True for _ in Work(ctx.matrix, [name], ctx.cases, ctx.repeats, ctx.load, level.name,
+                                          level.concurrency, skip=ctx.skip)))
         out[name] = {"n": n, "up_to": up_to}
     return {k: v for k, v in out.items() if v["n"]}
 

@@ -1,13 +1,17 @@
 """Send one load level's work items to the live variants (their servers) and write one ledger row
-per attempt, the moment it finishes. Sequential sends get exact per-request server phases
-(histogram deltas); concurrent and open-loop sends get time-window attribution afterwards. A
-level returns what its caller needs: each variant's outcome for the stop rules, and the rows
+per attempt. Sequential sends get exact per-request server phases (histogram deltas); concurrent
+and open-loop sends get time-window attribution. A finished row waits only until the client's
+lag probe and its server's scraper have passed its end (a fraction of a second), is then
+settled (lag, window fields) and written in a batch with the others: nothing per request is
+kept beyond what is in flight and what the stop rules ask for, so a million requests run in the
+memory of a thousand. A level returns each variant's outcome for the stop rules, and the rows
 themselves only when asked (the warm-ups' timing probes)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -17,19 +21,20 @@ from ..errors import EngineError
 from ..ledger import Ledger, utcnow
 from ..measure.client import RequestResult, build_payload, send_stamp, stream_chat
 from ..measure.looplag import LagProbe
-from ..measure.telemetry import RESPONSE_FIELDS, SERVER_FIELDS, MetricsScraper, attribute, engine_config, response_timing
+from ..measure.telemetry import SERVER_FIELDS, MetricsScraper, attribute, engine_config, response_timing
 from ..measure.tokens import fill_token_counts
 from ..measure.wire import WireClient, kernel_stamps_supported, stream_chat_wire
 from ..spec.dataset import Case
 from ..spec.matrix import Matrix
 from .conversation import send_conversation
 from .live import LiveVariant
-from .load import Load, WorkItem
+from .load import Load, Work, WorkItem
 from .patterns import Level
 from .procs import ChildWork, Job, Posted, run_children, split
-from .rows import request_row, timing_suspect
+from .rows import request_row
+from .settle import Settler
 from .signals import STOP, gather_or_cancel
-from .stops import LevelOutcome
+from .stops import LevelOutcome, SloBreached
 
 
 class Progress(Protocol):
@@ -58,7 +63,12 @@ class Sender:
         self.sending: set[asyncio.Future[RequestResult]] = set()
         self.dead: dict[str, str] = {}  # target -> why its server is gone
         self.probes: dict[int, LagProbe] = {}  # sending process (0: this one) -> its loop-lag windows
-        self.level_rows: list[dict[str, Any]] = []  # what this level wrote
+        self.opened: dict[Any, float] = {}  # in flight -> when it was sent (ms): older scrapes can go
+        rule = load.rule(SloBreached)
+        # what the stop rules need of each request: latencies for an absolute SLO, each case's for a relative one
+        self.settler = Settler(ledger, matrix.telemetry, self.probes, self.scrapers, self.opened, self._now_ms,
+                               keep_latencies=bool(rule and rule.slo.absolute_ms),  # type: ignore[attr-defined]
+                               keep_cases=bool(load.slo.relative))
 
     def _now_ms(self) -> float:
         return (time.perf_counter() - self.epoch) * 1000.0
@@ -100,6 +110,8 @@ class Sender:
             return rows
         for attempt in range(item.attempt0, item.attempt0 + retry.max_retries + 1):
             before = await scraper.scrape(http) if (attribute_now and scraper) else None
+            token = object()
+            self.opened[token] = self._now_ms()
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
             url = f"{lv.base_url}/v1/chat/completions"
@@ -126,6 +138,7 @@ class Sender:
             finally:
                 self.in_flight -= 1
                 self.sending.discard(send)
+                self.opened.pop(token, None)
             fill_token_counts(r, payload["messages"], lv.model_path)
             if r.error_class in ("connect_error", "stream_cut") and item.target not in self.dead:
                 self._check_server(item.target)  # a server that just died: no more requests go to it
@@ -153,9 +166,8 @@ class Sender:
         return rows
 
     def _write(self, row: dict[str, Any]) -> dict[str, Any]:
-        """One row into the ledger (and into this level's rows); returns it with its id."""
-        row["id"] = self.ledger.insert_request(row)
-        self.level_rows.append(row)
+        """One finished attempt: settled and written with the next batch (`Settler`)."""
+        self.settler.add(row)
         return row
 
     def _count(self, item: WorkItem, r: RequestResult) -> None:
@@ -203,27 +215,23 @@ class Sender:
             tasks.append(asyncio.create_task(sc.run(http)))
         return tasks
 
-    async def run(self, items: list[WorkItem], level: Level, keep_rows: bool = False) -> LevelResult:
-        """Send one level's items. Sequential: server phases from per-request histogram deltas;
-        otherwise time-window attribution afterwards. Returns each variant's outcome (and the rows
-        when ``keep_rows``)."""
-        self.level_rows = []
+    async def run(self, items: Iterable[WorkItem], level: Level, keep_rows: bool = False) -> LevelResult:
+        """Send one level's items (a list, or `Work` generating them). Sequential: server phases
+        from per-request histogram deltas; otherwise by time window. Returns each variant's
+        outcome (and the rows when ``keep_rows``)."""
         tel = self.matrix.telemetry
+        self.settler.start_level(window_attribution=not level.sequential, keep_rows=keep_rows)
         self.wire = WireClient() if tel.kernel_timestamps and kernel_stamps_supported() else None
-        self.probes = {0: LagProbe(self.epoch)}
+        self.probes.clear()
+        self.probes[0] = LagProbe(self.epoch)
         probe_task = asyncio.create_task(self.probes[0].run())
         stop = STOP.event()
         watch = asyncio.create_task(self._watch(stop))
+        sent = asyncio.Event()
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), trace_configs=[send_stamp()]) as http:
             tasks = await self._start_scrapers(http)
             try:
-                targets = list(dict.fromkeys(it.target for it in items))
-                if any("#" in t for t in targets) and not self.load.policy.interleave:
-                    # replicated variants: each server runs its shard under the load, side by side
-                    await gather_or_cancel(*(self._pipeline(http, [it for it in items if it.target == t], level)
-                                             for t in targets))
-                else:
-                    await self._pipeline(http, items, level)
+                await gather_or_cancel(self._send_all(http, items, level, sent), self.settler.run(sent))
             finally:
                 for sc in self.scrapers.values():
                     sc.stop()
@@ -236,125 +244,162 @@ class Sender:
                 STOP.forget(stop)
                 if self.wire is not None:
                     self.wire.close()
-        for proc, probe in self.probes.items():
-            self.ledger.insert_client_lag(probe.rows(self.run_id, level.name, proc))
-        rows, self.level_rows = self.level_rows, []
-        self._finish_rows(rows, attribute_windows=not level.sequential)
-        out = LevelResult(rows=rows if keep_rows else [])
-        for r in rows:
-            if not r["is_warmup"] and r["final"]:
-                out.outcomes.setdefault(r["variant"], LevelOutcome()).add(r)
-        return out
+                self.settler.settle(final=True)  # whatever ended the level, every finished request is written
+                for proc, probe in self.probes.items():
+                    self.ledger.insert_client_lag(probe.rows(self.run_id, level.name, proc))
+        return LevelResult(self.settler.outcomes, self.settler.kept or [])
 
-    async def _pipeline(self, http: aiohttp.ClientSession, items: list[WorkItem], level: Level) -> None:
-        # Warmups go first, one at a time, so they never overlap the measured load.
-        for item in (it for it in items if it.warmup):
-            await self._one(http, item, attribute_now=level.sequential)
-        main = [it for it in items if not it.warmup]
-        if not main:
-            return
+    async def _send_all(self, http: aiohttp.ClientSession, items: Iterable[WorkItem], level: Level,
+                        sent: asyncio.Event) -> None:
+        try:
+            targets = items.target_names() if isinstance(items, Work) else \
+                list(dict.fromkeys(it.target for it in items))
+            if any("#" in t for t in targets) and not self.load.policy.interleave:
+                # replicated variants: each server runs its shard under the load, side by side
+                await gather_or_cancel(*(self._pipeline(http, _for_target(items, t), level) for t in targets))
+            else:
+                await self._pipeline(http, items, level)
+        finally:
+            sent.set()
+
+    async def _pipeline(self, http: aiohttp.ClientSession, items: Iterable[WorkItem], level: Level) -> None:
         if level.sequential:
-            for item in main:
+            for item in items:
                 await self._one(http, item, attribute_now=True)
         elif self.load.policy.client_procs > 1:
-            await self._in_procs(main, level)
+            await self._in_procs(items, level)
         elif level.open_loop:
-            await self._open_loop(http, main, level)
+            await self._open_loop(http, items, level)
         else:
-            await self._closed_loop(http, main, level.concurrency)
+            await self._closed_loop(http, items, level.concurrency)
 
-    async def _in_procs(self, items: list[WorkItem], level: Level) -> None:
-        """The same load, sent by `--client-procs` processes; rows written here as results arrive."""
-        n = min(self.load.policy.client_procs, len(items))
-        offsets = level.schedule(len(items)) if level.open_loop else None
-        payloads = [self._payload(it) for it in items]
-        jobs = [Job(i, f"{self.servers[it.target].base_url}/v1/chat/completions", payloads[i],
-                    self.servers[it.target].headers, offsets[i] * 1000.0 if offsets else None)
-                for i, it in enumerate(items)]
+    async def _in_procs(self, items: Iterable[WorkItem], level: Level) -> None:
+        """The same load, sent by `--client-procs` processes. Items go to them as they can take
+        them (a closed loop: a few more than each one's streams; an open loop: a moment before
+        they are due), so neither side ever holds the whole level; rows are made here as results
+        arrive, and each process's loop-lag windows arrive as they close."""
+        n = self.load.policy.client_procs
         retry = self.matrix.retry
         tel = self.matrix.telemetry
         streams = split(level.concurrency, n) if not level.open_loop else [0] * n
         caps = split(level.max_in_flight, n) if level.open_loop and level.max_in_flight else [None] * n
-        plans = [ChildWork(k + 1, jobs[k::n], streams[k], self.epoch, self.matrix.generation.timeout_s,
+        plans = [ChildWork(k + 1, [], streams[k], self.epoch, self.matrix.generation.timeout_s,
                            tel.kernel_timestamps and kernel_stamps_supported(), retry.max_retries,
                            list(retry.on_errors), retry.backoff_s, caps[k]) for k in range(n)]
-        start: list[float] = [0.0]
+        for k in range(n):
+            self.probes[k + 1] = LagProbe(self.epoch)
+        out: dict[int, tuple[WorkItem, dict[str, Any], float | None]] = {}  # job index -> what its rows need
+
+        def job(i: int, item: WorkItem, due_ms: float | None) -> Job:
+            payload = self._payload(item)
+            out[i] = (item, payload, due_ms)
+            self.opened[("job", i)] = self._now_ms()
+            lv = self.servers[item.target]
+            return Job(i, f"{lv.base_url}/v1/chat/completions", payload, lv.headers, due_ms)
 
         async def on_result(p: Posted) -> None:
-            item, r = items[p.index], p.result
-            fill_token_counts(r, payloads[p.index]["messages"], self.servers[item.target].model_path)
+            item, payload, due_ms = out[p.index]
+            r = p.result
+            fill_token_counts(r, payload["messages"], self.servers[item.target].model_path)
             self.seq += 1
-            sched = start[0] + jobs[p.index].offset_ms if offsets and p.attempt == 0 else None
-            row = request_row(self.run_id, item, self.seq, p.attempt, not p.retry, payloads[p.index], r, sched)
+            row = request_row(self.run_id, item, self.seq, p.attempt, not p.retry, payload, r,
+                              due_ms if p.attempt == 0 else None)
             row["client_proc"] = p.proc
             row.update(response_timing({}, r.server_timing))
             self._write(row)
             if not p.retry:
+                del out[p.index]
+                self.opened.pop(("job", p.index), None)
                 self.n += 1
                 self.n_err += 0 if r.ok else 1
                 self.progress.request_done(item.variant, item.case, r)
 
-        def set_start(ms: float) -> None:
-            start[0] = ms
+        def on_lag(proc: int, windows: list[tuple[float, float]]) -> None:
+            probe = self.probes[proc]
+            probe.times += [t for t, _ in windows]
+            probe.lags += [lag for _, lag in windows]
 
-        start_ms, lags, errors = await run_children(plans, on_result, self.epoch, set_start)
-        for proc, windows in lags.items():
-            self.probes[proc] = LagProbe.from_windows(self.epoch, windows)
+        async def feed(children: Any, start_ms: float) -> None:
+            if level.open_loop:
+                await children.feed_schedule(
+                    ((job(i, it, start_ms + off * 1000.0) for i, (it, off) in
+                      enumerate(zip(items, level.arrivals(), strict=False)))), self._now_ms)
+            else:
+                await children.feed_pull((job(i, it, None) for i, it in enumerate(items)), streams)
+
+        errors = await run_children(plans, on_result, self.epoch, feed, on_lag)
         if errors:
             raise EngineError("; ".join(errors))
 
-    async def _closed_loop(self, http: aiohttp.ClientSession, items: list[WorkItem], concurrency: int) -> None:
-        """N workers, each sending its next request when the last one finished."""
-        queue: asyncio.Queue[WorkItem] = asyncio.Queue()
-        for it in items:
-            queue.put_nowait(it)
+    async def _closed_loop(self, http: aiohttp.ClientSession, items: Iterable[WorkItem], concurrency: int) -> None:
+        """N workers, each sending its next request when the last one finished (the items are
+        drawn one at a time from one iterator: none waits in a queue)."""
+        source = iter(items)
 
         async def worker() -> None:
-            while not queue.empty():
-                await self._one(http, queue.get_nowait(), attribute_now=False)
+            for item in source:
+                await self._one(http, item, attribute_now=False)
+                if STOP.requested:
+                    return
 
-        await gather_or_cancel(*(worker() for _ in range(min(concurrency, len(items)) or 1)))
+        await gather_or_cancel(*(worker() for _ in range(concurrency)))
 
-    async def _open_loop(self, http: aiohttp.ClientSession, items: list[WorkItem], level: Level) -> None:
+    async def _open_loop(self, http: aiohttp.ClientSession, items: Iterable[WorkItem], level: Level) -> None:
         """Arrivals on the level's schedule, whatever the server does. Each request is due at its
-        scheduled time on the run's clock; a cap (`max_in_flight`) may hold it back, and that wait
+        scheduled time on the run's clock and becomes a task only then (a million arrivals are
+        never a million waiting tasks); a cap (`max_in_flight`) may hold it back, and that wait
         is stored (`client_wait_ms`), as is any lateness of the event loop itself."""
-        offsets = level.schedule(len(items))
         cap = asyncio.Semaphore(level.max_in_flight) if level.max_in_flight else None
         start_ms = self._now_ms() + 5.0  # a common origin a moment ahead, so the first is not late
+        live: set[asyncio.Task[Any]] = set()
+        failed: list[BaseException] = []
 
         async def arrive(item: WorkItem, due_ms: float) -> None:
-            delay = (due_ms - self._now_ms()) / 1000.0
-            if delay > 0:
-                await asyncio.sleep(delay)
             if cap is None:
                 await self._one(http, item, attribute_now=False, scheduled_ms=due_ms)
                 return
             async with cap:
                 await self._one(http, item, attribute_now=False, scheduled_ms=due_ms)
 
-        await gather_or_cancel(*(arrive(it, start_ms + off * 1000.0) for it, off in zip(items, offsets, strict=True)))
+        def finished(t: asyncio.Task[Any]) -> None:
+            live.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                failed.append(t.exception())  # type: ignore[arg-type]
 
-    def _finish_rows(self, rows: list[dict[str, Any]], attribute_windows: bool) -> None:
-        """After a load level: server fields by time window (concurrent sends), and the client's own
-        lag over each request, which marks a row whose timing the client may have bent. The rows in
-        hand are updated as the ledger's are: nothing is read back."""
-        thr = self.matrix.telemetry.client_lag_threshold_ms
-        with self.ledger.transaction():
-            for row in rows:
-                if row["mono_start_ms"] is None:
-                    continue
-                start, end = row["mono_start_ms"], row["mono_start_ms"] + (row["e2e_ms"] or 0.0)
-                probe = self.probes.get(row.get("client_proc") or 0)
-                lag = probe.max_between(start, end) if probe else None
-                fields: dict[str, Any] = {"client_lag_max_ms": lag,
-                                          "timing_suspect": int(timing_suspect(row, lag, thr))}
-                sc = self.scrapers.get(row["variant"] if row["replica"] is None else f"{row['variant']}#{row['replica']}")
-                if attribute_windows and sc is not None:
-                    fields.update(attribute(sc.at(start), sc.first_after(end), "window",
-                                            sc.peak("kv_cache_usage_perc", start, end), sc.scrapes_in(start, end),
-                                            sc.peaks(start, end)))
-                    if row.get("srv_method") == "response":  # the request's own timing wins; the window's stays beside it
-                        fields = {**fields, **response_timing(fields, {k: row.get(c) for c, k in RESPONSE_FIELDS.items()})}
-                self.ledger.update_request(row["id"], fields)
-                row.update(fields)
+        try:
+            for item, off in zip(items, level.arrivals(), strict=False):
+                due = start_ms + off * 1000.0
+                delay = (due - self._now_ms()) / 1000.0
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                if failed or STOP.requested:
+                    break
+                t = asyncio.create_task(arrive(item, due))
+                live.add(t)
+                t.add_done_callback(finished)
+            if live:
+                await asyncio.wait(set(live))
+        except BaseException:
+            for t in list(live):
+                t.cancel()
+            await asyncio.gather(*live, return_exceptions=True)
+            raise
+        if failed:
+            raise failed[0]
+
+
+def _for_target(items: Iterable[WorkItem], target: str) -> Iterable[WorkItem]:
+    if isinstance(items, Work):
+        return _Filtered(items, target)
+    return [it for it in items if it.target == target]
+
+
+@dataclass
+class _Filtered:
+    """One server's share of a level's work, still generated on demand."""
+
+    work: Work
+    target: str
+
+    def __iter__(self) -> Iterator[WorkItem]:
+        return self.work.for_target(self.target)

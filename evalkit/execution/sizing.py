@@ -167,7 +167,7 @@ def buys(n: int, spreads: dict[str, tuple[float, int]], source: str, n_hypothese
 
 
 def size_to_budget(ledger: Ledger, run_id: str, matrix: Matrix, cases: list[Case], repeats: int, summary: Any,
-                   est: RunEstimate | None, main: list, variants_after: int, servers: dict[str, Any],
+                   est: RunEstimate | None, variants_after: int, servers: dict[str, Any],
                    say: Any) -> set[str]:
     """`--time-budget`: keep the stratified prefix of cases that fits what is left of the time on
     this machine (from the first variant's timing probes), for every variant; say what it buys."""
@@ -176,7 +176,7 @@ def size_to_budget(ledger: Ledger, run_id: str, matrix: Matrix, cases: list[Case
     warm_s = max((summary.stages.get(n, {}).get("warm-up", 0.0) for n in summary.stages), default=0.0)
     reqs_per_case = sum(matrix.generation.baseline_passes(repeats) if v.name == matrix.baseline else repeats
                         for v in matrix.variants)
-    per_req = (est.measure_s / len(main)) if est is not None and main else 10.0
+    per_req = (est.measure_s / est.n_requests) if est is not None and est.n_requests else 10.0
     per_req += 0.03  # grading, per output
     n = fit_time(summary.time_budget_s, time.monotonic() - summary.t0, per_req, reqs_per_case,
                    variants_after * (start_s + warm_s), len(cases))

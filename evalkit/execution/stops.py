@@ -85,7 +85,7 @@ def slowdowns(rows: list[dict[str, Any]], reference: dict[tuple[str, int], dict[
 @dataclass
 class LevelOutcome:
     """What a stop rule sees of one variant after one level, fed one row at a time (nothing per
-    request is kept but three latencies): how many were sent and failed, the peaks the server
+    request is kept but, when an SLO asks for them, its three latencies): how many were sent and failed, the peaks the server
     reported, the latencies, each case's latencies (a concurrency-1 level is the reference of a
     relative SLO), and, set by the runner, the server's preemption counter over the level and the
     variant's failed and sent requests over the whole run."""
@@ -105,6 +105,8 @@ class LevelOutcome:
     reference: dict[tuple[str, int], dict[str, float]] | None = None
     failed: int = 0
     sent: int = 0
+    keep_latencies: bool = True  # each request's latencies: only an absolute SLO needs them
+    keep_cases: bool = True  # each case's latencies: only a relative SLO needs them
 
     def add(self, r: dict[str, Any]) -> None:
         self.n += 1
@@ -125,10 +127,14 @@ class LevelOutcome:
         if r.get("prompt_tokens"):
             self.prompt_tokens += r["prompt_tokens"]
             self.prompts += 1
+        if not (self.keep_latencies or self.keep_cases):
+            return
         lat = {k: r[f"{k}_ms"] for k in SLO_METRICS if r.get(f"{k}_ms") is not None}
-        for k, v in lat.items():
-            self.latencies[k].append(v)
-        self.by_case[(r["case_id"], r["repeat"])] = lat
+        if self.keep_latencies:
+            for k, v in lat.items():
+                self.latencies[k].append(v)
+        if self.keep_cases:
+            self.by_case[(r["case_id"], r["repeat"])] = lat
 
     def slowdowns(self, metric: str) -> list[float]:
         """Each case's latency over its own at concurrency 1 (1.0: no slower)."""

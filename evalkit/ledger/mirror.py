@@ -33,7 +33,7 @@ def _forward(name: str) -> Callable[..., Any]:
 
     def method(self: MirroredLedger, *a: Any, **kw: Any) -> Any:
         # the arguments as they are now: a row the caller goes on updating must not change what was sent
-        sent = tuple(dict(x) if isinstance(x, dict) else x for x in a)
+        sent = tuple(dict(x) if isinstance(x, dict) else [dict(r) for r in x] if _rows(x) else x for x in a)
         out = write(self, *a, **kw)
         self.emit(("write", name, sent, kw, out))
         return out
@@ -41,6 +41,10 @@ def _forward(name: str) -> Callable[..., Any]:
     method.__name__ = method.__qualname__ = name
     method.__doc__ = write.__doc__
     return method
+
+
+def _rows(x: Any) -> bool:
+    return isinstance(x, list) and bool(x) and isinstance(x[0], dict)
 
 
 for _name in write_methods():
@@ -58,7 +62,9 @@ class Replay:
         self.host_id: str | None = None
 
     def __call__(self, name: str, a: tuple[Any, ...], kw: dict[str, Any], out: Any, next_seq: Callable[[], int]) -> None:
-        if name == "insert_request":
+        if name == "insert_requests":  # the worker's batch: each row gets the run-wide sequence number
+            self.ledger.insert_requests([{**{k: v for k, v in r.items() if k != "id"}, "seq": next_seq()} for r in a[0]])
+        elif name == "insert_request":
             row = {k: v for k, v in a[0].items() if k != "id"}  # the worker's id is its own
             self.ids[out] = self.ledger.insert_request({**row, "seq": next_seq()})
         elif name == "update_request":

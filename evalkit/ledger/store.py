@@ -183,6 +183,18 @@ class Ledger(SeriesReads):
         return int(self._db["requests"].insert(row).last_pk)
 
     @_write
+    def insert_requests(self, rows: list[dict[str, Any]]) -> None:
+        """A batch of request rows in one transaction (the sender writes what settled every few
+        hundred milliseconds). Columns are the union of the rows' keys; a row without one gets null."""
+        if not rows:
+            return
+        cols = sorted({k for r in rows for k in r})
+        sql = (f"insert into requests ({', '.join(f'[{c}]' for c in cols)}) "
+               f"values ({', '.join('?' for _ in cols)})")
+        with self._db.conn:
+            self._db.conn.executemany(sql, [tuple(r.get(c) for c in cols) for r in rows])
+
+    @_write
     def update_request(self, request_id: int, fields: dict[str, Any]) -> None:
         self._db["requests"].update(request_id, fields)
 
@@ -211,6 +223,11 @@ class Ledger(SeriesReads):
                           variant: str | None = None) -> list[dict[str, Any]]:
         """Measured requests (not warm-ups, final attempts) of a run, each with its case's fields,
         in send order. The one requests ⋈ cases join."""
+        return list(self.iter_measured(run_id, ok_only=ok_only, level=level, variant=variant))
+
+    def iter_measured(self, run_id: str, *, ok_only: bool = False, level: str | None = None,
+                      variant: str | None = None) -> Iterator[dict[str, Any]]:
+        """`measured_requests` one row at a time (a pass over a million rows holds one)."""
         where = ["r.run_id = ?", "r.is_warmup = 0", "r.final = 1"]
         params: list[Any] = [run_id]
         if ok_only:
@@ -222,10 +239,10 @@ class Ledger(SeriesReads):
             where.append("r.variant = ?")
             params.append(variant)
         cols = ", ".join(f"c.{f}" for f in CASE_FIELDS)
-        return list(self._db.query(
+        return self._db.query(
             f"""select r.*, {cols} from requests r join runs u on u.id = r.run_id
                 join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
-                where {' and '.join(where)} order by r.seq, r.id""", params))
+                where {' and '.join(where)} order by r.seq, r.id""", params)
 
     # --- grades ---------------------------------------------------------------------------------
 

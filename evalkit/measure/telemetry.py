@@ -14,6 +14,7 @@ import json
 import math
 import re
 import time
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -273,6 +274,7 @@ class MetricsScraper:
     errors: int = 0  # scrapes that failed (timeout, refused, non-200, unparsable); the loop goes on
     last_error: str | None = None
     _last: dict[str, float] = field(default_factory=dict)
+    _t: list[float] = field(default_factory=list)  # the history's times, for bisection
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def scrape(self, http: aiohttp.ClientSession) -> Scrape | None:
@@ -304,6 +306,7 @@ class MetricsScraper:
         self._last = snap
         s = Scrape(mono, snap)
         self.history.append(s)
+        self._t.append(mono)
         return s
 
     def _failed(self, why: str) -> None:
@@ -334,33 +337,50 @@ class MetricsScraper:
 
     def at(self, mono_ms: float) -> dict[str, float]:
         """The last scrape at or before a moment (or the first one)."""
-        best = self.history[0].values if self.history else {}
-        for s in self.history:
-            if s.mono_ms <= mono_ms:
-                best = s.values
-            else:
-                break
-        return best
+        if not self.history:
+            return {}
+        i = bisect_right(self._t, mono_ms)
+        return self.history[max(0, i - 1)].values
 
     def first_after(self, mono_ms: float) -> dict[str, float]:
-        for s in self.history:
-            if s.mono_ms >= mono_ms:
-                return s.values
-        return self.history[-1].values if self.history else {}
+        """The first scrape at or after a moment (or the last one)."""
+        if not self.history:
+            return {}
+        i = bisect_left(self._t, mono_ms)
+        return self.history[min(i, len(self.history) - 1)].values
+
+    def _inside(self, start_ms: float, end_ms: float) -> list[Scrape]:
+        times = self._t
+        return self.history[bisect_left(times, start_ms):bisect_right(times, end_ms)]
 
     def scrapes_in(self, start_ms: float, end_ms: float) -> int:
-        return sum(1 for s in self.history if start_ms <= s.mono_ms <= end_ms)
+        times = self._t
+        return bisect_right(times, end_ms) - bisect_left(times, start_ms)
 
     def peaks(self, start_ms: float, end_ms: float) -> dict[str, float | None]:
         """The most requests waiting and running the server reported during a window."""
         return {s: self.peak(s, start_ms, end_ms) for s in ("num_requests_waiting", "num_requests_running")}
 
     def peak(self, series: str, start_ms: float, end_ms: float) -> float | None:
-        vals = [s.values[series] for s in self.history if start_ms <= s.mono_ms <= end_ms and series in s.values]
+        """The gauge's largest value over a window: the samples inside it and the one it began with."""
+        vals = [s.values[series] for s in self._inside(start_ms, end_ms) if series in s.values]
         before = self.at(start_ms).get(series)
         if before is not None:
             vals.append(before)
         return max(vals) if vals else None
+
+    @property
+    def last_ms(self) -> float | None:
+        """When the latest scrape was taken (None before the first)."""
+        return self.history[-1].mono_ms if self.history else None
+
+    def forget_before(self, mono_ms: float) -> None:
+        """Drop the scrapes no request still needs: all before a moment but the last one at or
+        before it (what a request that began then starts from). A long run keeps a short history."""
+        i = bisect_right(self._t, mono_ms) - 1
+        if i > 0:
+            del self.history[:i]
+            del self._t[:i]
 
     async def wait_for_count(self, http: aiohttp.ClientSession, key: str, target: float,
                              timeout_s: float = 2.0) -> Scrape | None:
