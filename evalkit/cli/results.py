@@ -10,7 +10,7 @@ import click
 from ..errors import UsageError
 from ..execution.stops import parse_slo
 from ..ledger import open_ledger
-from ..reporting.report import build_report, to_json
+from ..reporting.report import to_json
 from .common import LEDGER_OPT, RUN_OPT, EvalkitClickError, cli, ledger_path
 from .console import print_report, say
 
@@ -36,18 +36,18 @@ def report(ledger: Path | None, run_id: str | None, as_json: bool, markdown: boo
     pass rate and the delta against the baseline in %; what the server did (queue, prefill,
     decode, KV-cache peak, preemptions, goodput); quality (persona, formality, drift vs its
     noise floor); paired comparisons with bootstrap intervals; spikes and their causes."""
-    from ..reporting.findings import findings
+    from ..reporting.findings import full_report
 
     if as_json and markdown:
         raise UsageError("--json and --markdown are mutually exclusive")
     db = open_ledger(ledger_path(ledger), create=False)
     s = parse_slo(slo)
-    rep = build_report(db, run_id, s.absolute_ms if s else None)
-    fnd = findings(db, rep["run"]["id"], by.split(",") if by else None, spike_k, margins, report=rep)
+    rep, fnd, rows = full_report(db, run_id, slo=s.absolute_ms if s else None, by=by.split(",") if by else None,
+                                 k=spike_k, margins=margins)
     if html_path:
         from ..reporting.html import write_html
 
-        write_html(db, html_path, rep["run"]["id"])
+        write_html(db, html_path, rep["run"]["id"], (rep, fnd, rows))
         say(f"wrote {html_path}")
     if as_json:
         click.echo(to_json({**rep, "findings": fnd}))

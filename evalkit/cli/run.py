@@ -13,8 +13,8 @@ from ..execution.signals import Interrupted, graceful_stop
 from ..execution.traces import TraceSpec
 from ..execution.workflow import run_and_grade
 from ..ledger import open_ledger
-from ..reporting.findings import findings
-from ..reporting.report import build_report
+from ..reporting.findings import full_report
+from ..sharing.browse import store_derived
 from .common import LEDGER_OPT, EvalkitClickError, cli, ledger_path
 from .console import RichProgress, print_closing, print_report
 
@@ -137,8 +137,8 @@ def run(matrix_path: Path | None, workload: Path | None, dataset_path: Path | No
     for name, why in summary.saturation.items():
         click.echo(f"{name}: {why}")
     if not quiet:
-        rep = build_report(db, summary.run_id)
-        fnd = findings(db, summary.run_id, report=rep)
+        rep, fnd, _ = full_report(db, summary.run_id)
+        store_derived(db, summary.run_id, fnd)  # what `browse` shows, computed once here
         print_report(rep, fnd)
         print_closing(fnd, str(path))
     if summary.failed_variants:

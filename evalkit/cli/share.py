@@ -27,7 +27,7 @@ def browse(ledger: Path | None, host: str, port: int) -> None:
     if host not in ("127.0.0.1", "localhost", "::1"):
         say(f"[yellow]serving on {host}: anyone who can reach it can read the ledger[/yellow]")
     click.echo(f"Datasette on http://{host}:{port}/ (Ctrl-C stops it)")
-    serve(db, path, host, port)
+    serve(db, path, host, port, say=say)
 
 
 @cli.command()

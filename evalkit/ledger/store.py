@@ -36,6 +36,9 @@ def dumps(value: Any) -> str:
 # Case fields carried by every measured request (what slices, graders and reports need).
 CASE_FIELDS = ("task", "persona", "persona_title", "persona_description", "candidate", "complexity", "formality",
                "schema_name", "context_keys_json", "messages_json", "attributes_json", "reference", "schema_json")
+# What a report never reads: the texts. A lean read leaves them out (a million rows' worth is gigabytes).
+HEAVY_FIELDS = frozenset({"text", "request_json", "chunk_offsets_ms_json", "persona_description", "messages_json",
+                          "reference", "schema_json", "context_keys_json"})
 
 # What `publish` exports per run: config name -> (table, how rows belong to the run).
 EXPORTS = {
@@ -220,13 +223,13 @@ class Ledger(SeriesReads):
         }
 
     def measured_requests(self, run_id: str, *, ok_only: bool = False, level: str | None = None,
-                          variant: str | None = None) -> list[dict[str, Any]]:
+                          variant: str | None = None, lean: bool = False) -> list[dict[str, Any]]:
         """Measured requests (not warm-ups, final attempts) of a run, each with its case's fields,
-        in send order. The one requests ⋈ cases join."""
-        return list(self.iter_measured(run_id, ok_only=ok_only, level=level, variant=variant))
+        in send order. The one requests ⋈ cases join. ``lean``: without the texts (`HEAVY_FIELDS`)."""
+        return list(self.iter_measured(run_id, ok_only=ok_only, level=level, variant=variant, lean=lean))
 
     def iter_measured(self, run_id: str, *, ok_only: bool = False, level: str | None = None,
-                      variant: str | None = None) -> Iterator[dict[str, Any]]:
+                      variant: str | None = None, lean: bool = False) -> Iterator[dict[str, Any]]:
         """`measured_requests` one row at a time (a pass over a million rows holds one)."""
         where = ["r.run_id = ?", "r.is_warmup = 0", "r.final = 1"]
         params: list[Any] = [run_id]
@@ -238,11 +241,21 @@ class Ledger(SeriesReads):
         if variant is not None:
             where.append("r.variant = ?")
             params.append(variant)
-        cols = ", ".join(f"c.{f}" for f in CASE_FIELDS)
+        cols = ", ".join(f"c.{f}" for f in CASE_FIELDS if not (lean and f in HEAVY_FIELDS))
+        mine = ", ".join(f"r.[{c}]" for c in self._db["requests"].columns_dict if c not in HEAVY_FIELDS) \
+            if lean else "r.*"
         return self._db.query(
-            f"""select r.*, {cols} from requests r join runs u on u.id = r.run_id
+            f"""select {mine}, {cols} from requests r join runs u on u.id = r.run_id
                 join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
                 where {' and '.join(where)} order by r.seq, r.id""", params)
+
+    def sample_outputs(self, run_id: str, n_cases: int = 3) -> list[dict[str, Any]]:
+        """The first repeat of the first few measured cases, every variant's answer (the HTML
+        report shows them verbatim)."""
+        return list(self._db.query(
+            """select variant, case_id, text, error from requests where run_id = ? and is_warmup = 0 and final = 1
+               and repeat = 0 and case_id in (select case_id from requests where run_id = ? and is_warmup = 0
+               and final = 1 group by case_id order by min(seq) limit ?) order by seq""", [run_id, run_id, n_cases]))
 
     # --- grades ---------------------------------------------------------------------------------
 
@@ -277,16 +290,33 @@ class Ledger(SeriesReads):
 
     # --- derived tables and views ---------------------------------------------------------------
 
+    def derived_signature(self, run_id: str) -> str:
+        """What a run's derived tables were computed from: its status, its newest request and its
+        newest grade. A different signature means they are stale."""
+        run = self._db.execute("select status from runs where id = ?", [run_id]).fetchone()
+        req = self._db.execute("select max(id), count(*) from requests where run_id = ?", [run_id]).fetchone()
+        grade = self._db.execute("select max(id), count(*) from grades where run_id = ?", [run_id]).fetchone()
+        return f"{run[0] if run else None}|{req[0]}|{req[1]}|{grade[0]}|{grade[1]}"
+
+    def stale_derived(self) -> list[str]:
+        """The runs whose derived tables are missing or older than their rows, grades or status."""
+        done = {r["run_id"]: r["signature"] for r in self._db.query("select run_id, signature from derived_runs")}
+        return [rid for rid in self.run_ids() if done.get(rid) != self.derived_signature(rid)]
+
     @_write
-    def replace_derived(self, spikes: list[dict[str, Any]], summary: list[dict[str, Any]],
+    def replace_derived(self, run_id: str, spikes: list[dict[str, Any]], summary: list[dict[str, Any]],
                         cost: list[dict[str, Any]] | None = None, verdicts: list[dict[str, Any]] | None = None) -> None:
-        """Findings that need Python (robust statistics), recomputed for Datasette in one transaction."""
+        """One run's findings that need Python (robust statistics), for Datasette, in one
+        transaction, with the signature they were computed from."""
+        signature = self.derived_signature(run_id)
         with self._db.conn:
             for table, rows in (("derived_spikes", spikes), ("derived_summary", summary), ("derived_cost", cost or []),
                                 ("derived_verdicts", verdicts or [])):
-                self._db[table].delete_where()
+                self._db[table].delete_where("run_id = ?", [run_id])
                 if rows:
                     self._db[table].insert_all(rows)
+            self._db["derived_runs"].upsert({"run_id": run_id, "signature": signature, "computed_at": utcnow()},
+                                            pk="run_id")
 
     @_write
     def define_requests_view(self, grade_columns: Iterable[tuple[str, str, str]]) -> None:

@@ -11,6 +11,8 @@ from ..host import host_line
 from .report import latency_columns, quality_columns, server_columns, table_cells
 from .verdicts import level_text
 
+SPIKES_SHOWN = 20  # the text report lists the largest; every one is in --json and derived_spikes
+
 
 @dataclass
 class Table:
@@ -163,6 +165,9 @@ def findings_blocks(f: dict[str, Any], by: list[str] | None) -> list[Block]:
                            g(s, "tpot_ms", "p50"), g(s, "e2e_ms", "mean"), g(s, "e2e_ms", "std"),
                            g(s, "out_tps", "p50")] for s in f["slices"]], 1 + len(by)))
     out += f.get("notes", [])
-    out.append("spikes (median + k x MAD per variant x level x complexity):")
-    out += [f"  {s['line']}" for s in f["spikes"] or [{"line": "none"}]]
+    spikes = sorted(f["spikes"], key=lambda s: -s["robust_z"])
+    out.append("spikes (median + k x MAD per variant x level x complexity)"
+               + (f": the {SPIKES_SHOWN} largest of {len(spikes):,} (all in --json and the derived_spikes table)"
+                  if len(spikes) > SPIKES_SHOWN else "") + ":")
+    out += [f"  {s['line']}" for s in spikes[:SPIKES_SHOWN] or [{"line": "none"}]]
     return out

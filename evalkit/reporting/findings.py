@@ -16,6 +16,7 @@ from ..stats import mean, percentile, time_weighted_mean
 from .capacity import capacity, capacity_statement, cost, load_levels
 from .plots import quality_vs_cost
 from .report import build_report, quality
+from .rows import request_rows
 from .selection import first_level, level_of
 from .traffic import conversations, prefix_sharing, trace_fidelity, traffic_lines
 from .under_load import lines as ul_lines
@@ -33,19 +34,6 @@ def describe(values: list[float]) -> dict[str, float | None]:
     std = math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1)) if n > 1 and m is not None else None
     return {"n": n, "mean": m, "std": std, "p50": percentile(xs, 50), "p90": percentile(xs, 90),
             "p95": percentile(xs, 95), "p99": percentile(xs, 99), "max": max(xs) if xs else None}
-
-
-def request_rows(ledger: Ledger, run_id: str) -> list[dict[str, Any]]:
-    """Measured requests (non-warmup, final attempt) joined with their case and latest grades."""
-    rows = ledger.measured_requests(run_id)
-    grades = ledger.latest_grades(run_id)
-    for r in rows:
-        r["grades"] = grades.get(r["id"], {})
-        r["attributes"] = json.loads(r["attributes_json"]) if r.get("attributes_json") else {
-            k: r[k] for k in ("task", "persona", "candidate", "formality") if r.get(k) is not None}
-        r["out_tps"] = (r["completion_tokens"] / (r["e2e_ms"] / 1000.0)
-                        if r["completion_tokens"] and r["e2e_ms"] and r["error_class"] is None else None)
-    return rows
 
 
 def slice_value(r: dict[str, Any], key: str) -> Any:
@@ -102,12 +90,18 @@ def find_spikes(values: list[float], k: float = 3.5) -> list[int]:
     return [i for i, v in enumerate(values) if v > med + k * scale and v >= floor]
 
 
+def slice_medians(slice_rows: list[dict[str, Any]], metric: str) -> tuple[float, float | None]:
+    """A slice's median of the metric and of the server's prefill: what a spike is set against."""
+    return (percentile([x[metric] for x in slice_rows if x[metric] is not None], 50) or 0.0,
+            percentile([x["srv_prefill_ms"] for x in slice_rows if x["srv_prefill_ms"] is not None], 50))
+
+
 def attribute_spike(r: dict[str, Any], slice_rows: list[dict[str, Any]], metric: str,
-                    first_seq: int | None) -> tuple[str, str]:
-    """Why was this request slow? queued, cold/long prefill, preemption, or unexplained."""
-    med = percentile([x[metric] for x in slice_rows if x[metric] is not None], 50) or 0.0
+                    first_seq: int | None, medians: tuple[float, float | None] | None = None) -> tuple[str, str]:
+    """Why was this request slow? queued, cold/long prefill, preemption, or unexplained.
+    ``medians``: the slice's (`slice_medians`), computed once for all its spikes."""
+    med, prefill_med = medians or slice_medians(slice_rows, metric)
     excess = (r[metric] or 0.0) - med
-    prefill_med = percentile([x["srv_prefill_ms"] for x in slice_rows if x["srv_prefill_ms"] is not None], 50)
     if (r["srv_preemptions"] or 0) > 0:
         return "preemption", f"{r['srv_preemptions']:.0f} preemption(s) during the request"
     if r["srv_queue_ms"] is not None and r["srv_queue_ms"] >= 0.5 * excess:
@@ -132,14 +126,18 @@ def spikes(rows: list[dict[str, Any]], metric: str = "ttft_ms", k: float = 3.5) 
     for r in rows:  # like with like: a request is compared with its own slice at its own load level
         if r["error_class"] is None and r[metric] is not None:
             groups[(r["variant"], level_of(r), r["complexity"] or "all")].append(r)
-    firsts = {v: min(r["seq"] for r in rows if r["variant"] == v) for v in {r["variant"] for r in rows}}
+    firsts: dict[str, int] = {}
+    for r in rows:
+        firsts[r["variant"]] = min(firsts.get(r["variant"], r["seq"]), r["seq"])
     for (v, level, cx), rs in sorted(groups.items()):
         vals = [r[metric] for r in rs]
         med = percentile(vals, 50) or 0.0
         scale = max(1.4826 * mad(vals), 0.01 * abs(med), 1e-9)
+        medians = None
         for i in find_spikes(vals, k):
             r = rs[i]
-            cause, why = attribute_spike(r, rs, metric, firsts[v])
+            medians = medians or slice_medians(rs, metric)  # once per slice: a slice with many spikes stays linear
+            cause, why = attribute_spike(r, rs, metric, firsts[v], medians)
             z = (r[metric] - med) / scale
             where = f"{v} {cx}" + ("" if level == 1 else f" c={level}")
             out.append({"request_id": r["id"], "variant": v, "complexity": cx, "case_id": r["case_id"],
@@ -260,16 +258,18 @@ def kv_use(ledger: Ledger, run_id: str, variant: str, rows: list[dict[str, Any]]
 
 
 def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = None, k: float = 3.5,
-             margins: str | dict[str, Any] | None = None, report: dict[str, Any] | None = None) -> dict[str, Any]:
+             margins: str | dict[str, Any] | None = None, report: dict[str, Any] | None = None,
+             rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Everything the report says beyond its tables. ``margins``: non-inferiority margins (the
-    matrix's `margins:` when not given); each variant's verdicts open the findings."""
+    matrix's `margins:` when not given); each variant's verdicts open the findings. ``rows``: the
+    run's `request_rows` when the caller has them (read once per report)."""
     run = ledger.require_run(run_id)
     run_id = run["id"]
-    report = report or build_report(ledger, run_id)
     specs = parse_margins(margins if margins is not None else run.margins,
                           "--margins" if margins is not None else "matrix margins")
+    rows = rows if rows is not None else request_rows(ledger, run_id)
+    report = report or build_report(ledger, run_id, rows=rows)
     baseline = ledger.baseline(run_id)
-    rows = request_rows(ledger, run_id)
     max_tokens = run.matrix["generation"]["max_tokens"]
     load = run.load
     stop_kv = load.get("stop_kv", 0.9)
@@ -298,6 +298,16 @@ def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = N
         "notes": [line for cls in available().values() for line in cls.aggregate.notes(rows)] + capacity_lines + ul_lines(qul)
         + traffic_lines(traffic),
     }
+
+
+def full_report(ledger: Ledger, run_id: str | None = None, *, slo: dict[str, float] | None = None,
+                by: list[str] | None = None, k: float = 3.5, margins: str | dict[str, Any] | None = None
+                ) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+    """The report, its findings, and the rows both read (the HTML report draws them): one read."""
+    rid = ledger.require_run(run_id)["id"]
+    rows = request_rows(ledger, rid)
+    rep = build_report(ledger, rid, slo, rows=rows)
+    return rep, findings(ledger, rid, by, k, margins, report=rep, rows=rows), rows
 
 
 def recommend_lines(out: list[dict[str, Any]]) -> list[str]:

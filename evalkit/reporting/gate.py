@@ -92,8 +92,9 @@ def run_checks(ledger: Ledger, run_id: str | None, spec: GateSpec) -> tuple[str,
     level (the report's rows); margins compare the variants level by level, so a sweep's gate never
     sets one variant's high level against another's low one. With no margins given, the matrix's
     own `margins:` are checked."""
-    rep = build_report(ledger, run_id)
-    rid = rep["run"]["id"]
+    rid = ledger.require_run(run_id)["id"]
+    reqs = request_rows(ledger, rid)
+    rep = build_report(ledger, rid, rows=reqs)
     base = rep["baseline"]
     if not spec.margins:
         spec = replace(spec, margins=parse_margins(rep["matrix_margins"], "matrix margins"))
@@ -101,7 +102,6 @@ def run_checks(ledger: Ledger, run_id: str | None, spec: GateSpec) -> tuple[str,
         raise UsageError("check: give at least one threshold (e.g. --threshold schema_pass=0.9, --margins "
                          "drift=0.05, --target ttft_p99=2000, --max-error-rate 0), or margins in the matrix")
     rows = {r["variant"]: r for r in rep["rows"] if r["complexity"] == "all"}
-    reqs = request_rows(ledger, rid) if spec.targets or spec.margins or spec.max_client_lag_ms is not None else []
     first = first_level(reqs)
     known = registry_thresholds()
     out: list[Check] = []

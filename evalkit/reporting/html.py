@@ -13,10 +13,14 @@ from ..grading.registry import headline_columns
 from ..host import host_line
 from ..ledger import Ledger
 from ..spec.sizes import human
-from .findings import findings, request_rows
+from .findings import full_report
 from .plots import plots
-from .report import build_report, latency_columns, quality_columns, server_columns, table_cells
+from .report import latency_columns, quality_columns, server_columns, table_cells
 from .verdicts import multiplicity_notes
+
+SPIKES_LISTED = 50  # the page lists the largest; the rest are one command away
+# what `full_report` returns: the report, its findings, the rows they read
+Read = tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:24px auto;max-width:1180px;color:#222}
@@ -93,11 +97,10 @@ def _capacity(f: dict[str, Any]) -> list[str]:
     return parts
 
 
-def render_html(ledger: Ledger, run_id: str | None = None) -> str:
-    report = build_report(ledger, run_id)
+def render_html(ledger: Ledger, run_id: str | None = None, read: Read | None = None) -> str:
+    """The HTML report; ``read``: the report, findings and rows when the caller has them (`full_report`)."""
+    report, f, rows = read or full_report(ledger, run_id)
     rid = report["run"]["id"]
-    f = findings(ledger, rid, report=report)
-    rows = request_rows(ledger, rid)
     run = report["run"]
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>evalkit run {escape(rid)}</title>"
              f"<style>{CSS}</style></head><body>",
@@ -140,7 +143,11 @@ def render_html(ledger: Ledger, run_id: str | None = None) -> str:
                           f"{100 * p['ci_level']:.3g} %" if p.get("ci_level") else "-", _f(p.get("p_holm"), 3),
                           p["verdict"]] for p in f["paired"]]))
     parts.append("<h2>Spikes (median + 3.5 × MAD per variant × complexity)</h2>")
-    parts.append("".join(f"<div class='spike'>{escape(s['line'])}</div>" for s in f["spikes"]) or
+    spikes = sorted(f["spikes"], key=lambda s: -s["robust_z"])
+    if len(spikes) > SPIKES_LISTED:
+        parts.append(f"<p class='note'>the {SPIKES_LISTED} largest of {len(spikes):,} (every one: `evalkit report "
+                     "--json`, and the derived_spikes table in `evalkit browse`)</p>")
+    parts.append("".join(f"<div class='spike'>{escape(s['line'])}</div>" for s in spikes[:SPIKES_LISTED]) or
                  "<p class='note'>no spikes</p>")
     parts += _capacity(f)
     if f["cost"]:
@@ -158,21 +165,16 @@ def render_html(ledger: Ledger, run_id: str | None = None) -> str:
     for line in f["notes"]:
         parts.append(f"<p class='note'>{escape(line)}</p>")
     parts.append("<h2>Sample outputs (verbatim, escaped)</h2>")
-    seen = set()
-    for r in rows:
-        if r["case_id"] in seen or len(seen) >= 3:
-            continue
-        seen.add(r["case_id"])
-        for x in (y for y in rows if y["case_id"] == r["case_id"] and y["repeat"] == 0):
-            parts.append(f"<p class='note'>{escape(x['variant'])} · {escape(x['case_id'])}</p>"
-                         f"<pre>{escape(x['text'] or x['error'] or '')}</pre>")
+    for x in ledger.sample_outputs(rid):
+        parts.append(f"<p class='note'>{escape(x['variant'])} · {escape(x['case_id'])}</p>"
+                     f"<pre>{escape(x['text'] or x['error'] or '')}</pre>")
     parts.append(f"<p class='note'>definitions: docs/measuring.md · load: {escape(json.dumps(report['load']))}</p>")
     parts.append("</body></html>")
     return "\n".join(parts)
 
 
-def write_html(ledger: Ledger, path: Path, run_id: str | None = None) -> Path:
-    html = render_html(ledger, run_id)
+def write_html(ledger: Ledger, path: Path, run_id: str | None = None, read: Read | None = None) -> Path:
+    html = render_html(ledger, run_id, read)
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(html, encoding="utf-8")
     tmp.replace(path)  # never a half-written report

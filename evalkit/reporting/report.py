@@ -17,6 +17,7 @@ from ..ledger import Ledger
 from ..spec.dataset import COMPLEXITIES
 from ..stats import SignFlipRatio, mean, pct_delta, percentile
 from .columns import Columns, slice_metrics, source_columns
+from .rows import request_rows
 from .selection import first_level, is_swept, level_note, sweep_levels
 from .verdicts import apply_holm, case_means, flag, multiplicity_notes, shared_repeats
 
@@ -89,15 +90,15 @@ def paired(rows: list[dict[str, Any]], baseline: str, metric: str, by: str = "co
     return out
 
 
-def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float] | None = None) -> dict[str, Any]:
+def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float] | None = None,
+                 rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The report's tables and comparisons. ``rows``: the run's `request_rows`, when the caller
+    has read them already (the findings and the HTML report read the same)."""
     run = ledger.require_run(run_id)
     run_id = run["id"]
     use_run(run)  # a run's module:Class graders declare its quality columns
     variants = ledger.variants(run_id)
-    rows = ledger.measured_requests(run_id)
-    grades = ledger.latest_grades(run_id)
-    for r in rows:
-        r["grades"] = grades.get(r["id"], {})
+    rows = rows if rows is not None else request_rows(ledger, run_id)
     baseline = next((v["name"] for v in variants if v["is_baseline"]), None)
     if slo is None:
         slo = {k: run.load[f"slo_{k}_ms"] for k in ("ttft", "tpot", "e2e") if run.load.get(f"slo_{k}_ms") is not None}

@@ -7,6 +7,8 @@ from html import escape
 
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 W, H = 560, 300
+MAX_POINTS = 2000  # above this a chart summarises (quantiles, bands, envelopes) and says so under the plot
+MAX_MARKED = 50  # spikes circled on a summarised scatter: the most extreme
 L, R, T, B = 64, 16, 34, 46
 
 
@@ -47,6 +49,7 @@ class Chart:
         if self.y1 == self.y0:
             self.y1 = self.y0 + 1
         self.parts: list[str] = []
+        self.footnote: str | None = None
 
     def px(self, x: float) -> float:
         return L + (x - self.x0) / (self.x1 - self.x0) * (W - L - R)
@@ -80,19 +83,45 @@ class Chart:
             self.parts.append(f'<rect x="{x}" y="{y}" width="10" height="10" fill="{col}"/>'
                               f'<text x="{x + 14}" y="{y + 9}">{escape(n)}</text>')
 
+    def note(self, text: str) -> None:
+        """A line under the chart: how a large data set was drawn (quantiles, bands), never hidden."""
+        self.footnote = text
+
     def svg(self) -> str:
-        return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" width="{W}" height="{H}" '
+        note = self.footnote
+        h = H + (16 if note else 0)
+        tail = (f'<text x="{L}" y="{H + 10}" font-size="10" fill="#555">{escape(note)}</text>' if note else "")
+        return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {h}" width="{W}" height="{h}" '
                 f'font-family="sans-serif" font-size="11" role="img" aria-label="{escape(self.title)}">'
-                f'<rect width="{W}" height="{H}" fill="white"/>' + "".join(self.parts) + "</svg>")
+                f'<rect width="{W}" height="{h}" fill="white"/>' + "".join(self.parts) + tail + "</svg>")
+
+
+def envelope(s: list[tuple[float, float]], n: int = MAX_POINTS) -> list[tuple[float, float]]:
+    """A long series (in x order) cut to about n points: in each of n/2 runs of it, its lowest and
+    highest point in their own order, so a peak or a dip drawn at this width is never lost."""
+    if len(s) <= n:
+        return s
+    size = math.ceil(len(s) / (n // 2))
+    out: list[tuple[float, float]] = []
+    for i in range(0, len(s), size):
+        run = s[i:i + size]
+        lo = min(range(len(run)), key=lambda j: run[j][1])
+        hi = max(range(len(run)), key=lambda j: run[j][1])
+        out += [run[j] for j in sorted({lo, hi})]
+    return out
 
 
 def lines(title: str, xlabel: str, ylabel: str, series: dict[str, list[tuple[float, float]]],
           step: bool = False, ylim: tuple[float, float] | None = None,
           hlines: list[tuple[float, str]] | None = None, colors: dict[str, str] | None = None,
-          vlines: list[tuple[float, str, str | None]] | None = None) -> str:
+          vlines: list[tuple[float, str, str | None]] | None = None, note: str | None = None) -> str:
     """Line per series. ``hlines``: dashed horizontal references (value, label), e.g. an SLO;
     ``vlines``: dotted vertical ones (x, label, series whose colour it takes), e.g. a predicted
-    capacity."""
+    capacity. A series longer than MAX_POINTS is drawn as its envelope (`envelope`), said under the plot."""
+    longest = max((len(x) for x in series.values()), default=0)
+    if longest > MAX_POINTS:
+        series = {k: envelope(v) for k, v in series.items()}
+        note = note or f"{longest:,} points: each run of them drawn as its lowest and highest"
     pts = [p for s in series.values() for p in s]
     ys = [p[1] for p in pts] + [v for v, _ in hlines or []]
     xs = [p[0] for p in pts] + [x for x, _, _ in vlines or []]
@@ -126,21 +155,38 @@ def lines(title: str, xlabel: str, ylabel: str, series: dict[str, list[tuple[flo
             c.parts += [f'<circle cx="{c.px(x):.1f}" cy="{c.py(y):.1f}" r="3" fill="{cols.get(name, PALETTE[0])}"/>'
                         for x, y in s]
     c.legend(list(series), cols)
+    if note:
+        c.note(note)
     return c.svg()
 
 
 def cdf(title: str, xlabel: str, samples: dict[str, list[float]], colors: dict[str, str] | None = None) -> str:
+    """The empirical CDF of each sample; above MAX_POINTS values, drawn through its exact
+    quantiles at MAX_POINTS evenly spaced fractions (and its extremes), said under the plot."""
     series = {}
+    big = 0
     for name, xs in samples.items():
         xs = sorted(x for x in xs if x is not None)
-        series[name] = [(x, (i + 1) / len(xs)) for i, x in enumerate(xs)]
-    return lines(title, xlabel, "fraction of requests", series, step=True, ylim=(0, 1), colors=colors)
+        n = len(xs)
+        if n > MAX_POINTS:
+            big = max(big, n)
+            idx = sorted({0, n - 1, *(round(k * (n - 1) / MAX_POINTS) for k in range(MAX_POINTS + 1))})
+            series[name] = [(xs[i], (i + 1) / n) for i in idx]
+        else:
+            series[name] = [(x, (i + 1) / n) for i, x in enumerate(xs)]
+    note = f"{big:,} requests per line at most: drawn through {MAX_POINTS:,} exact quantiles" if big else None
+    return lines(title, xlabel, "fraction of requests", series, step=True, ylim=(0, 1), colors=colors, note=note)
 
 
 def scatter(title: str, xlabel: str, ylabel: str, series: dict[str, list[tuple[float, float]]],
             marked: list[tuple[float, float]] | None = None, colors: dict[str, str] | None = None,
             labels: list[tuple[float, float, str]] | None = None) -> str:
-    """Points per series; ``marked`` circled (spikes); ``labels``: text next to a point."""
+    """Points per series; ``marked`` circled (spikes); ``labels``: text next to a point. Above
+    MAX_POINTS points in all, each series is drawn as bands instead (`bands`), and only the
+    MAX_MARKED most extreme marked points are circled; said under the plot."""
+    n = sum(len(s) for s in series.values())
+    if n > MAX_POINTS:
+        return bands(title, xlabel, ylabel, series, marked, colors, n)
     pts = [p for s in series.values() for p in s] + (marked or [])
     names = list(series) + (["○ spike"] if marked else [])
     c = Chart(title, xlabel, ylabel, [p[0] for p in pts], [p[1] for p in pts], legend_items=len(names))
@@ -156,6 +202,46 @@ def scatter(title: str, xlabel: str, ylabel: str, series: dict[str, list[tuple[f
     for x, y, text in labels or []:
         c.parts.append(f'<text x="{c.px(x) + 6:.1f}" y="{c.py(y) - 6:.1f}" font-size="10">{escape(text)}</text>')
     c.legend(names, cols)
+    return c.svg()
+
+
+def bands(title: str, xlabel: str, ylabel: str, series: dict[str, list[tuple[float, float]]],
+          marked: list[tuple[float, float]] | None, colors: dict[str, str] | None, n: int, bins: int = 40) -> str:
+    """A large scatter summarised: x cut into equal bins; per series and bin, the median of y (a
+    line) and its 10th-90th percentile band (shaded); the most extreme marked points circled."""
+    from ..stats import percentile
+
+    xs = [p[0] for s in series.values() for p in s]
+    lo, hi = (min(xs), max(xs)) if xs else (0.0, 1.0)
+    width = (hi - lo) / bins or 1.0
+    summary: dict[str, list[tuple[float, float, float, float]]] = {}
+    for name, s in series.items():
+        by: dict[int, list[float]] = {}
+        for x, y in s:
+            by.setdefault(min(bins - 1, int((x - lo) / width)), []).append(y)
+        summary[name] = [(lo + (b + 0.5) * width, percentile(ys, 10) or 0.0, percentile(ys, 50) or 0.0,
+                          percentile(ys, 90) or 0.0) for b, ys in sorted(by.items())]
+    shown = sorted(marked or [], key=lambda p: -p[1])[:MAX_MARKED]
+    names = list(series) + (["○ spike"] if shown else [])
+    ys = [v for rows in summary.values() for _, a, _, b in rows for v in (a, b)] + [p[1] for p in shown]
+    c = Chart(title, xlabel, ylabel, [lo, hi], ys, legend_items=len(names))
+    cols = colors or color_map(list(series))
+    c.axes()
+    for name, rows in summary.items():
+        if not rows:
+            continue
+        col = cols.get(name, PALETTE[0])
+        band = [f"{c.px(x):.1f},{c.py(b):.1f}" for x, _, _, b in rows] + \
+            [f"{c.px(x):.1f},{c.py(a):.1f}" for x, a, _, _ in reversed(rows)]
+        c.parts.append(f'<polygon points="{" ".join(band)}" fill="{col}" fill-opacity="0.2" stroke="none"/>')
+        c.parts.append(f'<polyline fill="none" stroke="{col}" stroke-width="2" '
+                       f'points="{" ".join(f"{c.px(x):.1f},{c.py(m):.1f}" for x, _, m, _ in rows)}"/>')
+    for x, y in shown:
+        c.parts.append(f'<circle cx="{c.px(x):.1f}" cy="{c.py(y):.1f}" r="8" fill="none" stroke="black" '
+                       f'stroke-width="2"><title>spike</title></circle>')
+    c.legend(names, cols)
+    more = f"; the {len(shown)} largest of {len(marked or []):,} spikes circled" if len(marked or []) > len(shown) else ""
+    c.note(f"{n:,} points: median line and 10th-90th percentile band per {bins} bins of x{more}")
     return c.svg()
 
 
@@ -187,9 +273,12 @@ def boxes(title: str, ylabel: str, groups: dict[str, list[float]], colors: dict[
             f'fill="{col}" fill-opacity="0.25" stroke="{col}"/>'
             f'<line x1="{x - w:.1f}" y1="{c.py(q[50]):.1f}" x2="{x + w:.1f}" y2="{c.py(q[50]):.1f}" stroke="{col}" '
             f'stroke-width="2"/>')
-        c.parts += [f'<circle cx="{x + 26 + (j % 5) * 3:.1f}" cy="{c.py(v):.1f}" r="2" fill="{col}"/>'
-                    for j, v in enumerate(g)]
+        if len(vals) <= MAX_POINTS:  # the points themselves, while they can be told apart
+            c.parts += [f'<circle cx="{x + 26 + (j % 5) * 3:.1f}" cy="{c.py(v):.1f}" r="2" fill="{col}"/>'
+                        for j, v in enumerate(g)]
     c.legend(legend, cols)
+    if len(vals) > MAX_POINTS:
+        c.note(f"{len(vals):,} values: boxes only (p10-p90 whiskers, p25-p75 box, median), no points")
     return c.svg()
 
 

@@ -32,18 +32,28 @@ SPIKE_FIELDS = ("request_id", "variant", "complexity", "case_id", "metric", "val
                 "cause", "evidence", "line")
 
 
-def refresh_derived(ledger: Ledger) -> None:
-    """Recompute the Python-only findings (spikes, summary) for every run into derived tables, and
-    the `requests_joined` view's grader columns from the registry."""
-    spikes, summary, cost, verdicts = [], [], [], []
-    for run_id in ledger.run_ids():
-        f = findings(ledger, run_id)
-        spikes += [{**{k: s[k] for k in SPIKE_FIELDS}, "run_id": run_id} for s in f["spikes"]]
-        summary += [{"run_id": run_id, "variant": s["variant"], "json": json.dumps(s)} for s in f["study_summary"]]
-        cost += [{"run_id": run_id, **{k: c.get(k) for k in COST_FIELDS}} for c in f["cost"]]
-        verdicts += [verdict_row(run_id, e) for e in f["verdicts"]]
-    ledger.replace_derived(spikes, summary, cost, verdicts)
+def store_derived(ledger: Ledger, run_id: str, f: dict[str, Any]) -> None:
+    """One run's Python-only findings (spikes, summary, cost, verdicts) into the derived tables:
+    `evalkit run` and `report` store what they computed anyway, so `browse` need not."""
+    ledger.replace_derived(
+        run_id,
+        [{**{k: s[k] for k in SPIKE_FIELDS}, "run_id": run_id} for s in f["spikes"]],
+        [{"run_id": run_id, "variant": s["variant"], "json": json.dumps(s)} for s in f["study_summary"]],
+        [{"run_id": run_id, **{k: c.get(k) for k in COST_FIELDS}} for c in f["cost"]],
+        [verdict_row(run_id, e) for e in f["verdicts"]])
+
+
+def refresh_derived(ledger: Ledger, say: Any = None) -> list[str]:
+    """The derived tables of every run whose rows, grades or status changed since they were
+    computed (only those: a large ledger opens in seconds), and the `requests_joined` view's
+    grader columns from the registry. Returns the runs recomputed."""
+    stale = ledger.stale_derived()
+    for run_id in stale:
+        if say is not None:
+            say(f"computing the findings of run {run_id} for browsing (once; stored in the ledger)")
+        store_derived(ledger, run_id, findings(ledger, run_id))
     refresh_view(ledger)
+    return stale
 
 
 def verdict_row(run_id: str, e: dict[str, Any]) -> dict[str, Any]:
@@ -98,13 +108,15 @@ def metadata(db_name: str) -> dict[str, Any]:
 
 
 def serve_command(ledger: Path, meta_path: Path, host: str, port: int) -> list[str]:
+    # facet suggestions try every column of a table: at a million rows that alone takes seconds
     return [sys.executable, "-m", "datasette", "serve", str(ledger), "--metadata", str(meta_path),
-            "--plugins-dir", str(PLUGINS), "-h", host, "-p", str(port), "--setting", "sql_time_limit_ms", "5000"]
+            "--plugins-dir", str(PLUGINS), "-h", host, "-p", str(port), "--setting", "sql_time_limit_ms", "5000",
+            "--setting", "suggest_facets", "off"]
 
 
 def browse(ledger_db: Ledger, ledger: Path, host: str = "127.0.0.1", port: int = 8001, meta_dir: Path | None = None,
-           wait: bool = True) -> subprocess.Popen[bytes]:
-    refresh_derived(ledger_db)
+           wait: bool = True, say: Any = None) -> subprocess.Popen[bytes]:
+    refresh_derived(ledger_db, say)
     meta_dir = meta_dir or ledger.parent
     meta_path = meta_dir / f".{ledger.stem}-datasette.json"
     meta_path.write_text(json.dumps(metadata(ledger.stem), indent=2), encoding="utf-8")

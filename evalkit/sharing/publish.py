@@ -19,8 +19,8 @@ from ..host import host_line
 from ..ledger import Ledger
 from ..paths import PROJECT_DIR
 from ..redact import SECRET_ENV_HINT, SECRET_PATTERNS
-from ..reporting.findings import findings
-from ..reporting.report import build_report, markdown_table, quality_columns
+from ..reporting.findings import full_report
+from ..reporting.report import markdown_table, quality_columns
 
 TOKEN_ENVS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 
@@ -120,8 +120,7 @@ def export(ledger: Ledger, out: Path, run_id: str | None = None) -> dict[str, in
         where = find_secret(rows, name)
         if where:
             raise UsageError(f"refusing to publish: a value in {where} looks like a secret")
-    rep = build_report(ledger, run_id)
-    fnd = findings(ledger, run_id, report=rep)
+    rep, fnd, _ = full_report(ledger, run_id)
     tables["summary"] = [{k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in s.items()}
                          for s in fnd["study_summary"]]
     tmp = Path(tempfile.mkdtemp(prefix=".evalkit-publish-", dir=out.parent if out.parent.exists() else None))
