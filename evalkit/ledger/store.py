@@ -22,6 +22,7 @@ from sqlite_utils import Database
 
 from ..errors import LedgerError, LedgerWriteError, UsageError
 from .migrations import MIGRATION_NAMES, MIGRATION_SET, migrations, requests_view_sql
+from .token_scores import TokenScoresMixin
 
 
 def utcnow() -> str:
@@ -45,6 +46,7 @@ EXPORTS = {
     "cases": "select c.* from cases c join runs u on u.dataset_hash = c.dataset_hash where u.id = ?",
     "runs": "select * from runs where id = ?",
     "hosts": "select h.* from hosts h join runs u on u.host_id = h.id where u.id = ?",
+    "token_scores": "select * from token_scores where run_id = ?",
 }
 
 
@@ -64,7 +66,7 @@ def _write(fn: F) -> F:
     return wrapped  # type: ignore[return-value]
 
 
-class Ledger:
+class Ledger(TokenScoresMixin):  # teacher-forced scores: ledger/token_scores.py
     """One ledger file, migrated. Its sqlite-utils connection is private: every read and write the
     rest of evalkit needs is a method here."""
 
