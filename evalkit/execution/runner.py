@@ -31,6 +31,7 @@ from .conversation import item_done
 from .estimate import RunEstimate, estimate_variant
 from .live import LiveVariant
 from .load import LoadSpec, build_plan, reference_latencies, saturation_reason, warmup_cases
+from .scoring import score_group
 from .sender import Sender
 from .signals import STOP
 from .sizing import size_to_budget
@@ -230,6 +231,9 @@ def run_group(ledger: Ledger, run_id: str, matrix: Matrix, group: list[str], cas
                     break
         summary.n_requests += sender.n
         summary.n_errors += sender.n_err
+        # issue 26: the baseline's answers scored teacher-forced while these servers are up; the rows go to
+        # `token_scores`, never `requests`, so no latency statistic sees them (execution/scoring.py)
+        score_group(ledger, run_id, matrix, servers, reporter, summary.stages, sender.epoch)
         record_scrape_errors(servers, sender.scrapers, reporter)
         for s in servers.values():
             s.record_capacity(ledger.measured_requests(run_id, variant=s.variant.name), matrix.generation.max_tokens)
