@@ -81,11 +81,14 @@ class CannedQuery:
 
 @dataclass
 class GraderContext:
-    """What a grader may need from the run: the matrix's judge section, the embedding function."""
+    """What a grader may need from the run: the matrix's judge section, the embedding function, the
+    run's teacher-forced token scores."""
 
     judge: Any = None
     embed: Callable[[list[str]], Any] | None = None
     quality_under_load: bool = False  # the run's matrix asked to compare outputs across load levels
+    # the run's teacher-forced token scores (ledger `token_scores`), set by `grade_run` for the run it grades
+    token_scores: Callable[[], list[dict[str, Any]]] | None = None
 
 
 class Aggregate:
