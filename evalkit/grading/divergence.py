@@ -100,6 +100,7 @@ class DivergenceAggregate(Aggregate):
         same = [g["detail"]["identical"] for g in mine if g["detail"].get("identical") is not None]
         firsts = [g["detail"]["first_diff_token"] for g in mine if g["detail"].get("first_diff_token") is not None]
         out.update({"kl_verdict": v, "kl_p99": _pooled_p99(mine), "ppl_ratio": _ppl(mine),
+                    "kl_tail_mean": mean([g["detail"].get("tail_mean") for g in mine]),
                     "greedy_identical_pct": 100.0 * sum(same) / len(same) if same else None,
                     "greedy_first_diff_median": percentile(firsts, 50),
                     "first_top1_diff_median": percentile([g["detail"]["first_top1_diff"] for g in mine
@@ -117,7 +118,16 @@ class DivergenceAggregate(Aggregate):
             if d.get("status") not in (None, "ok"):
                 key = (r["variant"], d.get("reason") or d["status"])
                 seen[key] = seen.get(key, 0) + 1
-        return [f"divergence: {v}: not scored for {n} case(s): {why}" for (v, why), n in seen.items()]
+        out = [f"divergence: {v}: not scored for {n} case(s): {why}" for (v, why), n in seen.items()]
+        ok = [d for r in rows if (d := ((r.get("grades", {}).get("divergence") or {}).get("detail") or {}))
+              .get("status") == "ok" and d.get("tail_mean") is not None]
+        if ok:
+            out.append(f"divergence: KL is a lower bound over the top-{ok[0].get('top_k')} tokens both servers returned, "
+                       f"the rest as one bucket; the baseline's probability outside them averaged "
+                       f"{100 * (mean([d['tail_mean'] for d in ok]) or 0):.1f} % per token (at most "
+                       f"{100 * max(d.get('tail_max') or 0 for d in ok):.0f} %): a larger divergence.top_k (with vLLM's "
+                       "--max-logprobs) tightens it")
+        return out
 
 
 class DivergenceGrader(Grader):

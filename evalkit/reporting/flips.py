@@ -18,7 +18,6 @@ from collections import defaultdict
 from typing import Any
 
 from ..grading.registry import available
-from ..stats import percentile
 from ..stats.binomial import FlipRate, cases_to_show_below
 
 ALL = "flips_max"  # a margin on every flips metric at once
@@ -131,6 +130,10 @@ def lines(table: list[dict[str, Any]], margins: list[Any] | None = None) -> list
         out.append(f"flips {e['variant']} vs baseline, {e['grader']}: {e['gains'] + e['losses']} of {e['cases']} cases "
                    f"({e['flip_pct']:.0f} % [{ci[0]:.0f}, {ci[1]:.0f}]: {e['losses']} lost, {e['gains']} gained; net "
                    f"{e['net_pp']:+.0f} pp){floor}")
+    own = [e["floor_flip_pct"] for e in table if e["rule"] is None and e["floor_flip_pct"]]
+    if own and any(is_flips(m.metric) for m in margins or []):
+        out.append(f"flips margins test the flip rate against the margin, not against sampling's own flips (the "
+                   f"baseline flips up to {max(own):.0f} % against itself here): they are meant for greedy runs")
     for m in margins or []:
         if is_flips(m.metric):
             need = cases_to_show_below(m.value)
@@ -139,8 +142,3 @@ def lines(table: list[dict[str, Any]], margins: list[Any] | None = None) -> list
                 out.append(f"{m.metric} margin {m.describe()}: showing flips below it needs at least {need} cases with "
                            f"no flip at all ({most} here)")
     return out
-
-
-def summary(table: list[dict[str, Any]]) -> dict[str, float | None]:
-    """The median flip rate over the graders' overall rows (for a study line)."""
-    return {"flip_pct_median": percentile([e["flip_pct"] for e in table if e["rule"] is None], 50)}
