@@ -126,7 +126,7 @@ def lines(table: list[dict[str, Any]], margins: list[Any] | None = None) -> list
             continue
         ci = e["ci95"]
         floor = "" if e["floor_flip_pct"] is None else f"; the baseline flips {e['floor_flip_pct']:.0f} % against its " \
-            "own other pass (sampling)"
+            "own other pass"
         out.append(f"flips {e['variant']} vs baseline, {e['grader']}: {e['gains'] + e['losses']} of {e['cases']} cases "
                    f"({e['flip_pct']:.0f} % [{ci[0]:.0f}, {ci[1]:.0f}]: {e['losses']} lost, {e['gains']} gained; net "
                    f"{e['net_pp']:+.0f} pp){floor}")
