@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from evalkit.grading import (Aggregate, CannedQuery, GradedRequest, Grader, Margin, Metric, Score, Threshold, mean,
-                             pass_pct)
+from evalkit.grading import Aggregate, CannedQuery, GradedRequest, Grader, Margin, Metric, Score, Threshold, mean, pass_pct
 
 
 class WordCountAggregate(Aggregate):
