@@ -380,8 +380,8 @@ def test_the_estimate_counts_one_prefill_per_scoring_pass(matrix, expected):
     assert estimate_parts(matrix) == pytest.approx(expected)
 
 
-def test_the_run_estimate_line_names_the_scoring():
-    m = Matrix.model_validate({"name": "m", "baseline": "base", "variants": TWO})
+def probe_estimate(divergence: bool):
+    m = Matrix.model_validate({"name": "m", "baseline": "base", "variants": TWO, "divergence": {"enabled": divergence}})
     from evalkit.spec.dataset import Case, Message
 
     case = Case.model_validate({"id": "c", "task": "cold_outreach", "persona": "p", "candidate": "c",
@@ -392,7 +392,17 @@ def test_the_run_estimate_line_names_the_scoring():
             {"error_class": None, "ttft_ms": 150.0, "prompt_tokens": 400, "case_id": "_warmup-probe-long", "tpot_ms": 20.0}]
     warm_items = [WorkItem("base", case.model_copy(update={"id": w["case_id"]}), 0, True) for w in warm]
     est = estimate_variant(warm, warm_items, [WorkItem("base", case, 0, False)], m, LoadSpec())
-    assert est is not None and "teacher-forced scoring" in est.basis
+    assert est is not None
+    return est
+
+
+def test_the_run_estimate_line_names_the_scoring():
+    assert "teacher-forced scoring" in probe_estimate(True).basis
+
+
+def test_the_budget_counts_the_scoring():
+    """--budget divides what is left by the estimate's time per measured request: scoring raises it."""
+    assert probe_estimate(True).measure_s > probe_estimate(False).measure_s
 
 
 # --- definitions, the evaluate module -------------------------------------------------------------------
