@@ -148,4 +148,4 @@ def test_a_bad_attribute_a_grader_reads_names_its_line_and_field(tmp_path):
 
 def test_the_shipped_workload_keeps_its_graders():
     names, notes = registry.choose(None, load_cases())
-    assert names == ["schema", "persona", "formality", "drift", "load_drift"]
+    assert names == ["schema", "persona", "formality", "drift", "load_drift", "divergence"]

@@ -13,6 +13,7 @@ from typing import Any
 from ..spec.matrix import Matrix
 from ..stats import mean
 from .load import Load, WorkItem
+from .scoring import scoring_ms
 
 
 @dataclass
@@ -87,6 +88,12 @@ def estimate_variant(warm_rows: list[dict[str, Any]], warm: list[WorkItem], main
     else:
         basis = (f"prefill {a:.0f} ms + {b:.2f} ms/prompt token, decode {tpot:.1f} ms/token x "
                  f"{matrix.generation.max_tokens - 1}")
+    # teacher-forced scoring after the load (execution/scoring.py): prefill only, no generation
+    score_ms = scoring_ms(matrix, main, lambda it, extra: max(0.0, a + b * (_chars(it) * tok_per_char + extra)),
+                          decode_ms)
+    if score_ms:
+        total_ms += score_ms
+        basis += f"; teacher-forced scoring about {score_ms / 1000:.0f} s"
     measure_s = total_ms / 1000.0
     rest_s = remaining_variants * (measure_s + server_start_s)
     return RunEstimate(n, measure_s, rest_s, basis)

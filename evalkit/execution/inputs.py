@@ -1,5 +1,5 @@
 """What a run will send, from the command line's options: a new run (a matrix, a dataset subset
-or everything for `--budget`, or a trace's requests), or an interrupted one (`--resume`, with
+or everything for `--time-budget`, or a trace's requests), or an interrupted one (`--resume`, with
 `--retry-failed`). The rules that tie the options together live here, not in the CLI."""
 
 from __future__ import annotations

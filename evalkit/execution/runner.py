@@ -32,6 +32,7 @@ from .estimate import RunEstimate, estimate_variant
 from .live import LiveVariant
 from .load import Load, Work, warmup_cases, warmup_items
 from .patterns import Level
+from .scoring import score_group
 from .sender import Sender
 from .signals import STOP
 from .sizing import size_to_budget
@@ -277,6 +278,9 @@ def run_group(ctx: RunContext, group: list[str], seq0: int, variants_after: int 
                 break
         summary.n_requests += sender.n
         summary.n_errors += sender.n_err
+        # the baseline's answers scored teacher-forced while these servers are up; the rows go to
+        # `token_scores`, never `requests`, so no latency statistic sees them (execution/scoring.py)
+        score_group(ctx.ledger, ctx.run_id, ctx.matrix, servers, ctx.progress.say, summary.stages, sender.epoch)
         record_scrape_errors(servers, sender.scrapers, ctx.progress)
         for s in servers.values():
             tok, n = prompts.get(s.variant.name, [0, 0])

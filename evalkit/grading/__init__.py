@@ -10,6 +10,7 @@ May import: the root modules, `spec`, `ledger`. Never `measure`, `engines` or `e
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -78,6 +79,9 @@ def grade_run(ledger: Ledger, run_id: str, graders: list[Grader] | None = None) 
     graders = graders if graders is not None else make_graders()
     items, repeats = graded_requests(ledger, run_id)
     baseline = ledger.baseline(run_id)
+    for g in graders:  # graders that keep their context read this run's teacher-forced scores (divergence)
+        if isinstance(getattr(g, "context", None), GraderContext):
+            g.context.token_scores = functools.partial(ledger.token_scores, run_id)  # type: ignore[attr-defined]
     n = 0
     for g in graders:
         done = ledger.graded_request_ids(run_id, g.name, g.version)

@@ -84,7 +84,8 @@ class CannedQuery:
 
 @dataclass
 class GraderContext:
-    """What a grader may need from the run: the matrix's judge section, the embedding function."""
+    """What a grader may need from the run: the matrix's judge section, the embedding function, the
+    run's teacher-forced token scores."""
 
     judge: Any = None
     embed: Callable[[list[str]], Any] | None = None
@@ -96,6 +97,8 @@ class GraderContext:
         from ..paths import rubric_file
 
         return rubric_file(self.rubrics, name)
+    # the run's teacher-forced token scores (ledger `token_scores`), set by `grade_run` for the run it grades
+    token_scores: Callable[[], list[dict[str, Any]]] | None = None
 
 
 class Aggregate:

@@ -95,3 +95,6 @@ def _merge_one(src: Ledger, dst: Ledger, seen: set[tuple[Any, ...]], counts: dic
         if samples:
             d["server_samples"].insert_all(samples, alter=True)
         counts["server_samples"] += len(samples)
+        if "token_scores" in s.table_names():  # teacher-forced scores follow the answers they scored
+            scores = [{**x, "answer_request_id": ids.get(x["answer_request_id"])} for x in s["token_scores"].rows]
+            counts["token_scores"] = counts.get("token_scores", 0) + dst.copy_token_scores(scores)

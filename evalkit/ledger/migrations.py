@@ -323,3 +323,23 @@ def m017_browse_at_scale(db: Database) -> None:
     # Which runs' derived tables are current: a run's are recomputed only when its rows, grades or
     # status changed since (its signature), never at every `browse`.
     db["derived_runs"].create({"run_id": str, "signature": str, "computed_at": str}, pk="run_id")
+
+
+@migration("m018_token_scores")
+def m018_token_scores(db: Database) -> None:
+    # Teacher-forced scoring (the divergence grader, issue 26): one row per scoring request, never a
+    # `requests` row, so it never enters latency statistics. A server scores the baseline's answer
+    # to a case (`answer_request_id`) given the case's messages; `kind` says which pass: the
+    # baseline alone (`reference`), the baseline batched (`floor`: what batching alone changes), a
+    # candidate (`candidate`), a greedy regeneration of the baseline's answer batched (`regen`), a
+    # first request that pays one-off costs (`warmup`). Per answer token, `tokens_json` keeps the
+    # forced token (id, text, log-probability) and the server's top-k (ids, log-probabilities);
+    # `temperature` is the run's, which says whether greedy identity applies.
+    db["token_scores"].create({
+        "id": int, "run_id": str, "variant": str, "replica": int, "case_id": str, "answer_request_id": int,
+        "answer_variant": str, "kind": str, "status": str, "error_class": str, "error": str, "http_status": int,
+        "started_at": str, "mono_start_ms": float, "e2e_ms": float, "concurrency": int, "top_k": int,
+        "prompt_tokens": int, "prefix_tokens": int, "answer_tokens": int, "usage_json": str, "server_timing_json": str,
+        "temperature": float, "text": str, "finish_reason": str, "request_json": str, "tokens_json": str,
+    }, pk="id", foreign_keys=[("run_id", "runs", "id")])
+    db["token_scores"].create_index(["run_id", "variant", "kind"])

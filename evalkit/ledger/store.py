@@ -22,6 +22,7 @@ from sqlite_utils import Database
 from ..errors import LedgerError, LedgerWriteError, UsageError
 from .migrations import MIGRATION_NAMES, MIGRATION_SET, migrations, requests_view_sql
 from .series import SeriesReads
+from .token_scores import TokenScoresMixin
 from .writes import _write
 
 
@@ -49,6 +50,7 @@ EXPORTS = {
     "cases": "select c.* from cases c join runs u on u.dataset_hash = c.dataset_hash where u.id = ?",
     "runs": "select * from runs where id = ?",
     "hosts": "select h.* from hosts h join runs u on u.host_id = h.id where u.id = ?",
+    "token_scores": "select * from token_scores where run_id = ?",
 }
 
 
@@ -86,7 +88,7 @@ class RunRecord(dict):
         return self.matrix.get("margins") or {}
 
 
-class Ledger(SeriesReads):
+class Ledger(SeriesReads, TokenScoresMixin):  # teacher-forced scores: ledger/token_scores.py
     """One ledger file, migrated. Its sqlite-utils connection is private: every read and write the
     rest of evalkit needs is a method here."""
 

@@ -153,6 +153,8 @@ def findings_blocks(f: dict[str, Any], by: list[str] | None) -> list[Block]:
                          [[p["variant"], str(p["complexity"]), p["metric"], str(p["pairs"]),
                            "-" if p["delta_pct"] is None else f"{p['delta_pct']:+.1f}", _ci(p.get("ci_pct"), "+.1f"),
                            p["verdict"]] for p in f["paired"]]))
+    if f.get("flips"):
+        out.append(flips_table(f["flips"]))
     if by:
         def g(s: dict[str, Any], m: str, k: str) -> str:
             return "-" if s[m][k] is None else f"{s[m][k]:,.0f}"
@@ -171,3 +173,13 @@ def findings_blocks(f: dict[str, Any], by: list[str] | None) -> list[Block]:
                   if len(spikes) > SPIKES_SHOWN else "") + ":")
     out += [f"  {s['line']}" for s in spikes[:SPIKES_SHOWN] or [{"line": "none"}]]
     return out
+
+
+def flips_table(table: list[dict[str, Any]]) -> Table:
+    """Flips per candidate, pass/fail grader and persona rule (reporting/flips.py)."""
+    return Table("flips: cases whose pass/fail changed vs the baseline (each case's first repeat; exact 95 % interval)",
+                 ["variant", "grader", "rule", "cases", "lost", "gained", "flips %", "95% CI", "net pp",
+                  "baseline vs itself %"],
+                 [[e["variant"], e["grader"], e["rule"] or "(pass)", str(e["cases"]), str(e["losses"]), str(e["gains"]),
+                   f"{e['flip_pct']:.0f}", _ci(e["ci95"], ".0f"), f"{e['net_pp']:+.0f}",
+                   "-" if e["floor_flip_pct"] is None else f"{e['floor_flip_pct']:.0f}"] for e in table], 3)

@@ -13,6 +13,7 @@ from ..errors import UsageError
 from ..grading.registry import available
 from ..ledger import Ledger
 from ..stats import mean, percentile, time_weighted_mean
+from . import flips
 from .capacity import capacity, capacity_statement, cost, load_levels
 from .plots import quality_vs_cost
 from .report import build_report, quality
@@ -295,8 +296,9 @@ def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = N
         "quality_vs_cost": quality_vs_cost(rows, levels, costs),
         **(traffic := {"trace_fidelity": trace_fidelity(rows), "prefix_sharing": prefix_sharing(ledger, run_id, rows),
                        "conversations": conversations(rows)}),
+        "flips": (flip_table := flips.flips(first_level(rows), baseline)),  # pass/fail changes per case
         "notes": [line for cls in available().values() for line in cls.aggregate.notes(rows)] + capacity_lines + ul_lines(qul)
-        + traffic_lines(traffic),
+        + traffic_lines(traffic) + flips.lines(flip_table, specs),
     }
 
 

@@ -13,6 +13,7 @@ from ..grading.registry import headline_columns
 from ..host import host_line
 from ..ledger import Ledger
 from ..spec.sizes import human
+from .document import flips_table
 from .findings import full_report
 from .plots import plots
 from .report import latency_columns, quality_columns, server_columns, table_cells
@@ -142,6 +143,9 @@ def render_html(ledger: Ledger, run_id: str | None = None, read: Read | None = N
                           _f(p["delta"], 1), _f(p["delta_pct"], 1), _f(p.get("ci_pct"), 1),
                           f"{100 * p['ci_level']:.3g} %" if p.get("ci_level") else "-", _f(p.get("p_holm"), 3),
                           p["verdict"]] for p in f["paired"]]))
+    if f.get("flips"):  # pass/fail changes per case (reporting/flips.py)
+        t = flips_table(f["flips"])
+        parts += [f"<h2>Flips</h2><p class='note'>{escape(t.title)}</p>", _table(t.header, t.rows)]
     parts.append("<h2>Spikes (median + 3.5 × MAD per variant × complexity)</h2>")
     spikes = sorted(f["spikes"], key=lambda s: -s["robust_z"])
     if len(spikes) > SPIKES_LISTED:

@@ -10,6 +10,7 @@ from ..grading.registry import available
 from ..ledger import Ledger
 from ..stats import mean, percentile
 from . import svgplot
+from .token_plots import divergence_plots
 
 # the graders whose pass/fail makes the quality score of the quality-vs-speed/price charts
 QUALITY_GRADERS = ("schema", "persona", "formality")
@@ -87,6 +88,7 @@ def plots(ledger: Ledger, run_id: str, rows: list[dict[str, Any]], f: dict[str, 
                                                            label, dict(ts), step=True, colors=cols)))
     out += capacity_plots(ok, f, report, variants, cols)
     out += quality_plots(ok, f, report, variants, cols)
+    out += divergence_plots(ok, variants, cols)  # KL along the answer (reporting/token_plots.py)
     return out
 
 

@@ -28,6 +28,7 @@ from ..errors import UsageError
 from ..grading.registry import available
 from ..grading.registry import margins as grader_margins
 from ..stats import PairedProportions, PairedTest, SignFlipMean, SignFlipRatio, holm, holm_level, pairs_for_a_verdict
+from . import flips
 from .selection import level_of
 
 ALPHA = 0.05
@@ -55,6 +56,7 @@ def known_metrics() -> dict[str, tuple[str, bool]]:
     out = {k: ("latency", hib) for k, (_, hib) in LATENCY.items()}
     for name, (_, m) in grader_margins().items():
         out[name] = (m.unit, m.higher_is_better)
+    out.update({name: ("pp", False) for name in [*flips.flip_metrics(), flips.ALL]})  # flip rates (reporting/flips.py)
     return out
 
 
@@ -65,6 +67,7 @@ def parse_margins(spec: dict[str, Any] | str | None, where: str = "--margins") -
     if not spec:
         return []
     items = spec.items() if isinstance(spec, dict) else [p.partition("=")[::2] for p in spec.split(",") if p.strip()]
+    items = flips.expand(list(items))  # flips_max: one margin per pass/fail grader's flip rate
     known = known_metrics()
     out = []
     for key, raw in items:
@@ -121,6 +124,8 @@ def grader_values(rows: list[dict[str, Any]], variant: str, grader: str) -> list
 
 def paired_test(rows: list[dict[str, Any]], baseline: str, variant: str, ms: MarginSpec) -> PairedTest:
     """The test that decides one margin, on the cases both variants have."""
+    if flips.is_flips(ms.metric):
+        return flips.flip_test(rows, baseline, variant, ms.metric, ms.value)
     if ms.metric in LATENCY:
         reps = shared_repeats(rows, baseline, variant)
         field = LATENCY[ms.metric][0]
@@ -141,7 +146,13 @@ def paired_test(rows: list[dict[str, Any]], baseline: str, variant: str, ms: Mar
 
 def hypotheses(specs: list[MarginSpec]) -> int:
     """How many hypotheses a variant's margins bring: the margin and 0 each (one when the margin is 0)."""
-    return sum(1 if ms.value == 0 else 2 for ms in specs)
+    return sum(len(tested_values(ms)) for ms in specs)
+
+
+def tested_values(ms: MarginSpec) -> tuple[float, ...]:
+    """The differences a margin's hypotheses put to the test: the margin and 0 (once when equal). A
+    flip rate has no "better than the baseline" side (0 flips is the baseline itself): the margin only."""
+    return (ms.value,) if flips.is_flips(ms.metric) else tuple(dict.fromkeys((ms.value, 0.0)))
 
 
 def _decide(iv: tuple[float, float], ms: MarginSpec) -> tuple[str, str]:
@@ -168,7 +179,7 @@ def verdicts(rows: list[dict[str, Any]], baseline: str | None, specs: list[Margi
     out: list[dict[str, Any]] = []
     for variant in sorted({r["variant"] for r in rows} - {baseline}):
         tests = [paired_test(rows, baseline, variant, ms) for ms in specs]
-        hyp = [(k, d) for k, ms in enumerate(specs) for d in dict.fromkeys((ms.value, 0.0))]
+        hyp = [(k, d) for k, ms in enumerate(specs) for d in tested_values(ms)]
         pvals = [tests[k].p(d) if tests[k].n >= 2 else None for k, d in hyp]
         _, level = holm_level(pvals, alpha)
         adj = holm(pvals)
@@ -183,13 +194,16 @@ def verdicts(rows: list[dict[str, Any]], baseline: str | None, specs: list[Margi
                 "unit": ms.unit, "higher_is_better": ms.higher_is_better, "pairs": t.n, "estimate": t.estimate,
                 "ci": list(iv) if iv else None, "ci_level": 1 - level, "method": t.method,
                 "p_margin": p_of[ms.value][0], "p_margin_holm": p_of[ms.value][1],
-                "p_zero": p_of[0.0][0], "p_zero_holm": p_of[0.0][1], "hypotheses": m,
+                "p_zero": p_of.get(0.0, (None, None))[0], "p_zero_holm": p_of.get(0.0, (None, None))[1],
+                "hypotheses": m,
                 "concurrency": min((level_of(r) for r in rows if r["variant"] == variant), default=None)}
             if iv is None:
                 e["verdict"], e["why"] = "inconclusive", ("too few pairs" if t.n < 2 else
                                                           f"{t.n} pairs cannot bound the difference at this level")
             else:
                 e["verdict"], e["why"] = _decide(iv, ms)
+                if flips.is_flips(ms.metric) and e["verdict"] == "non-inferior":
+                    e["why"] = "the flip rate's whole interval lies below the margin"
             if e["verdict"] == "inconclusive" and t.n >= 2 and t.min_p() > alpha / m:
                     e["why"] = (f"{t.n} pairs cannot decide: the smallest p they allow is {t.min_p():.3f}, and Holm "
                                 f"over {m} hypotheses needs {alpha / m:.4f} or less: at least {need} pairs")

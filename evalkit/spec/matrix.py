@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 from ..errors import MatrixError
 from ..paths import default_matrix_path
 from .config import load_yaml_model
+from .divergence import Divergence
 from .sizes import check_budget
 
 
@@ -277,6 +278,7 @@ class Matrix(BaseModel):
                                                         "that gives none: a size (600MiB) or 1.25x the baseline's "
                                                         "weights")
     load: Load = Field(default_factory=Load)
+    divergence: Divergence = Field(default_factory=Divergence)  # teacher-forced scoring (spec/divergence.py)
     limit: int | None = Field(None, ge=1, description="run a stratified subset of this many cases unless --limit is "
                                                     "given (a bundled study sizes itself)")
     margins: dict[str, str | float] = Field(

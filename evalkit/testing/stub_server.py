@@ -22,6 +22,7 @@ from typing import Any
 from aiohttp import web
 
 from .kvsim import KvSim
+from .stub_scoring import is_scoring, score_response, tokenize_response
 
 FAULTS = ("http_500", "http_503", "http_429", "cut", "malformed", "stall", "empty", "not_json", "echo_auth")
 
@@ -75,6 +76,15 @@ class StubConfig:
     numbered: bool = False  # tests: each reply names its request number, so replies can be told apart
     bodies: list[dict[str, Any]] = field(default_factory=list)
     kv: Any = None
+    # teacher-forced scoring (stub_scoring.py): "vllm" answers prompt_logprobs like vLLM 0.32, "ignore"
+    # and "reject" are hosted APIs that do not; noise perturbs the next-token distribution
+    scoring: str = "vllm"
+    max_logprobs: int = 20
+    tokenizer: str = "words"
+    logit_noise: float = 0.0
+    noise_seed: int = 1
+    batch_noise: float = 0.0
+    scoring_running: int = 0
 
 
 HISTS = ("time_to_first_token_seconds", "e2e_request_latency_seconds", "request_queue_time_seconds",
@@ -215,6 +225,23 @@ def make_app(cfg: StubConfig) -> web.Application:
         for k, v in phases.items():
             cfg.hist.setdefault(k, []).append(v)
 
+    async def chat_or_score(request: web.Request) -> web.StreamResponse:
+        """Scoring requests (not streamed, with prompt_logprobs) are answered apart: they are never
+        counted as chat requests or given injected faults."""
+        if request.content_type == "application/json":
+            body = await request.json()  # aiohttp keeps the body: `chat` reads it again
+            if isinstance(body, dict) and is_scoring(body):
+                cfg.scoring_running += 1
+                try:
+                    await asyncio.sleep(cfg.ttft_ms / 1000)  # the prefill
+                    return score_response(cfg, body, cfg.counters.get("scoring", 0) + 1)
+                finally:
+                    cfg.scoring_running -= 1
+        return await chat(request)
+
+    async def tokenize(request: web.Request) -> web.Response:
+        return tokenize_response(cfg, await request.json())
+
     async def chat(request: web.Request) -> web.StreamResponse:
         cfg.arrivals.append(time.perf_counter())  # when each request reached the server (benchmarks)
         cfg.counters["requests"] += 1
@@ -235,9 +262,12 @@ def make_app(cfg: StubConfig) -> web.Application:
         if cfg.fixed_text is not None:
             text = cfg.fixed_text
         if not body.get("stream"):
+            prompt, words = _prompt_tokens(body), len(text.split())
             return web.json_response({"id": f"chatcmpl-stub-{n}", "object": "chat.completion", "model": cfg.model,
                                       "choices": [{"index": 0, "finish_reason": "stop",
-                                                   "message": {"role": "assistant", "content": text}}]})
+                                                   "message": {"role": "assistant", "content": text}}],
+                                      "usage": {"prompt_tokens": prompt, "completion_tokens": words,
+                                                "total_tokens": prompt + words}})
         if cfg.fixed_chunks is not None:
             text = "tok " * cfg.fixed_chunks
         elif body.get("ignore_eos"):
@@ -326,7 +356,8 @@ def make_app(cfg: StubConfig) -> web.Application:
 
     app = web.Application()
     app.add_routes([web.get("/health", health), web.get("/v1/models", models), web.get("/version", version),
-                    web.get("/metrics", metrics), web.get("/stats", stats), web.post("/v1/chat/completions", chat)])
+                    web.get("/metrics", metrics), web.get("/stats", stats),
+                    web.post("/v1/chat/completions", chat_or_score), web.post("/tokenize", tokenize)])
     return app
 
 

@@ -1,0 +1,144 @@
+"""Flips (Dutta et al. 2024, "Accuracy is not all you need"): the share of cases whose pass/fail
+changed between the baseline and a candidate, in either direction, for every pass/fail grader
+that offers a pass-rate margin (schema, persona) and every persona rule. Two variants with the
+same pass rate can still disagree on many cases: the net change hides gains and losses that
+cancel; the flip rate does not.
+
+The flip rate is one proportion (k flips of n cases, each case's first repeat, like a pass-rate
+margin): its interval and its margin test are the exact binomial test of `stats.binomial`. A
+margin `<grader>_flips: 5pp` (or `flips_max: 5pp` for every such grader) tests one hypothesis,
+"the flip rate is the margin", two-sided, in the variant's Holm family with the other margins.
+At temperature > 0 sampling alone flips answers: the table sets beside each rate the baseline's
+own flips between its two passes (its noise floor), and a flips margin is meant for greedy runs.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from ..grading.registry import available
+from ..stats.binomial import FlipRate, cases_to_show_below
+
+ALL = "flips_max"  # a margin on every flips metric at once
+
+
+def flip_metrics() -> dict[str, str]:
+    """flips metric -> grader: every registered grader with a pass-rate ("pp") margin."""
+    return {f"{name}_flips": name for name, cls in available().items() if any(m.unit == "pp"
+                                                                               for m in cls.aggregate.margins)}
+
+
+def is_flips(metric: str) -> bool:
+    return metric in flip_metrics()
+
+
+def expand(items: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+    """`flips_max=5pp` -> one margin per flips metric (an explicit one for a grader wins)."""
+    given = {str(k).strip() for k, _ in items}
+    out = []
+    for k, v in items:
+        if str(k).strip() == ALL:
+            out += [(m, v) for m in flip_metrics() if m not in given]
+        else:
+            out.append((k, v))
+    return out
+
+
+def _passes(rows: list[dict[str, Any]], variant: str, grader: str, rule: str | None, repeat: int = 0
+            ) -> dict[str, bool]:
+    """case -> pass/fail of one repeat (the lowest at or above ``repeat``) of a variant."""
+    best: dict[str, tuple[int, bool]] = {}
+    for r in rows:
+        g = r.get("grades", {}).get(grader)
+        if r["variant"] != variant or g is None or r["repeat"] < repeat:
+            continue
+        if rule is None:
+            ok = g.get("passed")
+        else:
+            ok = ((g.get("detail") or {}).get("rules") or {}).get(rule, {}).get("passed")
+        if ok is None:
+            continue
+        if r["case_id"] not in best or r["repeat"] < best[r["case_id"]][0]:
+            best[r["case_id"]] = (r["repeat"], bool(ok))
+    return {c: ok for c, (_, ok) in best.items()}
+
+
+def count(base: dict[str, bool], cand: dict[str, bool]) -> tuple[int, int, int]:
+    """(cases, gains, losses) on the cases both have: a gain is fail -> pass."""
+    cases = sorted(set(base) & set(cand))
+    gains = sum(1 for c in cases if cand[c] and not base[c])
+    losses = sum(1 for c in cases if base[c] and not cand[c])
+    return len(cases), gains, losses
+
+
+def flip_test(rows: list[dict[str, Any]], baseline: str, variant: str, metric: str, margin_pp: float) -> FlipRate:
+    """The test that decides a flips margin for one variant."""
+    n, g, lo = count(_passes(rows, baseline, flip_metrics()[metric], None),
+                     _passes(rows, variant, flip_metrics()[metric], None))
+    return FlipRate(g + lo, n, margin_pp)
+
+
+def _floor_repeat(rows: list[dict[str, Any]], baseline: str) -> int | None:
+    """The baseline's first noise-floor pass (the repeat no candidate sent), if it has one."""
+    mine = {r["repeat"] for r in rows if r["variant"] == baseline}
+    others = {r["repeat"] for r in rows if r["variant"] != baseline}
+    extra = sorted(mine - others)
+    return extra[0] if extra and others else None
+
+
+def flips(rows: list[dict[str, Any]], baseline: str | None) -> list[dict[str, Any]]:
+    """Per candidate and pass/fail grader (and persona rule): cases, gains, losses, the flip rate
+    with its exact 95 % interval, the net pass-rate change, and the baseline's own flip rate
+    between its passes (the floor; None without a floor pass)."""
+    if not baseline:
+        return []
+    floor_rep = _floor_repeat(rows, baseline)
+    rules: dict[str, set[str]] = defaultdict(set)
+    for r in rows:
+        for name, g in r.get("grades", {}).items():
+            rules[name].update(((g.get("detail") or {}).get("rules") or {}).keys())
+    out = []
+    for variant in sorted({r["variant"] for r in rows} - {baseline}):
+        for metric, grader in flip_metrics().items():
+            for rule in [None, *sorted(rules.get(grader, ()))]:
+                base = _passes(rows, baseline, grader, rule)
+                n, gains, losses = count(base, _passes(rows, variant, grader, rule))
+                if not n:
+                    continue
+                t = FlipRate(gains + losses, n)
+                ci = t.interval(0.05)
+                fl = None
+                if floor_rep is not None:
+                    fn, fg, flo = count(base, _passes(rows, baseline, grader, rule, floor_rep))
+                    fl = 100.0 * (fg + flo) / fn if fn else None
+                out.append({"variant": variant, "metric": metric, "grader": grader, "rule": rule, "cases": n,
+                            "gains": gains, "losses": losses, "flip_pct": t.estimate, "ci95": list(ci) if ci else None,
+                            "net_pp": 100.0 * (gains - losses) / n, "floor_flip_pct": fl})
+    return out
+
+
+def lines(table: list[dict[str, Any]], margins: list[Any] | None = None) -> list[str]:
+    """A line per candidate and grader (rules stay in the table), and what a flips margin needs."""
+    out = []
+    for e in table:
+        if e["rule"] is not None:
+            continue
+        ci = e["ci95"]
+        floor = "" if e["floor_flip_pct"] is None else f"; the baseline flips {e['floor_flip_pct']:.0f} % against its " \
+            "own other pass"
+        out.append(f"flips {e['variant']} vs baseline, {e['grader']}: {e['gains'] + e['losses']} of {e['cases']} cases "
+                   f"({e['flip_pct']:.0f} % [{ci[0]:.0f}, {ci[1]:.0f}]: {e['losses']} lost, {e['gains']} gained; net "
+                   f"{e['net_pp']:+.0f} pp){floor}")
+    own = [e["floor_flip_pct"] for e in table if e["rule"] is None and e["floor_flip_pct"]]
+    if own and any(is_flips(m.metric) for m in margins or []):
+        out.append(f"flips margins test the flip rate against the margin, not against sampling's own flips (the "
+                   f"baseline flips up to {max(own):.0f} % against itself here): they are meant for greedy runs")
+    for m in margins or []:
+        if is_flips(m.metric):
+            need = cases_to_show_below(m.value)
+            most = max((e["cases"] for e in table if e["metric"] == m.metric and e["rule"] is None), default=0)
+            if most < need:
+                out.append(f"{m.metric} margin {m.describe()}: showing flips below it needs at least {need} cases with "
+                           f"no flip at all ({most} here)")
+    return out
