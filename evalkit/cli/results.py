@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import UsageError
+from ..errors import LedgerWriteError, UsageError
 from ..execution.stops import parse_slo
 from ..ledger import open_ledger
 from ..reporting.report import to_json
@@ -44,6 +44,13 @@ def report(ledger: Path | None, run_id: str | None, as_json: bool, markdown: boo
     s = parse_slo(slo)
     rep, fnd, rows = full_report(db, run_id, slo=s.absolute_ms if s else None, by=by.split(",") if by else None,
                                  k=spike_k, margins=margins)
+    if margins is None and spike_k == 3.5:  # the findings `browse` shows: kept, so it need not compute them again
+        from ..sharing.browse import store_derived
+
+        try:
+            store_derived(db, rep["run"]["id"], fnd)
+        except LedgerWriteError:
+            pass  # a read-only ledger: browse computes them when it can
     if html_path:
         from ..reporting.html import write_html
 
