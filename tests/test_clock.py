@@ -49,7 +49,7 @@ def _blocked(url: str, use_wire: bool) -> tuple[float, float | None, object]:
     return (r.mono_start_ms + r.ttft_ms) / 1000, ((r.mono_start_ms + r.ttft_user_ms) / 1000 if r.ttft_user_ms else None), r
 
 
-@pytest.mark.skipif(not wire_mod.kernel_stamps_supported(), reason="kernel receive stamps need Linux")
+@pytest.mark.skipif(not wire_mod.kernel_stamps_ready(), reason="this kernel does not stamp TCP reads")
 def test_a_blocked_loop_does_not_bend_the_kernel_stamp_and_the_user_column_shows_the_lag():
     # the next chunk comes 60 ms after the first, after the 50 ms stall: nothing merges the first
     with StubServer(StubConfig(ttft_ms=20, itl_ms=60, role_chunk=False, stamp=True, fixed_chunks=3)) as s:
@@ -87,26 +87,26 @@ def end_stall():
     return r, done
 
 
-@pytest.mark.skipif(not wire_mod.kernel_stamps_supported(), reason="kernel receive stamps need Linux")
+@pytest.mark.skipif(not wire_mod.kernel_stamps_ready(), reason="this kernel does not stamp TCP reads")
 def test_kernel_stamped_e2e_ends_within_a_millisecond_of_the_servers_last_write(end_stall):
     r, done = end_stall
     end = (r.mono_start_ms + r.e2e_ms) / 1000
     assert abs(end - done) * 1000 < 1.0, (end - done) * 1000
 
 
-@pytest.mark.skipif(not wire_mod.kernel_stamps_supported(), reason="kernel receive stamps need Linux")
+@pytest.mark.skipif(not wire_mod.kernel_stamps_ready(), reason="this kernel does not stamp TCP reads")
 def test_the_user_space_e2e_beside_it_carries_the_client_stall(end_stall):
     r, _ = end_stall
     assert r.e2e_user_ms - r.e2e_ms > 25
 
 
-@pytest.mark.skipif(not wire_mod.kernel_stamps_supported(), reason="kernel receive stamps need Linux")
+@pytest.mark.skipif(not wire_mod.kernel_stamps_ready(), reason="this kernel does not stamp TCP reads")
 def test_tpot_follows_the_kernel_stamped_e2e(end_stall):
     r, _ = end_stall
     assert r.tpot_ms == pytest.approx((r.e2e_ms - r.ttft_ms) / (r.completion_tokens - 1))
 
 
-@pytest.mark.skipif(not wire_mod.kernel_stamps_supported(), reason="kernel receive stamps need Linux")
+@pytest.mark.skipif(not wire_mod.kernel_stamps_ready(), reason="this kernel does not stamp TCP reads")
 def test_chunks_merged_while_the_loop_was_late_are_counted_so_the_row_is_marked():
     # chunks 5 ms apart during a 50 ms stall: TCP merges what the client did not read, and the merged
     # segment carries the newest time; the row says how many chunks share the first token's time
@@ -120,6 +120,32 @@ def test_chunks_merged_while_the_loop_was_late_are_counted_so_the_row_is_marked(
     row = {"error_class": None, "ttft_ms": r.ttft_ms, "timestamp_source": "kernel",
            "first_read_chunks": r.first_read_chunks}
     assert timing_suspect(row, 50.0, 5.0) == (r.first_read_chunks > 1)
+
+
+class _HeadOnly:
+    """A connection whose response head came in one read without a kernel stamp."""
+
+    def __init__(self, head: bytes) -> None:
+        self.stamped, self.kernel, self._reads = True, False, [(head, 1.0, 1.0)]
+
+    async def read(self):  # type: ignore[no-untyped-def]
+        return self._reads.pop(0) if self._reads else None
+
+
+@pytest.mark.parametrize(("head", "kernel"), [
+    (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n", True),  # the head times nothing
+    (b"HTTP/1.1 200 OK\r\n\r\ndata: {}\n\n", False),  # body bytes came with the unstamped head
+])
+def test_an_unstamped_head_marks_the_response_user_timed_only_when_body_bytes_rode_with_it(head, kernel):
+    conn = _HeadOnly(head)
+    asyncio.run(wire_mod.Response(conn).read_head())  # type: ignore[arg-type]
+    assert conn.kernel is kernel
+
+
+@pytest.mark.skipif(not wire_mod.kernel_stamps_supported(), reason="kernel receive stamps need Linux")
+def test_the_stamp_probe_keeps_a_socket_that_holds_stamping_on():
+    assert wire_mod.kernel_stamps_ready()
+    assert len(wire_mod._KEEPER) == 1
 
 
 def test_the_user_space_path_is_bent_by_the_same_stall_and_says_which_clock_it_used():
@@ -255,7 +281,7 @@ def test_the_lag_takes_every_window_a_request_overlapped():
     assert p.max_between(150.0, 250.0) == pytest.approx(80.0)
 
 
-@pytest.mark.skipif(not wire_mod.kernel_stamps_supported(), reason="kernel receive stamps need Linux")
+@pytest.mark.skipif(not wire_mod.kernel_stamps_ready(), reason="this kernel does not stamp TCP reads")
 def test_the_realtime_offset_is_taken_per_request_on_a_pooled_connection(monkeypatch):
     taken = []
 

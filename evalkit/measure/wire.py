@@ -45,6 +45,47 @@ def kernel_stamps_supported() -> bool:
     return sys.platform.startswith("linux") and ANC_SIZE > 0
 
 
+_KEEPER: list[socket.socket] = []  # held for the process's life: keeps the kernel stamping
+
+
+def kernel_stamps_ready(wait_s: float = 0.5) -> bool:
+    """Whether TCP reads here carry kernel receive times, waiting up to `wait_s` for them to start.
+    Linux turns receive stamping on for the whole machine only after the first socket asks, from a
+    deferred work item; packets that arrive before it ran have no stamp. A loopback connection that
+    asks, and stays open, turns it on before the first real request, and its reads say when it has."""
+    if _KEEPER:
+        return True
+    if not kernel_stamps_supported():
+        return False
+    srv = socket.socket()
+    try:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        cli = socket.create_connection(srv.getsockname(), timeout=1.0)
+        cli.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        peer, _ = srv.accept()
+    except OSError:
+        srv.close()
+        return False
+    srv.close()
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            peer.sendall(b"x")
+            _data, anc, _flags, _addr = cli.recvmsg(16, ANC_SIZE)
+        except OSError:
+            anc = []
+        if any(lvl == socket.SOL_SOCKET and typ == SO_TIMESTAMPNS for lvl, typ, _ in anc):
+            peer.close()
+            _KEEPER.append(cli)
+            return True
+        if time.monotonic() > deadline:
+            peer.close()
+            cli.close()
+            return False
+        time.sleep(0.005)
+
+
 def realtime_offset_ns() -> int:
     """CLOCK_REALTIME minus perf_counter at one instant (the best of five samples): turns a
     kernel receive time into the run's perf_counter clock."""
@@ -68,13 +109,15 @@ class WireError(Exception):
 class Connection:
     """One TCP connection read through the loop's reader callback with kernel receive times."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, key: tuple[str, int]) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, key: tuple[str, int],
+                 stamped: bool = True) -> None:
         self.loop, self.sock, self.key = loop, sock, key
+        self.stamped = stamped  # the socket asked for receive times
         self.reads: deque[tuple[bytes, float, float]] = deque()  # data, receive time (s), user time (s)
         self.eof = False
         self.error: OSError | None = None
         self.waiter: asyncio.Future[None] | None = None
-        self.kernel = True
+        self.kernel = stamped
         self.offset_ns = realtime_offset_ns()
         self.used = 0  # requests served
         self.read_size = READ_PRECISE
@@ -155,6 +198,8 @@ class Response:
             buf += got[0]
             self.pending_at = got[1:]
         head, _, self.pending = buf.partition(b"\r\n\r\n")
+        if not self.pending and self.conn.stamped:
+            self.conn.kernel = True  # the head's own receive time times nothing
         lines = head.decode("latin-1").split("\r\n")
         try:
             self.status = int(lines[0].split()[1])
@@ -246,24 +291,25 @@ class WireClient:
 
     def __init__(self) -> None:
         self.idle: dict[tuple[str, int], list[Connection]] = {}
-        self.stamps = kernel_stamps_supported()
+        self.stamps = kernel_stamps_ready()
 
     async def _connect(self, host: str, port: int) -> Connection:
         loop = asyncio.get_running_loop()
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if self.stamps:
+        stamped = self.stamps
+        if stamped:
             try:
                 sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
             except OSError:
-                pass
+                stamped = False
         try:
             await loop.sock_connect(sock, (host, port))
         except OSError as e:
             sock.close()
             raise WireError("connect_error", f"cannot connect to {host}:{port}: {e}") from None
-        return Connection(loop, sock, (host, port))
+        return Connection(loop, sock, (host, port), stamped)
 
     async def _conn(self, key: tuple[str, int]) -> tuple[Connection, bool]:
         pool = self.idle.get(key) or []
@@ -299,6 +345,7 @@ class WireClient:
             conn, reused = await self._conn(key)
             loop = asyncio.get_running_loop()
             conn.read_size = READ_PRECISE  # until this response's first token
+            conn.kernel = conn.stamped  # per request: says whether this response's reads were stamped
             conn.offset_ns = realtime_offset_ns()  # per request: a clock step must not shift every later stamp
             try:
                 # stamped before the send: the send wakes the server, which may take this core before
