@@ -27,20 +27,33 @@ from evalkit.testing.stub_server import StubConfig, StubServer
 PAYLOAD = build_payload("stub-model", [{"role": "user", "content": "hello"}], max_tokens=8, temperature=0, seed=None)
 
 
-def _blocked(url: str, use_wire: bool) -> tuple[float, float | None, object]:
+def _blocked(url: str, use_wire: bool, stall_s: float = 0.05) -> tuple[float, float | None, object]:
     """One request whose client loop is blocked for 50 ms right after sending; returns the client's
-    first-token time (perf_counter s) and its user-space first-token time."""
+    first-token time (perf_counter s) and its user-space first-token time. ``stall_s``: how long
+    the loop is blocked (the aiohttp test stalls longer, so a server slowed by a busy machine
+    still answers inside the stall)."""
     async def go():
         loop = asyncio.get_running_loop()
-        loop.call_later(0.002, time.sleep, 0.05)  # the loop does 50 ms of other work just after the send
         if use_wire:
+            loop.call_later(0.002, time.sleep, 0.05)  # the loop does 50 ms of other work just after the send
             w = WireClient()
             try:
                 r = await stream_chat_wire(w, url, PAYLOAD, epoch=0.0)
             finally:
                 w.close()
         else:
-            async with aiohttp.ClientSession() as s:
+            # aiohttp's session may take longer than 2 ms to send under load: stall from its own
+            # "body sent" hook, so the stall always follows the send
+            stalled: list[bool] = []
+
+            async def sent(*_a: object) -> None:
+                if not stalled:
+                    stalled.append(True)
+                    loop.call_later(0.002, time.sleep, stall_s)
+
+            trace = aiohttp.TraceConfig()
+            trace.on_request_chunk_sent.append(sent)
+            async with aiohttp.ClientSession(trace_configs=[trace]) as s:
                 r = await stream_chat(s, url, PAYLOAD, epoch=0.0)
         return r
 
@@ -150,7 +163,7 @@ def test_the_stamp_probe_keeps_a_socket_that_holds_stamping_on():
 
 def test_the_user_space_path_is_bent_by_the_same_stall_and_says_which_clock_it_used():
     with StubServer(StubConfig(ttft_ms=20, itl_ms=5, role_chunk=False, stamp=True)) as s:
-        first, _, r = _blocked(f"{s.base_url}/v1/chat/completions", use_wire=False)
+        first, _, r = _blocked(f"{s.base_url}/v1/chat/completions", use_wire=False, stall_s=0.15)
         sent = s.cfg.stamps[max(s.cfg.stamps)]
     assert r.timestamp_source == "user"
     assert (first - sent) * 1000 > 25

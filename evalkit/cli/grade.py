@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..errors import UsageError
-from ..grading import available, grade_run, make_graders
+from ..grading import GradeSample, available, grade_run, make_graders
 from ..grading.judge import context_of_run
 from ..grading.registry import calibratable, use_run
 from ..ledger import open_ledger
@@ -21,7 +21,10 @@ from .common import LEDGER_OPT, RUN_OPT, Group, cli, ledger_path
 @RUN_OPT
 @click.option("--grader", "graders", multiple=True,
               help="a registered grader (repeatable; `evalkit graders list`) [default: the default ones]")
-def grade(ledger: Path | None, run_id: str | None, graders: tuple[str, ...]) -> None:
+@click.option("--sample", type=click.IntRange(min=1), default=None, metavar="N",
+              help="grade up to N cases per slice (load level × complexity), every variant's requests for each "
+                   "[default: every output]")
+def grade(ledger: Path | None, run_id: str | None, graders: tuple[str, ...], sample: int | None) -> None:
     """Grade a run's outputs again without regenerating; new grader versions add rows."""
     db = open_ledger(ledger_path(ledger), create=False)
     run = db.require_run(run_id)
@@ -29,7 +32,7 @@ def grade(ledger: Path | None, run_id: str | None, graders: tuple[str, ...]) -> 
     ctx = context_of_run(run["matrix_json"])
     if run.get("workload_dir"):
         ctx.rubrics = Path(run["workload_dir"]) / (run.matrix.get("rubrics") or "rubrics")
-    n = grade_run(db, run["id"], make_graders(list(graders) or recorded, ctx))
+    n = grade_run(db, run["id"], make_graders(list(graders) or recorded, ctx), GradeSample(sample) if sample else None)
     click.echo(f"run {run['id']}: {n} new grades")
 
 

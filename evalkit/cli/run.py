@@ -77,6 +77,9 @@ from .console import RichProgress, print_closing, print_report
 @click.option("--stop-on-failure", is_flag=True, help="stop the run when a variant fails (default: go on with the next)")
 @LEDGER_OPT
 @click.option("--no-grade", is_flag=True, help="skip grading after the run (use `evalkit grade` later)")
+@click.option("--grade-sample", type=click.IntRange(min=1), default=None, metavar="N",
+              help="grade up to N cases per slice (load level × complexity), every variant's requests for each, "
+                   "not every output: for runs far larger than their quality question (the report says so)")
 @click.option("--grader", "graders", multiple=True, metavar="NAME|module:Class",
               help="a grader to run (repeatable) [default: the matrix's `graders:`, else every default grader whose "
                    "fields the cases carry]")
@@ -90,7 +93,8 @@ def run(matrix_path: Path | None, workload: Path | None, dataset_path: Path | No
         rate: float | None, arrival: str | None, max_concurrency: int | None, sweep: str | None, stop_kv: float | None,
         slo: str | None, client_procs: int | None, interleave: bool, ray_address: str | None, resume_id: str | None,
         retry_failed: str | None, max_error_rate: float | None, stop_on_failure: bool, ledger: Path | None,
-        no_grade: bool, graders: tuple[str, ...], grader_path: Path | None, quiet: bool) -> None:
+        no_grade: bool, grade_sample: int | None, graders: tuple[str, ...], grader_path: Path | None,
+        quiet: bool) -> None:
     """Serve each variant of the matrix, send every case, record every request in the ledger.
 
     Launched variants get their own vLLM server (started, health-checked, stopped); endpoint
@@ -106,6 +110,8 @@ def run(matrix_path: Path | None, workload: Path | None, dataset_path: Path | No
                      arrival, max_concurrency, sweep, stop_kv, slo, client_procs, interleave, max_error_rate,
                      stop_on_failure, resume_id, retry_failed, ray_address is not None, list(graders) or None, grader_path,
                      not no_grade)
+    if no_grade and grade_sample:
+        raise UsageError("--grade-sample says how much to grade: it does not go with --no-grade")
     if trace_path is not None and trace_format is None:
         raise UsageError("--trace needs --trace-format (mooncake, azure, burstgpt or evalkit)")
     req.check()
@@ -124,7 +130,7 @@ def run(matrix_path: Path | None, workload: Path | None, dataset_path: Path | No
                                                 subset_seed=req.subset_seed, load=inp.load, progress=progress,
                                                 resume_run=resume_id, grade=not no_grade, ray_address=ray_address,
                                                 time_budget_s=inp.time_budget_s, run_extra=inp.run_extra,
-                                                graders=inp.graders)
+                                                graders=inp.graders, grade_sample=grade_sample)
     except (Interrupted, LedgerWriteError) as e:
         rid = getattr(e, "run_id", None) or resume_id
         hint = f"; resume with `evalkit run --resume {rid} --ledger {path}`" if rid else ""

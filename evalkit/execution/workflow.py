@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..grading import GraderContext, grade_run, make_graders
+from ..grading import GraderContext, GradeSample, grade_run, make_graders
 from ..ledger import Ledger
 from ..spec.dataset import Case
 from ..spec.matrix import Matrix
@@ -18,9 +18,11 @@ def run_and_grade(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_pat
                   subset_seed: int = 0, load: Load | None = None, progress: Progress | None = None,
                   resume_run: str | None = None, grade: bool = True,
                   ray_address: str | None = None, time_budget_s: float | None = None,
-                  run_extra: dict | None = None, graders: list[str] | None = None) -> tuple[RunSummary, int, float]:
+                  run_extra: dict | None = None, graders: list[str] | None = None,
+                  grade_sample: int | None = None) -> tuple[RunSummary, int, float]:
     """Returns the run's summary, the number of grades added (0 with grade=False) and the
-    seconds grading took. ``graders``: the ones that apply to the run's cases (`registry.choose`).
+    seconds grading took. ``graders``: the ones that apply to the run's cases (`registry.choose`);
+    ``grade_sample``: grade up to this many cases per slice (`GradeSample`), not every one.
     With ``ray_address`` ("local" for a local Ray instance) each variant runs as a Ray task and
     embeddings for grading are computed on Ray workers."""
     ctx = GraderContext(judge=matrix.judge, quality_under_load=matrix.generation.quality_under_load,
@@ -40,5 +42,6 @@ def run_and_grade(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_pat
     t0 = time.monotonic()
     if not graders:
         return summary, 0, 0.0
-    n = grade_run(ledger, summary.run_id, make_graders(graders, ctx))
+    n = grade_run(ledger, summary.run_id, make_graders(graders, ctx),
+                  GradeSample(grade_sample) if grade_sample else None)
     return summary, n, time.monotonic() - t0

@@ -31,10 +31,12 @@ from .base import (
     pass_pct,
 )
 from .registry import add_path, available, default_names, make_graders, register, resolve, view_columns
+from .sample import GradeSample, sample_line
 
-__all__ = ["Aggregate", "CannedQuery", "GradedRequest", "Grader", "GraderContext", "Margin", "Metric", "Score",
+__all__ = ["Aggregate", "CannedQuery", "GradeSample", "GradedRequest", "Grader", "GraderContext", "Margin", "Metric",
+           "Score",
            "Threshold", "add_path", "available", "default_names", "grade_run", "graded_requests", "make_graders",
-           "mean", "paired_differences", "pass_pct", "refresh_view", "register", "resolve"]
+           "mean", "paired_differences", "pass_pct", "refresh_view", "register", "resolve", "sample_line"]
 
 
 def case_from_row(row: dict[str, Any]) -> Case:
@@ -73,11 +75,18 @@ def refresh_view(ledger: Ledger) -> None:
     ledger.define_requests_view(view_columns())
 
 
-def grade_run(ledger: Ledger, run_id: str, graders: list[Grader] | None = None) -> int:
-    """Grade what each grader version has not graded yet in this run; returns rows added."""
+def grade_run(ledger: Ledger, run_id: str, graders: list[Grader] | None = None,
+              sample: GradeSample | None = None) -> int:
+    """Grade what each grader version has not graded yet in this run; returns rows added.
+    ``sample``: only a stratified sample of the cases, recorded on the run (without: every
+    request, and the run's sample record is cleared)."""
     ledger.require_run(run_id)
     graders = graders if graders is not None else make_graders()
     items, repeats = graded_requests(ledger, run_id)
+    info = None
+    if sample is not None:
+        items, info = sample.choose(items)
+    ledger.update_run(run_id, {"grade_sample_json": dumps(info) if info else None})
     baseline = ledger.baseline(run_id)
     for g in graders:  # graders that keep their context read this run's teacher-forced scores (divergence)
         if isinstance(getattr(g, "context", None), GraderContext):

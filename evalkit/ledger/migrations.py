@@ -343,3 +343,10 @@ def m018_token_scores(db: Database) -> None:
         "temperature": float, "text": str, "finish_reason": str, "request_json": str, "tokens_json": str,
     }, pk="id", foreign_keys=[("run_id", "runs", "id")])
     db["token_scores"].create_index(["run_id", "variant", "kind"])
+
+
+@migration("m019_grade_sample")
+def m019_grade_sample(db: Database) -> None:
+    # A run graded on a stratified sample (`--grade-sample N`) says so: per slice, the cases seen
+    # and kept (grading/sample.py); null when every successful request was graded.
+    db["runs"].add_column("grade_sample_json", str)

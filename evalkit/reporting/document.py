@@ -116,6 +116,8 @@ def document(report: dict[str, Any], fnd: dict[str, Any] | None, by: list[str] |
     if report["graders"]:
         blocks.append(_report_table(report, quality_columns(report["graders"]),
                                     "quality: " + ", ".join(report["graders"]), _quality_groups(report["graders"])))
+        if report.get("grade_sample"):
+            blocks.append(report["grade_sample"])
     elif not run.get("source"):
         blocks.append("quality: no grades for this run yet (it ran with --no-grade): `evalkit grade` adds them")
     blocks += report.get("notes", [])

@@ -131,6 +131,8 @@ def render_html(ledger: Ledger, run_id: str | None = None, read: Read | None = N
                         ("Quality", quality_columns(report["graders"]))):
         header, body = table_cells(report, cols)
         parts += [f"<h2>{escape(title)}</h2>", _table(header, body)]
+    if report.get("grade_sample"):
+        parts.append(f"<p class='note'>{escape(report['grade_sample'])}</p>")
     if not report["graders"]:
         parts.append("<p class='note'>No grades for this run yet (it ran with --no-grade): `evalkit grade` adds them.</p>")
     parts.append("<h2>Paired comparisons against the baseline (same case, same seed)</h2>"

@@ -12,6 +12,7 @@ from .. import catalogue
 from ..catalogue import KEYS, Metric, fmt
 from ..execution.resume import run_state
 from ..grading.registry import available, summary_columns, use_run
+from ..grading.sample import sample_line
 from ..host import hosts_differ
 from ..ledger import Ledger
 from ..spec.dataset import COMPLEXITIES
@@ -150,6 +151,7 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
                                        "dataset_hash", "n_cases", "evalkit_version")},
                 "state": run_state(run), "stop_reason": run.get("stop_reason"), "source": run.get("source")},
         "baseline": baseline,
+        "grade_sample": sample_line(json.loads(run["grade_sample_json"]) if run.get("grade_sample_json") else None),
         "slo_ms": slo,
         "load": run.load,
         "variants": [{**{k: v.get(k) for k in ("name", "is_baseline", "model", "engine", "engine_version",
