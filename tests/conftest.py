@@ -85,7 +85,7 @@ def stub_ledger(runner, stub_pair, endpoint_matrix, tmp_path) -> Path:
 # or its body starts or calls something that does.
 INTEGRATION_FIXTURES = {"stub", "stub_pair", "stub_ledger", "slow_candidate_ledger", "two_candidate_run",
                         "swept_ledger", "fake_vllm", "fake_models", "local_ray", "plugin_site", "end_stall",
-                        "stub_matrix", "real_run"}
+                        "stub_matrix", "real_run", "soak"}
 INTEGRATION_CALLS = ("StubServer", "runner.invoke", "subprocess", "run_matrix", "FakeVllm", "browse(", "embed(",
                      "grade_run", "Popen", "make_graders", "_blocked(", "_stalled_at_the_end(", "_sweep(", "_sweep_stop(",
                      "_run_faulty_stub(", "_jittered_run(", "resolve_model(", "load(\"evalkit_", "onnx")

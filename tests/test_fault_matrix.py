@@ -199,3 +199,20 @@ def test_browse_stops_datasette_on_sigterm(tmp_path, stub_ledger):
     time.sleep(0.5)
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1)  # nothing left serving the ledger
+
+
+def test_a_ledger_that_cannot_be_created_for_lack_of_room_is_one_line(endpoint_matrix, tmp_path):
+    import resource
+
+    def small_files() -> None:  # the file-size limit a full disk imposes, without a filesystem to fill
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (8192, resource.RLIM_INFINITY))
+
+    m = endpoint_matrix("http://127.0.0.1:9", warmup=0)
+    r = subprocess.run([*CLI, "run", "--matrix", str(m), "--ledger", str(tmp_path / "l.db"), "-q", "--no-grade"],
+                       capture_output=True, text=True, timeout=120, preexec_fn=small_files)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    assert "Traceback" not in out
+    assert [x for x in out.splitlines() if x.startswith("Error:")] == [
+        next(x for x in out.splitlines() if "cannot write the ledger" in x)]

@@ -11,6 +11,7 @@ parent turns results into ledger rows as they arrive, so nothing measured waits 
 from __future__ import annotations
 
 import asyncio
+import os
 import pickle
 import struct
 import sys
@@ -54,8 +55,6 @@ class ChildWork:
 def default_procs(launched_locally: bool, cpus: int | None = None) -> int:
     """What the host can spare: one process when a server evalkit launched shares the machine (it
     needs the cores), else half the cores, at most 8."""
-    import os
-
     cpus = cpus or os.cpu_count() or 1
     return 1 if launched_locally else max(1, min(8, cpus // 2))
 
@@ -67,8 +66,11 @@ def split(n: int, parts: int) -> list[int]:
 def _put(msg: tuple[Any, ...]) -> None:
     """One message to the parent: a length-prefixed pickle on stdout."""
     data = pickle.dumps(msg)
-    sys.stdout.buffer.write(struct.pack("<I", len(data)) + data)
-    sys.stdout.buffer.flush()
+    try:
+        sys.stdout.buffer.write(struct.pack("<I", len(data)) + data)
+        sys.stdout.buffer.flush()
+    except BrokenPipeError:  # the parent is gone (killed): nobody to tell, nothing to clean up
+        os._exit(1)
 
 
 def _frame(msg: Any) -> bytes:

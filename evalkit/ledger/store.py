@@ -426,7 +426,10 @@ def open_ledger(path: str | Path, *, create: bool = True) -> Ledger:
         raise LedgerError(f"{p}: not a SQLite database ({e})") from None
     _check_is_ledger(db, p)
     # WAL: a reader (Datasette, report) never blocks the writer; each row is its own transaction.
-    db.execute("pragma journal_mode=wal")
-    db.execute("pragma synchronous=normal")
-    migrations.apply(db)
+    try:
+        db.execute("pragma journal_mode=wal")
+        db.execute("pragma synchronous=normal")
+        migrations.apply(db)
+    except sqlite3.OperationalError as e:  # a full disk or a read-only file: nothing was half written
+        raise LedgerWriteError(f"{p}: cannot write the ledger ({e})") from None
     return Ledger(db, p)
