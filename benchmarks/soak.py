@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import resource
 import signal
@@ -89,6 +90,7 @@ class Soak:
     runs: list[str] = field(default_factory=list)
     deck: list[str] = field(default_factory=list)
     t0: float = 0.0
+    server_down: bool = False
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -136,7 +138,13 @@ class Soak:
             return str(c.execute("select status from runs where id = ?", (run_id,)).fetchone()[0])
 
     def ledger_bytes(self) -> int:
-        return sum(p.stat().st_size for p in self.work.glob("soak.db*"))
+        total = 0
+        for p in self.work.glob("soak.db*"):
+            try:
+                total += p.stat().st_size
+            except FileNotFoundError:  # -shm / -wal come and go
+                pass
+        return total
 
     # -- the soak --------------------------------------------------------------------------------
     def go(self) -> dict[str, Any]:
@@ -180,12 +188,19 @@ class Soak:
         finally:
             for s in self.stubs:
                 s.stop()
+            if sys.exc_info()[0] is not None:  # the soak itself was stopped: take its evalkit with it
+                for pgid in self.sessions:
+                    try:
+                        os.killpg(pgid, signal.SIGKILL)
+                    except OSError:
+                        pass
         return self.check(outcomes)
 
     def supervise(self, p: subprocess.Popen[str], fault_at: float, end: float) -> tuple[int, str, str | None]:
         """Wait for `evalkit run` to exit, dealing faults as they fall due; returns its exit code,
         its output and the fault dealt to it (None: it ended on its own)."""
         dealt: str | None = None
+        self.server_down = any(s.restart_at is not None for s in self.stubs)  # a server down while this one ran
         while True:
             now = time.monotonic()
             for s in self.stubs:
@@ -205,6 +220,7 @@ class Soak:
                     if s.restart_at is None:
                         down = self.rng.uniform(0.5, 3.0)
                         s.kill(down)
+                        self.server_down = True
                         self.say(fault, port=s.port, down_s=round(down, 1))
                 elif fault == "sigkill_evalkit":
                     p.kill()
@@ -226,13 +242,16 @@ class Soak:
         if "cannot write the ledger" in out:
             dealt = "ledger write failed"
             ok = rc == 1 and status in ("running", "interrupted", before) and len(errors) == 1
-        elif dealt == "sigkill_evalkit":
-            ok = rc == -9 and status in ("running", "complete", before)
-        elif dealt is not None:  # SIGTERM (a fault, disk_full's stop, time up)
-            ok = (rc, status) in ((143, "interrupted"), (0, "complete"), (-15, before))
         else:
-            ok = (rc, status) == (0, "complete")
-        ok = ok and not tb
+            # a signal: SIGKILL leaves `running`, SIGTERM `interrupted` (143), or -15 while evalkit
+            # had not yet (or no longer) its handler; a server down may fail a variant (exit 1)
+            sig_rc = {-9} if dealt == "sigkill_evalkit" else {143, -15} if dealt else set()
+            ok_rc = {0} | sig_rc | ({1} if self.server_down else set())
+            ok_status = {"complete", before} | ({"failed"} if self.server_down else set()) \
+                | ({"running"} if dealt == "sigkill_evalkit" else {"interrupted"} if dealt else set())
+            ok = rc in ok_rc and status in ok_status and (rc != 0 or status == "complete") \
+                and (status != "complete" or rc in {0} | sig_rc)
+        ok = ok and not tb and "Fatal Python error" not in out
         self.say("exit", rc=rc, status=status, after=dealt or "-", truthful=ok,
                  **({} if ok else {"output": out.strip().splitlines()[-12:]}))
         return "ok" if ok else f"{dealt}: rc {rc}, status {status}" + (", traceback" if tb else "")
@@ -286,6 +305,7 @@ def main() -> int:
     ap.add_argument("--work", type=Path, default=None, help="keep the ledger here")
     ap.add_argument("--json", action="store_true", help="print the result as JSON at the end")
     a = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: clean up (servers, evalkit) on the way out
     work = a.work or Path(tempfile.mkdtemp(prefix="evalkit-soak-"))
     work.mkdir(parents=True, exist_ok=True)
     r = Soak(work, a.duration, a.seed, a.fault_every).go()

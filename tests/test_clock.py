@@ -237,6 +237,9 @@ def test_the_self_check_marks_a_run_whose_loop_was_blocked(runner, tmp_path, wri
     assert Database(ledger_path)["client_lag"].count > 0
     rep = json.loads(runner.invoke(cli, ["report", "--ledger", str(ledger_path), "--json"]).output)
     assert any("the client, not the server, was the bottleneck" in n for n in rep["notes"]), rep["notes"]
+    html = tmp_path / "lag.html"
+    assert runner.invoke(cli, ["report", "--ledger", str(ledger_path), "--html", str(html)]).exit_code == 0
+    assert "the client, not the server, was the bottleneck" in html.read_text(encoding="utf-8")
     r = runner.invoke(cli, ["check", "--ledger", str(ledger_path), "--max-client-lag", "10"])
     assert r.exit_code == 1, r.output
     assert "FAIL base: client event-loop lag p99" in r.output, r.output

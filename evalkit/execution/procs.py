@@ -191,6 +191,10 @@ def child_main() -> None:
         _put(("error", plan.proc, f"{type(e).__name__}: {e}"))
     finally:
         _put(("done", plan.proc))
+    # Everything is said (`_put` flushes). Skip the interpreter's shutdown: the stdin reader
+    # thread may hold stdin's lock in a blocking read, which aborts finalization ("could not
+    # acquire lock ... at interpreter shutdown") and would read as a crashed sender.
+    os._exit(0)
 
 
 class Children:

@@ -133,6 +133,10 @@ def render_html(ledger: Ledger, run_id: str | None = None, read: Read | None = N
         parts += [f"<h2>{escape(title)}</h2>", _table(header, body)]
     if report.get("grade_sample"):
         parts.append(f"<p class='note'>{escape(report['grade_sample'])}</p>")
+    # the report's own notes (arrivals, the client's self-check, sweep levels, the floor passes) as
+    # in the text report; its multiplicity lines are with the verdicts above
+    shown = set(multiplicity_notes(f["multiplicity"]))
+    parts += [f"<p class='note'>{escape(line)}</p>" for line in report.get("notes", []) if line not in shown]
     if not report["graders"]:
         parts.append("<p class='note'>No grades for this run yet (it ran with --no-grade): `evalkit grade` adds them.</p>")
     parts.append("<h2>Paired comparisons against the baseline (same case, same seed)</h2>"
