@@ -216,3 +216,20 @@ def test_a_ledger_that_cannot_be_created_for_lack_of_room_is_one_line(endpoint_m
     assert "Traceback" not in out
     assert [x for x in out.splitlines() if x.startswith("Error:")] == [
         next(x for x in out.splitlines() if "cannot write the ledger" in x)]
+
+
+def test_a_variant_stopped_after_its_last_request_is_complete_after_resume(runner, stub, endpoint_matrix, tmp_path):
+    # the soak's finding: a signal between a variant's last row and its close left it `interrupted`
+    # in a run the resume then completed
+    ledger = tmp_path / "l.db"
+    m = endpoint_matrix(stub.base_url, stub.base_url, warmup=0)
+    assert runner.invoke(cli, ["run", "--matrix", str(m), "--limit", "3", "--ledger", str(ledger), "-q",
+                               "--no-grade"]).exit_code == 0
+    db = Database(ledger)
+    run = next(db["runs"].rows)
+    db["runs"].update(run["id"], {"status": "interrupted"})
+    db["variants"].update(f"{run['id']}:cand", {"status": "interrupted", "error": "stopped by SIGTERM"})
+    r = runner.invoke(cli, ["run", "--resume", run["id"], "--ledger", str(ledger), "-q", "--no-grade"])
+    assert r.exit_code == 0, r.output
+    assert {v["name"]: v["status"] for v in db["variants"].rows} == {"base": "complete", "cand": "complete"}
+    assert db["runs"].get(run["id"])["status"] == "complete"

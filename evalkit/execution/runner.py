@@ -213,6 +213,11 @@ def run_group(ctx: RunContext, group: list[str], seq0: int, variants_after: int 
     todo = pending(ctx, group)
     for name in [n for n in group if not todo.get(n)]:
         ctx.progress.say(f"'{name}': nothing left to send in this run; its server is not started")
+        # a signal or a kill after its last request was written left it `interrupted`/`running`:
+        # every request of it is in the ledger now, so it is complete (a `failed` one stays failed)
+        v = ctx.ledger.variant(f"{ctx.run_id}:{name}")
+        if v is not None and v["status"] in ("interrupted", "running", "starting"):
+            ctx.ledger.update_variant(v["id"], {"status": "complete", "error": None})
     group = [n for n in group if todo.get(n)]
     if not group:
         return seq0
