@@ -30,12 +30,7 @@ def _load(path: str) -> dict[str, Any]:
         raise RubricError(f"{p}: schema file not found") from None
     except json.JSONDecodeError as e:
         raise RubricError(f"{p}:{e.lineno}: not valid JSON ({e.msg})") from None
-    try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError as e:
-        where = "/".join(str(x) for x in e.path) or "(root)"
-        raise RubricError(f"{p}: field '{where}': invalid JSON Schema: {e.message}") from None
-    return schema
+    return check_schema(schema, str(p))
 
 
 def load_schema(name: str, directory: Path | None = None) -> dict[str, Any]:
