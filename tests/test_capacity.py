@@ -257,11 +257,11 @@ def test_kv_mean_is_a_mean_over_time_not_over_stored_points():
 
 
 def test_a_level_s_wall_time_never_mixes_two_workers_clocks():
-    from evalkit.reporting.capacity import _wall_s
+    from evalkit.reporting.capacity import _spans, _wall_s
 
     # replica 0's worker clock starts near 0, replica 1's near 1e6 ms: each ran 2 s
     rows = [_req(0.0, 500.0, 0), _req(1500.0, 500.0, 0), _req(1e6, 500.0, 1), _req(1e6 + 1500.0, 500.0, 1)]
-    assert _wall_s(rows) == pytest.approx(2.0)
+    assert _wall_s(_spans(rows)) == pytest.approx(2.0)
 
 
 @pytest.mark.parametrize(("tokens", "block", "fit"), [(128.5, 128, 4), (128.0, 128, 9), (300.0, 128, 3)])

@@ -1,6 +1,9 @@
+import math
+
 import pytest
 
 from evalkit.stats import mean, pct_delta, percentile
+from evalkit.stats.describe import LARGE
 
 
 def test_percentile_linear_interpolation():
@@ -45,3 +48,15 @@ def test_min_detectable_difference_has_80_percent_power():
         zero_hits += lo0 > 0 or hi0 < 0
     assert 0.6 <= hits / trials <= 0.95
     assert zero_hits / trials <= 0.15
+
+
+@pytest.mark.parametrize("q", [0, 1, 25, 50, 90, 99, 99.9, 100])
+def test_a_large_percentile_is_the_small_rule_to_the_ulp(q):
+    import random
+
+    rng = random.Random(q)
+    xs = [rng.lognormvariate(3, 1) if i % 11 else None for i in range(LARGE + 37)]
+    small = sorted(x for x in xs if x is not None)
+    pos = (len(small) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    assert percentile(xs, q) == pytest.approx(small[lo] + (small[hi] - small[lo]) * (pos - lo), rel=1e-15, abs=0)

@@ -40,6 +40,13 @@ CASE_FIELDS = ("task", "persona", "persona_title", "persona_description", "candi
 # What a report never reads: the texts. A lean read leaves them out (a million rows' worth is gigabytes).
 HEAVY_FIELDS = frozenset({"text", "request_json", "chunk_offsets_ms_json", "persona_description", "messages_json",
                           "reference", "schema_json", "context_keys_json"})
+# Request columns no report, finding, card or derived table reads: a lean read leaves them out too
+# (each is ~50 bytes a row in Python; a million rows hold the report's memory and time).
+UNREPORTED = frozenset({"n_chunks", "http_status", "n_malformed", "srv_inference_ms", "srv_e2e_ms",
+                        "srv_kv_cache_usage_start", "srv_prompt_tokens", "srv_prefix_cache_hits",
+                        "srv_resp_generation_ms", "srv_resp_mean_itl_ms", "srv_resp_tokens_per_s", "srv_hist_ttft_ms",
+                        "srv_hist_queue_ms", "n_reads", "first_read_chunks", "max_read_chunks", "client_proc",
+                        "persona_title", "usage_source", "is_warmup", "final", "attempt"})
 
 # What `publish` exports per run: config name -> (table, how rows belong to the run).
 EXPORTS = {
@@ -227,7 +234,8 @@ class Ledger(SeriesReads, TokenScoresMixin):  # teacher-forced scores: ledger/to
     def measured_requests(self, run_id: str, *, ok_only: bool = False, level: str | None = None,
                           variant: str | None = None, lean: bool = False) -> list[dict[str, Any]]:
         """Measured requests (not warm-ups, final attempts) of a run, each with its case's fields,
-        in send order. The one requests ⋈ cases join. ``lean``: without the texts (`HEAVY_FIELDS`)."""
+        in send order. The one requests ⋈ cases join. ``lean``: without the texts (`HEAVY_FIELDS`) and
+        the columns no report reads (`UNREPORTED`)."""
         return list(self.iter_measured(run_id, ok_only=ok_only, level=level, variant=variant, lean=lean))
 
     def iter_measured(self, run_id: str, *, ok_only: bool = False, level: str | None = None,
@@ -243,8 +251,8 @@ class Ledger(SeriesReads, TokenScoresMixin):  # teacher-forced scores: ledger/to
         if variant is not None:
             where.append("r.variant = ?")
             params.append(variant)
-        cols = ", ".join(f"c.{f}" for f in CASE_FIELDS if not (lean and f in HEAVY_FIELDS))
-        mine = ", ".join(f"r.[{c}]" for c in self._db["requests"].columns_dict if c not in HEAVY_FIELDS) \
+        cols = ", ".join(f"c.{f}" for f in CASE_FIELDS if not (lean and f in HEAVY_FIELDS | UNREPORTED))
+        mine = ", ".join(f"r.[{c}]" for c in self._db["requests"].columns_dict if c not in HEAVY_FIELDS | UNREPORTED) \
             if lean else "r.*"
         return self._db.query(
             f"""select {mine}, {cols} from requests r join runs u on u.id = r.run_id
@@ -315,8 +323,11 @@ class Ledger(SeriesReads, TokenScoresMixin):  # teacher-forced scores: ledger/to
             for table, rows in (("derived_spikes", spikes), ("derived_summary", summary), ("derived_cost", cost or []),
                                 ("derived_verdicts", verdicts or [])):
                 self._db[table].delete_where("run_id = ?", [run_id])
-                if rows:
-                    self._db[table].insert_all(rows)
+                if rows:  # the migrations made these tables: plain inserts (a large run has 10^5 spikes)
+                    cols = list(self._db[table].columns_dict)
+                    self._db.conn.executemany(
+                        f"insert into [{table}] ({', '.join(f'[{c}]' for c in cols)}) values "
+                        f"({', '.join('?' * len(cols))})", [tuple(r.get(c) for c in cols) for r in rows])
             self._db["derived_runs"].upsert({"run_id": run_id, "signature": signature, "computed_at": utcnow()},
                                             pk="run_id")
 

@@ -13,6 +13,7 @@ from ..execution.stops import SLO_METRICS, reference_latencies, slowdowns
 from ..ledger import Ledger
 from ..spec.sizes import human
 from ..stats import mean, percentile, wilson
+from .selection import by_variant
 
 
 def _slo_of(load: dict[str, Any]) -> tuple[dict[str, float], dict[str, float]]:
@@ -46,11 +47,12 @@ def load_levels(rows: list[dict[str, Any]], load: dict[str, Any], ledger: Ledger
     for r in rows:
         groups[(r["variant"], r["level"] or "main")].append(r)
     refs = {v: reference_latencies(rs) for (v, _), rs in groups.items() if max((r["concurrency"] or 1) for r in rs) == 1}
-    starts = {k: _first_sends(rs) for k, rs in groups.items()}
+    spans = {k: _spans(rs) for k, rs in groups.items()}  # one pass per level: first sends, wall time, counters
+    starts = {k: {rep: lo for rep, (lo, _) in sp.items()} for k, sp in spans.items()}
     out = []
     for (v, level), rs in groups.items():
         ok = [r for r in rs if r["error_class"] is None]
-        wall_s = _wall_s(rs)
+        wall_s = _wall_s(spans[(v, level)])
         # the next level on each server began when its first request went: the counter stops there
         until: dict[Any, float] = {}
         for (v2, ph2), st in starts.items():
@@ -72,7 +74,7 @@ def load_levels(rows: list[dict[str, Any]], load: dict[str, Any], ledger: Ledger
             "output_tps": out_tok / wall_s if wall_s else None, "requests_per_s": len(ok) / wall_s if wall_s else None,
             "kv_peak": _peak(rs, "srv_kv_cache_usage_peak"), "running_peak": _peak(rs, "srv_running_peak"),
             "waiting_peak": _peak(rs, "srv_waiting_peak"),
-            "preemptions": ledger.level_counter_delta(run_id, v, _spans(rs), "num_preemptions_total", until)
+            "preemptions": ledger.level_counter_delta(run_id, v, spans[(v, level)], "num_preemptions_total", until)
             if ledger and run_id
             else None,
             "slowdown_p99": p99_rel or None,
@@ -96,25 +98,10 @@ def _spans(rows: list[dict[str, Any]]) -> dict[Any, tuple[float, float]]:
     return out
 
 
-def _first_sends(rows: list[dict[str, Any]]) -> dict[Any, float]:
-    """replica -> when the level's first request went to that server (its own clock)."""
-    out: dict[Any, float] = {}
-    for r in rows:
-        if r["mono_start_ms"] is not None:
-            out[r["replica"]] = min(out.get(r["replica"], float("inf")), r["mono_start_ms"])
-    return out
-
-
-def _wall_s(rows: list[dict[str, Any]]) -> float | None:
-    """A level's wall time: the longest span of one server's requests. Each server's rows are on
-    the clock of the process that sent them (a Ray worker has its own), so spans are never mixed."""
-    spans: dict[Any, list[tuple[float, float]]] = defaultdict(list)
-    for r in rows:
-        if r["mono_start_ms"] is not None:
-            spans[r["replica"]].append((r["mono_start_ms"], r["mono_start_ms"] + (r["e2e_ms"] or 0.0)))
-    if not spans:
-        return None
-    return max(max(b for _, b in sp) - min(a for a, _ in sp) for sp in spans.values()) / 1000.0
+def _wall_s(spans: dict[Any, tuple[float, float]]) -> float | None:
+    """A level's wall time: the longest span of one server's requests (`_spans`). Each server's rows
+    are on the clock of the process that sent them (a Ray worker has its own), so spans are never mixed."""
+    return max(hi - lo for lo, hi in spans.values()) / 1000.0 if spans else None
 
 
 def _peak(rows: list[dict[str, Any]], col: str) -> float | None:
@@ -146,12 +133,11 @@ def capacity(variants: list[dict[str, Any]], rows: list[dict[str, Any]], levels:
             out.append({"variant": v["name"], "kv_tokens": None, "note": "the engine did not report cache_config_info"})
             continue
         per = {}
+        vrows = by_variant(rows).get(v["name"], [])
         for cx in ("short", "medium", "long"):
-            p = mean([r["prompt_tokens"] for r in rows if r["variant"] == v["name"] and r["complexity"] == cx
-                      and r["prompt_tokens"]])
+            p = mean([r["prompt_tokens"] for r in vrows if r["complexity"] == cx and r["prompt_tokens"]])
             if p:
                 per[cx] = requests_that_fit(blocks, bs, p + max_tokens)
-        vrows = [r for r in rows if r["variant"] == v["name"]]
         sat = [r["concurrency"] for r in vrows if (r["srv_kv_cache_usage_peak"] or 0) >= stop_kv
                or (r["srv_preemptions"] or 0) > 0]
         out.append({"variant": v["name"], "kv_tokens": blocks * bs, "block_size": bs, "blocks": blocks,

@@ -9,16 +9,19 @@ import math
 from collections import defaultdict
 from typing import Any
 
+import numpy as np
+
 from ..errors import UsageError
 from ..grading.registry import available
 from ..ledger import Ledger
 from ..stats import mean, percentile, time_weighted_mean
+from ..stats.describe import LARGE
 from . import flips
 from .capacity import capacity, capacity_statement, cost, load_levels
 from .plots import quality_vs_cost
 from .report import build_report, quality
 from .rows import request_rows
-from .selection import first_level, level_of
+from .selection import by_variant, first_level, level_of
 from .traffic import conversations, prefix_sharing, trace_fidelity, traffic_lines
 from .under_load import lines as ul_lines
 from .under_load import quality_under_load
@@ -31,6 +34,11 @@ SLICE_FIELDS = ("complexity", "replica", "level", "concurrency")  # and every ca
 def describe(values: list[float]) -> dict[str, float | None]:
     xs = [v for v in values if v is not None]
     n = len(xs)
+    if n >= LARGE:  # one array, one partition for every percentile (the same type-7 rule)
+        a = np.asarray(xs, dtype=float)
+        p50, p90, p95, p99 = (float(x) for x in np.percentile(a, [50, 90, 95, 99]))
+        return {"n": n, "mean": float(a.mean()), "std": float(a.std(ddof=1)), "p50": p50, "p90": p90, "p95": p95,
+                "p99": p99, "max": float(a.max())}
     m = mean(xs)
     std = math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1)) if n > 1 and m is not None else None
     return {"n": n, "mean": m, "std": std, "p50": percentile(xs, 50), "p90": percentile(xs, 90),
@@ -70,6 +78,9 @@ def slices(rows: list[dict[str, Any]], by: list[str]) -> list[dict[str, Any]]:
 
 
 def mad(xs: list[float]) -> float:
+    if len(xs) >= LARGE:
+        a = np.asarray(xs, dtype=float)
+        return float(np.percentile(np.abs(a - np.percentile(a, 50)), 50))
     m = percentile(xs, 50) or 0.0
     return percentile([abs(x - m) for x in xs], 50) or 0.0
 
@@ -80,14 +91,22 @@ def mad(xs: list[float]) -> float:
 SPIKE_MIN_EXCESS = (0.10, 1.0)
 
 
-def find_spikes(values: list[float], k: float = 3.5) -> list[int]:
+def centre(values: list[float]) -> tuple[float, float]:
+    """The median and the robust scale (1.4826 MAD, floored at 1 % of the median) spikes are set against."""
+    med = percentile(values, 50) or 0.0
+    return med, max(1.4826 * mad(values), 0.01 * abs(med), 1e-9)
+
+
+def find_spikes(values: list[float], k: float = 3.5, centred: tuple[float, float] | None = None) -> list[int]:
     """Indices of values above median + k * 1.4826 * MAD (a robust z-score over k) that are also
     at least 10 % and 1 ms above the median. The scale is floored at 1 % of the median."""
     if len(values) < 5:
         return []
-    med = percentile(values, 50) or 0.0
-    scale = max(1.4826 * mad(values), 0.01 * abs(med), 1e-9)
+    med, scale = centred or centre(values)
     floor = max(med * (1 + SPIKE_MIN_EXCESS[0]), med + SPIKE_MIN_EXCESS[1])
+    if len(values) >= LARGE:
+        a = np.asarray(values, dtype=float)
+        return np.flatnonzero((a > med + k * scale) & (a >= floor)).tolist()
     return [i for i, v in enumerate(values) if v > med + k * scale and v >= floor]
 
 
@@ -132,10 +151,9 @@ def spikes(rows: list[dict[str, Any]], metric: str = "ttft_ms", k: float = 3.5) 
         firsts[r["variant"]] = min(firsts.get(r["variant"], r["seq"]), r["seq"])
     for (v, level, cx), rs in sorted(groups.items()):
         vals = [r[metric] for r in rs]
-        med = percentile(vals, 50) or 0.0
-        scale = max(1.4826 * mad(vals), 0.01 * abs(med), 1e-9)
+        med, scale = centred = centre(vals)
         medians = None
-        for i in find_spikes(vals, k):
+        for i in find_spikes(vals, k, centred):
             r = rs[i]
             medians = medians or slice_medians(rs, metric)  # once per slice: a slice with many spikes stays linear
             cause, why = attribute_spike(r, rs, metric, firsts[v], medians)
@@ -220,9 +238,10 @@ def study_summary(ledger: Ledger, run_id: str, rows: list[dict[str, Any]], basel
     first = first_level(rows)
     ttft = {(p["variant"], p["complexity"]): p for p in pairs if p["metric"] == "ttft_ms"}
     e2e = {(p["variant"], p["complexity"]): p for p in pairs if p["metric"] == "e2e_ms"}
-    base_ok = [r for r in first if r["variant"] == baseline and r["error_class"] is None]
-    for v in sorted({r["variant"] for r in rows}):
-        vr = [r for r in first if r["variant"] == v]
+    firsts, alls = by_variant(first), by_variant(rows)
+    base_ok = [r for r in firsts.get(baseline, []) if r["error_class"] is None]
+    for v in sorted(alls):
+        vr = firsts.get(v, [])
         ok = [r for r in vr if r["error_class"] is None]
         entry: dict[str, Any] = {"variant": v, "is_baseline": v == baseline, "n": len(vr), "errors": len(vr) - len(ok)}
         for cx in ("short", "medium", "long"):
@@ -235,7 +254,7 @@ def study_summary(ledger: Ledger, run_id: str, rows: list[dict[str, Any]], basel
         entry["e2e_delta_medium_pct"] = m["delta_pct"] if m else None
         entry["e2e_delta_medium_ci_pct"] = m["ci_pct"] if m else None
         entry["ttft_max_ms"] = max((r["ttft_ms"] for r in ok if r["ttft_ms"] is not None), default=None)
-        entry.update(kv_use(ledger, run_id, v, [r for r in rows if r["variant"] == v]))
+        entry.update(kv_use(ledger, run_id, v, alls[v]))
         entry["preemptions"] = ledger.series_delta(run_id, v, "num_preemptions_total") or 0.0
         entry.update(quality(ok, None if v == baseline else base_ok))
         out.append(entry)

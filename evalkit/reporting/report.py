@@ -19,14 +19,19 @@ from ..spec.dataset import COMPLEXITIES
 from ..stats import SignFlipRatio, mean, pct_delta, percentile
 from .columns import Columns, slice_metrics, source_columns
 from .rows import request_rows
-from .selection import first_level, is_swept, level_note, sweep_levels
-from .verdicts import apply_holm, case_means, flag, multiplicity_notes, shared_repeats
+from .selection import by_variant, first_level, is_swept, level_note, sweep_levels
+from .verdicts import apply_holm, case_means, flag, multiplicity_notes
 
 SLICES = (*COMPLEXITIES, "all")
 
 
-def _grades_of(rows: list[dict[str, Any]], grader: str) -> list[dict[str, Any]]:
-    return [{**r["grades"][grader], "case_id": r["case_id"]} for r in rows if grader in r["grades"]]
+def _grades_by_grader(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Each grader's grades over the rows, with their case: one pass, whatever the graders."""
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        for name, g in r["grades"].items():
+            out[name].append({**g, "case_id": r["case_id"]})
+    return out
 
 
 def quality(rows: list[dict[str, Any]], base_rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -34,9 +39,10 @@ def quality(rows: list[dict[str, Any]], base_rows: list[dict[str, Any]] | None =
     registered grader summarises its own grades. ``base_rows``: the baseline's same slice, for
     per-pair graders (None when these rows are the baseline's own)."""
     out: dict[str, Any] = {}
+    mine = _grades_by_grader(rows)
+    base = None if base_rows is None else _grades_by_grader(base_rows)
     for name, cls in available().items():
-        out.update(cls.aggregate.summarise(_grades_of(rows, name),
-                                           None if base_rows is None else _grades_of(base_rows, name)))
+        out.update(cls.aggregate.summarise(mine.get(name, []), None if base is None else base.get(name, [])))
     return out
 
 
@@ -66,17 +72,21 @@ def paired(rows: list[dict[str, Any]], baseline: str, metric: str, by: str = "co
     of the means, tested by a sign-flip test of the ratio of means. Each entry keeps its test
     (``_test``) until `verdicts.apply_holm` prints its interval at the family's Holm level."""
     out = []
-    shared = {v: shared_repeats(rows, baseline, v) for v in {r["variant"] for r in rows} - {baseline}}
-    base = {(r["case_id"], r["repeat"]) for r in rows if r["variant"] == baseline}
-    for v in sorted(shared):
+    groups = by_variant(rows)
+    base_rows = groups.get(baseline, [])
+    base = {(r["case_id"], r["repeat"]) for r in base_rows}
+    base_reps = {r["repeat"] for r in base_rows}
+    for v in sorted(set(groups) - {baseline}):
+        vrows = groups[v]
+        shared = base_reps & {r["repeat"] for r in vrows}  # the baseline's noise-floor passes are not cases
         slices: dict[str, set[str]] = defaultdict(set)
-        for r in rows:
-            if r["variant"] == v and (r["case_id"], r["repeat"]) in base:
+        for r in vrows:
+            if (r["case_id"], r["repeat"]) in base:
                 if r.get(by) is not None:  # a workload without the slice has only "all"
                     slices[str(r[by])].add(r["case_id"])
                 slices["all"].add(r["case_id"])
-        a = case_means(rows, v, metric, shared[v])
-        b = case_means(rows, baseline, metric, shared[v])
+        a = case_means(vrows, v, metric, shared)
+        b = case_means(base_rows, baseline, metric, shared)
         for s, cases in sorted(slices.items(), key=lambda kv: (kv[0] == "all", kv[0])):
             cs = sorted(c for c in cases if c in a and c in b)
             t = SignFlipRatio([a[c] for c in cs], [b[c] for c in cs])

@@ -8,23 +8,59 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from .rows import Rows
+
 
 def level_of(r: dict[str, Any]) -> int:
     return r.get("concurrency") or 1
 
 
-def sweep_levels(rows: list[dict[str, Any]]) -> dict[str, set[int]]:
-    """The concurrency levels each variant's rows were sent at."""
+def _memo(rows: list[dict[str, Any]], key: str, compute: Any) -> Any:
+    """Computed once per `Rows` (the report, the findings and the HTML report all ask the same
+    question of the same million rows); a plain list computes each time."""
+    memo = getattr(rows, "memo", None)
+    if memo is None:
+        return compute(rows)
+    if (hit := memo.get(key)) is None or hit[0] != len(rows):
+        hit = memo[key] = (len(rows), compute(rows))
+    return hit[1]
+
+
+def _sweep_levels(rows: list[dict[str, Any]]) -> dict[str, set[int]]:
     out: dict[str, set[int]] = defaultdict(set)
     for r in rows:
-        out[r["variant"]].add(level_of(r))
+        out[r["variant"]].add(r.get("concurrency") or 1)
     return dict(out)
+
+
+def sweep_levels(rows: list[dict[str, Any]]) -> dict[str, set[int]]:
+    """The concurrency levels each variant's rows were sent at."""
+    return _memo(rows, "sweep_levels", _sweep_levels)
+
+
+def _by_variant(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        out[r["variant"]].append(r)
+    return dict(out)
+
+
+def by_variant(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Each variant's rows, in order: one pass, not one per variant."""
+    return _memo(rows, "by_variant", _by_variant)
+
+
+def _first_level(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    levels = sweep_levels(rows)
+    if all(len(ls) == 1 for ls in levels.values()):  # one level per variant: every row is at its first
+        return rows
+    low = {v: min(ls) for v, ls in levels.items()}
+    return Rows(r for r in rows if (r.get("concurrency") or 1) == low[r["variant"]])
 
 
 def first_level(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each variant's rows at its lowest concurrency (a sweep's first level; the one level otherwise)."""
-    low = {v: min(ls) for v, ls in sweep_levels(rows).items()}
-    return [r for r in rows if level_of(r) == low[r["variant"]]]
+    return _memo(rows, "first_level", _first_level)
 
 
 def by_level(rows: list[dict[str, Any]], baseline: str | None) -> list[tuple[int, list[dict[str, Any]]]]:
