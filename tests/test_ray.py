@@ -19,8 +19,11 @@ ray = pytest.importorskip("ray")
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
+    """One local Ray instance for the module; each run's driver process joins it (RAY_ADDRESS)."""
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAY_ADDRESS", ray.get_runtime_context().gcs_address)
+        yield
     ray.shutdown()
 
 

@@ -221,7 +221,9 @@ def test_real_vllm_through_ray(tmp_path):
     ledger = tmp_path / "ray.db"
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
-        r = CliRunner().invoke(cli, ["run", "--matrix", str(m), "--limit", "1", "--ledger", str(ledger), "--ray"])
+        with pytest.MonkeyPatch.context() as mp:  # the run's driver process joins this instance
+            mp.setenv("RAY_ADDRESS", ray.get_runtime_context().gcs_address)
+            r = CliRunner().invoke(cli, ["run", "--matrix", str(m), "--limit", "1", "--ledger", str(ledger), "--ray"])
     finally:
         ray.shutdown()
     assert r.exit_code == 0, r.output

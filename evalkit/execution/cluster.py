@@ -196,24 +196,103 @@ def ray_init(address: str | None) -> Any:
     return ray
 
 
+@dataclass
+class Job:
+    """One Ray task the driver process submits: its label, resources and shard."""
+
+    label: str
+    opts: dict[str, Any]
+    shard: Shard
+
+
+def drive(address: str | None, jobs: list[Job], conn: Any) -> None:
+    """The Ray driver, in a process of its own (see `run_matrix_ray`): submit the tasks, forward
+    every worker's events to the ledger's process as (label, event), cancel them when asked.
+    Ray ends its driver abruptly when the node it runs on dies; the ledger is not in this process."""
+    os.setpgid(0, 0)  # its own group (same session): the ledger's process can reap whatever Ray left behind
+    _die_with_parent()
+    ray = ray_init(address)
+    remote = ray.remote(num_returns="streaming", max_retries=0)(run_shard)
+    gens = [(j.label, remote.options(**j.opts).remote(j.shard)) for j in jobs]
+    out: queue.Queue[tuple[str, Any]] = queue.Queue()
+
+    def pull(label: str, gen: Any) -> None:
+        try:
+            for ref in gen:
+                out.put((label, ray.get(ref)))
+        except Exception as e:  # the worker or its node died
+            out.put((label, ("_failed", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")))
+        out.put((label, ("_end",)))
+
+    for label, gen in gens:
+        threading.Thread(target=pull, args=(label, gen), daemon=True).start()
+    open_streams = len(gens)
+    try:
+        while open_streams:
+            if conn.poll():  # the only message: cancel (a signal reached the ledger's process)
+                conn.recv()
+                for _, gen in gens:
+                    try:
+                        ray.cancel(gen)
+                    except Exception:  # noqa: BLE001 - a task that already ended
+                        pass
+            try:
+                item = out.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            open_streams -= item[1][0] == "_end"
+            conn.send(item)
+        conn.send(("", ("_all_done",)))
+    except (BrokenPipeError, EOFError, OSError):  # the ledger's process is gone: nobody to tell
+        pass
+    finally:
+        ray.shutdown()
+
+
+def _die_with_parent() -> None:
+    """The driver process ends with the ledger's process, however that one ends (Linux)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _reap_group(pgid: int) -> None:
+    """Whatever the driver process's group still holds once it has ended (Ray's own processes
+    after the driver was killed): none outlives the run."""
+    import signal
+
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def run_matrix_ray(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: Path, *, address: str | None,
                    repeats: int = 1, subset_seed: int = 0, progress: Progress | None = None, load: Load | None = None,
                    resume_run: str | None = None) -> RunSummary:
-    """`run_matrix` with each variant (or replica) as a Ray task; the driver writes the ledger."""
+    """`run_matrix` with each variant (or replica) as a Ray task; this process writes the ledger.
+    The Ray driver runs in a child process: when the node under it dies Ray ends that process at
+    once, and this one records every variant the node took with it as `failed`, with the cause."""
     progress = progress or SilentProgress()
     load = (load or Load()).for_matrix(matrix.generation.quality_under_load)
     if load.policy.interleave:
         raise UsageError("--interleave needs every variant on one machine at once: it does not combine with --ray")
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        raise UsageError("--ray needs Ray: pip install 'evalkit[ray]'")
     memory = plan_memory(matrix, progress.say)  # planned where the driver is, before anything is written
-    ray = ray_init(address)
     summary, skip = start_run(ledger, matrix, cases, dataset_path, repeats=repeats, subset_seed=subset_seed, load=load,
                               progress=progress, resume_run=resume_run)
     run_row = ledger.require_run(summary.run_id)
     from .runner import case_rows
 
     crow = case_rows(cases, run_row["dataset_hash"])
-    remote = ray.remote(num_returns="streaming", max_retries=0)(run_shard)
-    gens: list[tuple[str, Any, Apply]] = []
+    jobs: list[Job] = []
     for v in matrix.ordered_variants():
         for rep in ([None] if v.n_replicas == 1 else range(v.n_replicas)):
             res = v.ray_resources()
@@ -226,50 +305,59 @@ def run_matrix_ray(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_pa
             shard = Shard(run_row, crow, matrix.model_dump_json(), v.name, rep,
                           [c.model_dump(by_alias=True) for c in cases], repeats, load.record(), sorted(skip),
                           {k: p.to_dict() for k, p in memory.items()})
-            label = v.name if rep is None else f"{v.name}#{rep}"
-            gens.append((label, remote.options(**opts).remote(shard), Apply(ledger, progress, summary.run_id, label)))
-            progress.say(f"'{label}' scheduled on Ray with {opts.get('num_cpus')} CPU, {opts.get('num_gpus')} GPU"
-                             + (f", {opts['resources']}" if "resources" in opts else ""))
-    # one thread per worker stream pulls events; this thread alone writes SQLite
-    inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
-
-    def pull(label: str, gen: Any) -> None:
-        try:
-            for ref in gen:
-                inbox.put((label, ray.get(ref)))
-        except Exception as e:  # the worker or its node died
-            inbox.put((label, ("_failed", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")))
-        inbox.put((label, ("_end",)))
-
-    threads = [threading.Thread(target=pull, args=(label, gen), daemon=True) for label, gen, _ in gens]
-    for t in threads:
-        t.start()
-    appliers = {label: ap for label, _, ap in gens}
+            jobs.append(Job(v.name if rep is None else f"{v.name}#{rep}", opts, shard))
+            progress.say(f"'{jobs[-1].label}' scheduled on Ray with {opts.get('num_cpus')} CPU, "
+                         f"{opts.get('num_gpus')} GPU" + (f", {opts['resources']}" if "resources" in opts else ""))
+    appliers = {j.label: Apply(ledger, progress, summary.run_id, j.label) for j in jobs}
     seq = [ledger.max_seq(summary.run_id)]
-    open_streams = len(gens)
     ok, reason = False, None
+    proc = None
     try:
-        while open_streams:
+        import multiprocessing
+
+        mp = multiprocessing.get_context("spawn")  # a fresh interpreter: no SQLite handle or thread of this one
+        conn, child_conn = mp.Pipe()
+        proc = mp.Process(target=drive, args=(address, jobs, child_conn), name="evalkit-ray-driver")
+        proc.start()
+        child_conn.close()
+        ended: set[str] = set()
+        cancelled_at: float | None = None
+        while True:
+            if STOP.requested and cancelled_at is None:  # a signal: the tasks are cancelled (each stops its server)
+                cancelled_at = time.monotonic()
+                try:
+                    conn.send("cancel")
+                except OSError:
+                    pass
             try:
-                label, ev = inbox.get(timeout=0.5)
-            except queue.Empty:
-                if STOP.requested:  # a signal: cancel the tasks (each stops its server), keep what streamed
-                    for _, gen, _ in gens:
-                        try:
-                            ray.cancel(gen)
-                        except Exception:  # noqa: BLE001 - a task that already ended
-                            pass
-                    STOP.check()
-                continue
+                if not conn.poll(0.5):
+                    if cancelled_at is not None and (not proc.is_alive()
+                                                     or time.monotonic() - cancelled_at > STOP.grace_s + 20):
+                        break
+                    continue
+                label, ev = conn.recv()
+            except (EOFError, OSError):
+                break  # the driver process ended; anything it did not finish is recorded below
+            if ev[0] == "_all_done":
+                break
             ap = appliers[label]
             if ev[0] == "_end":
-                open_streams -= 1
+                ended.add(label)
                 _close(ledger, summary, ap)
-                continue
-            if ev[0] == "_failed":
+            elif ev[0] == "_failed":
                 ap.summary = {"error": ev[1]}
-                continue
-            ap(ev, seq)
+            else:
+                ap(ev, seq)
+        proc.join(timeout=30)
+        lost = [j.label for j in jobs if j.label not in ended]
+        if lost and not STOP.requested:
+            code = proc.exitcode
+            why = (f"the Ray driver process ended (exit code {code}) before its task did: the Ray node under it "
+                   "died or lost its raylet")
+            for label in lost:
+                appliers[label].summary = appliers[label].summary or {"error": why}
+                _close(ledger, summary, appliers[label])
+        STOP.check()
         ok = True
     except BaseException as e:
         reason = stop_reason(e)
@@ -277,6 +365,14 @@ def run_matrix_ray(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_pa
             e.run_id = summary.run_id  # type: ignore[attr-defined]
         raise
     finally:
+        if proc is not None:
+            if proc.is_alive():
+                proc.join(timeout=15 if ok else 3)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(timeout=5)
+            if proc.pid:
+                _reap_group(proc.pid)
         finish_run(ledger, matrix, summary, ok, reason)
     return summary
 
@@ -319,4 +415,4 @@ def ray_embed(address: str | None, batch: int = 256) -> Any:
     return make_embed(encode)
 
 
-__all__ = ["EventLedger", "Shard", "ray_embed", "run_matrix_ray", "run_shard"]
+__all__ = ["EventLedger", "Job", "Shard", "drive", "ray_embed", "run_matrix_ray", "run_shard"]
