@@ -7,13 +7,17 @@ The faults, dealt in shuffled rounds so a short soak still sees each kind:
   sigkill_evalkit  SIGKILL to `evalkit run` alone: its client processes must notice and exit
   disk_full        the next `evalkit run` starts with a file-size limit of 64–512 KB (RLIMIT_FSIZE,
                    SIGXFSZ ignored): its writes past that offset fail as on a full disk
+With --ray every run goes through Ray (`evalkit run --ray`, a local instance each time) and two
+more faults join the deck:
+  kill_ray_worker  SIGKILL the Ray worker running a variant's task (`ray::run_shard`)
+  kill_raylet      SIGKILL the node's raylet: the whole node dies, the Ray driver process with it
 After a fault the run is resumed (`--resume RUN --retry-failed`); a run that completes is
 followed by a new one in the same ledger until the time is up, and the last is finished without
 faults. Then, per run: one final row for every planned request and no key twice; the run and
 each variant `complete`; no process left in any evalkit session; `evalkit report --json` builds.
-Killed Ray workers and nodes are not in the soak: see docs/measured.md.
 
     .venv/bin/python benchmarks/soak.py --duration 1800        # the issue's 30 minutes
+    .venv/bin/python benchmarks/soak.py --duration 600 --ray --fault-every 20
     .venv/bin/python benchmarks/soak.py --duration 60 --json   # what tests/test_soak.py runs
 """
 
@@ -42,6 +46,7 @@ from evalkit.host import host_line, this_host  # noqa: E402
 
 EVALKIT = [str(Path(sys.executable).with_name("evalkit"))]
 FAULTS = ("kill_server", "sigterm_evalkit", "sigkill_evalkit", "disk_full")
+RAY_FAULTS = {"kill_ray_worker": "ray::run_shard", "kill_raylet": "raylet/raylet"}  # fault -> its target's args
 N_CASES = 144  # data/resume_gen_benchmark.jsonl
 
 
@@ -91,6 +96,11 @@ class Soak:
     deck: list[str] = field(default_factory=list)
     t0: float = 0.0
     server_down: bool = False
+    ray: bool = False
+
+    @property
+    def faults(self) -> tuple[str, ...]:
+        return (*FAULTS, *RAY_FAULTS) if self.ray else FAULTS
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -105,7 +115,7 @@ class Soak:
 
     def next_fault(self) -> str:
         if not self.deck:
-            self.deck = list(FAULTS)
+            self.deck = list(self.faults)
             self.rng.shuffle(self.deck)
         return self.deck.pop()
 
@@ -114,7 +124,7 @@ class Soak:
         args = ["run", "--resume", run_id, "--retry-failed"] if run_id else \
             ["run", "--matrix", str(self.matrix), "--repeats", str(self.repeats), "--concurrency",
              str(self.concurrency), "--max-error-rate", "1", "--client-procs", "2"]
-        cmd = [*EVALKIT, *args, "--ledger", str(self.ledger), "--no-grade", "-q"]
+        cmd = [*EVALKIT, *args, "--ledger", str(self.ledger), "--no-grade", "-q", *(["--ray"] if self.ray else [])]
 
         def limits() -> None:  # in the child, before exec
             if fsize is not None:
@@ -219,6 +229,15 @@ class Soak:
                     p.kill()
                     dealt = fault
                     self.say(fault, pid=p.pid)
+                elif fault in RAY_FAULTS:
+                    target = self.in_session(p.pid, RAY_FAULTS[fault])
+                    if target is None:  # Ray is still starting (or done): the same fault again soon
+                        self.deck.append(fault)
+                        fault_at = now + 1.0
+                        continue
+                    os.kill(target, signal.SIGKILL)
+                    dealt = fault
+                    self.say(fault, pid=target)
                 else:  # sigterm_evalkit; disk_full stops this one and limits the next start's file size
                     p.send_signal(signal.SIGTERM)
                     dealt = fault
@@ -237,7 +256,14 @@ class Soak:
             ok = rc == 1 and status in ("running", "interrupted", before) and len(errors) == 1
         else:
             # a signal: SIGKILL leaves `running`, SIGTERM `interrupted` (143), or -15 while evalkit
-            # had not yet (or no longer) its handler; a server down may fail a variant (exit 1)
+            # had not yet (or no longer) its handler; a server down may fail a variant (exit 1), and
+            # so does a dead Ray worker or node (unless its task had just ended)
+            if dealt in RAY_FAULTS:
+                ok = (rc, status) in {(1, "failed"), (0, "complete")}
+                ok = ok and not tb and "Fatal Python error" not in out
+                self.say("exit", rc=rc, status=status, after=dealt, truthful=ok,
+                         **({} if ok else {"output": out.strip().splitlines()[-12:]}))
+                return "ok" if ok else f"{dealt}: rc {rc}, status {status}" + (", traceback" if tb else "")
             sig_rc = {-9} if dealt == "sigkill_evalkit" else {143, -15} if dealt else set()
             ok_rc = {0} | sig_rc | ({1} if self.server_down else set())
             ok_status = {"complete", before} | ({"failed"} if self.server_down else set()) \
@@ -267,7 +293,7 @@ class Soak:
         left = self.leftover()
         reports = [subprocess.run([*EVALKIT, "report", "--ledger", str(self.ledger), "--run", r["run"], "--json"],
                                   cwd=ROOT, capture_output=True, text=True).returncode for r in runs]
-        faults = {f: sum(e["what"] == f for e in self.log) for f in FAULTS}
+        faults = {f: sum(e["what"] == f for e in self.log) for f in self.faults}
         held = {
             "every request once": all(r["finals"] == r["distinct"] == r["planned"] for r in runs),
             "statuses true at each exit": all(o == "ok" for o in outcomes),
@@ -276,18 +302,34 @@ class Soak:
             "no process left": not left,
             "report builds": all(rc == 0 for rc in reports),
         }
-        return {"host": host_line(this_host()), "duration_s": self.duration_s, "seed": self.seed, "faults": faults,
+        return {"host": host_line(this_host()), "duration_s": self.duration_s, "seed": self.seed, "ray": self.ray,
+                "faults": faults,
                 "runs": runs, "exits": outcomes, "left": left, "held": held, "log": self.log}
 
-    def leftover(self) -> list[str]:
-        """Processes still in a session an `evalkit run` led."""
+    @staticmethod
+    def in_session(sid: int, needle: str) -> int | None:
+        """A process of this evalkit's session whose command line holds ``needle``."""
         ps = subprocess.run(["ps", "-eo", "pid=,sid=,args="], capture_output=True, text=True).stdout
-        out = []
         for line in ps.splitlines():
             parts = line.split(None, 2)
-            if len(parts) >= 2 and int(parts[1]) in self.sessions:
-                out.append(line.strip())
-        return out
+            if len(parts) == 3 and int(parts[1]) == sid and needle in parts[2]:
+                return int(parts[0])
+        return None
+
+    def leftover(self, wait_s: float = 10.0) -> list[str]:
+        """Processes still in a session an `evalkit run` led, after up to ``wait_s`` for those on
+        their way out (a zombie has ended: its exit status only waits to be collected)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            ps = subprocess.run(["ps", "-eo", "pid=,sid=,stat=,args="], capture_output=True, text=True).stdout
+            out = []
+            for line in ps.splitlines():
+                parts = line.split(None, 3)
+                if len(parts) >= 3 and int(parts[1]) in self.sessions and not parts[2].startswith("Z"):
+                    out.append(line.strip())
+            if not out or time.monotonic() > deadline:
+                return out
+            time.sleep(0.5)
 
 
 def main() -> int:
@@ -297,11 +339,12 @@ def main() -> int:
     ap.add_argument("--fault-every", type=float, default=6.0, help="mean seconds between faults")
     ap.add_argument("--work", type=Path, default=None, help="keep the ledger here")
     ap.add_argument("--json", action="store_true", help="print the result as JSON at the end")
+    ap.add_argument("--ray", action="store_true", help="every run through Ray; Ray workers and nodes killed too")
     a = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: clean up (servers, evalkit) on the way out
     work = a.work or Path(tempfile.mkdtemp(prefix="evalkit-soak-"))
     work.mkdir(parents=True, exist_ok=True)
-    r = Soak(work, a.duration, a.seed, a.fault_every).go()
+    r = Soak(work, a.duration, a.seed, a.fault_every, ray=a.ray).go()
     print(f"\n{r['host']}\nfaults: " + ", ".join(f"{k} {v}" for k, v in r["faults"].items()))
     for run in r["runs"]:
         print(f"run {run['run']}: {run['finals']} final rows, {run['distinct']} distinct, {run['planned']} planned, "

@@ -90,9 +90,11 @@ def node_killed(tmp_path_factory: pytest.TempPathFactory) -> dict:
                  "rows": db["requests"].count}
         r = subprocess.run([EVALKIT, "run", "--resume", first["run"]["id"], "--ledger", str(ledger), "-q", "--ray",
                             "--no-grade"], capture_output=True, text=True, env=env, timeout=300)
-    finals = Counter((x["variant"], x["case_id"], x["repeat"]) for x in
-                     Database(ledger)["requests"].rows_where("final = 1 and is_warmup = 0"))
-    return {**first, "resume_rc": r.returncode, "resume_out": r.stdout + r.stderr, "finals": finals}
+    db = Database(ledger)
+    finals = Counter((x["variant"], x["case_id"], x["repeat"]) for x in db["requests"].rows_where("final = 1 and is_warmup = 0"))
+    return {**first, "resume_rc": r.returncode, "resume_out": r.stdout + r.stderr, "finals": finals,
+            "after": {v["name"]: (v["status"], v["error"]) for v in db["variants"].rows},
+            "run_after": next(db["runs"].rows)["status"]}
 
 
 def test_the_raylet_was_killed_mid_run(node_killed):
@@ -131,3 +133,12 @@ def test_the_resume_completes(node_killed):
 
 def test_the_resume_sends_every_request_once(node_killed):
     assert sorted(node_killed["finals"].values()) == [1] * 80
+
+
+@pytest.mark.parametrize("variant", ["base", "cand"])
+def test_the_resume_leaves_each_variant_complete_without_the_old_cause(node_killed, variant):
+    assert node_killed["after"][variant] == ("complete", None)
+
+
+def test_the_resumed_run_is_complete(node_killed):
+    assert node_killed["run_after"] == "complete"

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engines.memory import MemoryPlan, plan_memory
-from ..errors import EvalkitError, UsageError
+from ..errors import EngineError, EvalkitError, UsageError
 from ..host import this_host
 from ..ledger import Ledger, utcnow
 from ..ledger.mirror import MirroredLedger, Replay
@@ -35,7 +35,17 @@ from ..redact import redact
 from ..spec.dataset import Case
 from ..spec.matrix import Matrix
 from .load import Load
-from .runner import Progress, RunContext, RunSummary, SilentProgress, finish_run, run_group, start_run, stop_reason
+from .runner import (
+    CARRIER_FAILED,
+    Progress,
+    RunContext,
+    RunSummary,
+    SilentProgress,
+    finish_run,
+    run_group,
+    start_run,
+    stop_reason,
+)
 from .signals import STOP
 
 # Fault injection for tests of worker death: a worker exits abruptly after this many requests.
@@ -92,6 +102,7 @@ class Shard:
     load: dict[str, Any]
     skip: list[tuple[str, str, int, str]]
     memory: dict[str, dict[str, Any]] | None = None  # the driver's memory-budget plans (MemoryPlan fields)
+    variant_rows: list[dict[str, Any]] | None = None  # on a resume: this variant's row as the driver has it
 
 
 def run_shard(shard: Shard) -> Iterator[tuple[Any, ...]]:
@@ -110,7 +121,7 @@ def run_shard(shard: Shard) -> Iterator[tuple[Any, ...]]:
             # SQLite connections belong to the thread that made them: this one. A scratch file,
             # not memory: the worker only reads back its own rows, and a long run's must not fill its RAM
             local = EventLedger(events, str(Path(scratch) / "worker.db"))
-            local.seed_run(shard.run_row, shard.case_rows)
+            local.seed_run(shard.run_row, shard.case_rows, shard.variant_rows)
             ctx = RunContext(local, summary.run_id, matrix, cases, shard.repeats, Load.from_record(shard.load),
                              {tuple(k) for k in shard.skip}, QueueProgress(events), cache_dir() / "logs",  # type: ignore[misc]
                              summary, {k: MemoryPlan(**v) for k, v in (shard.memory or {}).items()})
@@ -123,6 +134,7 @@ def run_shard(shard: Shard) -> Iterator[tuple[Any, ...]]:
     t = threading.Thread(target=body, daemon=True)
     t.start()
     yield ("host", host)
+    yield ("worker", os.getpid(), os.uname().nodename)
     done = False
     while not done:
         # batches: one object per ~50 ms rather than one per event keeps the worker's own
@@ -154,6 +166,7 @@ class Apply:
         self.ledger, self.progress, self.run_id, self.label = ledger, progress, run_id, label
         self.replay = Replay(ledger)
         self.summary: dict[str, Any] | None = None
+        self.worker: tuple[int, str] | None = None  # the Ray worker's pid and node
 
     def __call__(self, ev: tuple[Any, ...], seq: list[int]) -> None:
         kind = ev[0]
@@ -163,6 +176,8 @@ class Apply:
                     self(e, seq)
         elif kind == "host":
             self.replay.host_id = self.ledger.record_host(ev[1])
+        elif kind == "worker":
+            self.worker = (ev[1], ev[2])
         elif kind == "write":
 
             def next_seq() -> int:
@@ -189,10 +204,14 @@ def ray_init(address: str | None) -> Any:
         raise UsageError("--ray needs Ray: pip install 'evalkit[ray]'") from None
     if not ray.is_initialized():
         kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
-        if address in (None, "", "local"):
-            ray.init(**kw)
-        else:
-            ray.init(address=address, **kw)
+        try:
+            if address in (None, "", "local"):
+                ray.init(**kw)
+            else:
+                ray.init(address=address, **kw)
+        except Exception as e:  # noqa: BLE001 - Ray raises bare Exceptions for a node that cannot start
+            raise EngineError(f"Ray could not start or connect ({address or 'local'}): "
+                              f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     return ray
 
 
@@ -211,9 +230,16 @@ def drive(address: str | None, jobs: list[Job], conn: Any) -> None:
     Ray ends its driver abruptly when the node it runs on dies; the ledger is not in this process."""
     os.setpgid(0, 0)  # its own group (same session): the ledger's process can reap whatever Ray left behind
     _die_with_parent()
-    ray = ray_init(address)
-    remote = ray.remote(num_returns="streaming", max_retries=0)(run_shard)
-    gens = [(j.label, remote.options(**j.opts).remote(j.shard)) for j in jobs]
+    try:
+        ray = ray_init(address)
+        remote = ray.remote(num_returns="streaming", max_retries=0)(run_shard)
+        gens = [(j.label, remote.options(**j.opts).remote(j.shard)) for j in jobs]
+    except BaseException as e:  # said once, to the ledger's process, which records it on each variant
+        try:
+            conn.send(("", ("_driver_error", str(e).splitlines()[0] if str(e) else type(e).__name__)))
+        except OSError:
+            pass
+        return
     out: queue.Queue[tuple[str, Any]] = queue.Queue()
 
     def pull(label: str, gen: Any) -> None:
@@ -271,6 +297,24 @@ def _reap_group(pgid: int) -> None:
         pass
 
 
+def _reap_worker(pid: int, node: str) -> None:
+    """A failed task's Ray worker, when it ran on this machine and still runs (checked by its
+    process title, so a reused pid is never hit)."""
+    import signal
+
+    if node != os.uname().nodename:
+        return
+    try:
+        title = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return
+    if title.startswith(b"ray::"):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def run_matrix_ray(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: Path, *, address: str | None,
                    repeats: int = 1, subset_seed: int = 0, progress: Progress | None = None, load: Load | None = None,
                    resume_run: str | None = None) -> RunSummary:
@@ -304,7 +348,8 @@ def run_matrix_ray(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_pa
                 opts["runtime_env"] = {"env_vars": env}
             shard = Shard(run_row, crow, matrix.model_dump_json(), v.name, rep,
                           [c.model_dump(by_alias=True) for c in cases], repeats, load.record(), sorted(skip),
-                          {k: p.to_dict() for k, p in memory.items()})
+                          {k: p.to_dict() for k, p in memory.items()},
+                          [r for r in ledger.variants(summary.run_id) if r["name"] == v.name])
             jobs.append(Job(v.name if rep is None else f"{v.name}#{rep}", opts, shard))
             progress.say(f"'{jobs[-1].label}' scheduled on Ray with {opts.get('num_cpus')} CPU, "
                          f"{opts.get('num_gpus')} GPU" + (f", {opts['resources']}" if "resources" in opts else ""))
@@ -321,6 +366,7 @@ def run_matrix_ray(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_pa
         proc.start()
         child_conn.close()
         ended: set[str] = set()
+        driver_error: str | None = None
         cancelled_at: float | None = None
         while True:
             if STOP.requested and cancelled_at is None:  # a signal: the tasks are cancelled (each stops its server)
@@ -340,6 +386,9 @@ def run_matrix_ray(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_pa
                 break  # the driver process ended; anything it did not finish is recorded below
             if ev[0] == "_all_done":
                 break
+            if ev[0] == "_driver_error":
+                driver_error = ev[1]
+                continue
             ap = appliers[label]
             if ev[0] == "_end":
                 ended.add(label)
@@ -351,9 +400,9 @@ def run_matrix_ray(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_pa
         proc.join(timeout=30)
         lost = [j.label for j in jobs if j.label not in ended]
         if lost and not STOP.requested:
-            code = proc.exitcode
-            why = (f"the Ray driver process ended (exit code {code}) before its task did: the Ray node under it "
-                   "died or lost its raylet")
+            why = (f"the Ray driver could not run it: {driver_error}" if driver_error else
+                   f"the Ray driver process ended (exit code {proc.exitcode}) before its task did: the Ray node "
+                   "under it died or lost its raylet")
             for label in lost:
                 appliers[label].summary = appliers[label].summary or {"error": why}
                 _close(ledger, summary, appliers[label])
@@ -373,6 +422,10 @@ def run_matrix_ray(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_pa
                 proc.join(timeout=5)
             if proc.pid:
                 _reap_group(proc.pid)
+            # a worker whose node died outlives its raylet for a while, in a group of its own
+            for ap in appliers.values():
+                if ap.worker and (ap.summary or {}).get("error"):
+                    _reap_worker(*ap.worker)
         finish_run(ledger, matrix, summary, ok, reason)
     return summary
 
@@ -388,7 +441,7 @@ def _close(ledger: Ledger, summary: RunSummary, ap: Apply) -> None:
         summary.stages.setdefault(k, {}).update(v)
     if s.get("error"):
         variant = ap.label.split("#")[0]
-        cause = redact(f"Ray worker for '{ap.label}' failed: {s['error']}")
+        cause = redact(f"{CARRIER_FAILED} '{ap.label}' failed: {s['error']}")
         summary.failed_variants[ap.label] = cause
         vid = f"{summary.run_id}:{variant}"
         if ledger.has_variant(vid):
@@ -400,16 +453,19 @@ def _close(ledger: Ledger, summary: RunSummary, ap: Apply) -> None:
 
 def ray_embed(address: str | None, batch: int = 256) -> Any:
     """An embedding function for the graders that encodes batches on Ray workers (a GPU where the
-    cluster gives one); the same model and weights, so the same vectors as a local run."""
-    ray = ray_init(address)
+    cluster gives one); the same model and weights, so the same vectors as a local run. Ray is
+    joined at the first texts to encode: a run whose graders embed nothing never starts it here."""
     from ..grading.embeddings import encode_batch, make_embed
 
-    remote = ray.remote(num_cpus=1, max_retries=1)(encode_batch)
+    remote: list[Any] = []
 
     def encode(texts: list[str]) -> Any:
         import numpy as np
 
-        refs = [remote.remote(texts[i:i + batch]) for i in range(0, len(texts), batch)]
+        ray = ray_init(address)
+        if not remote:
+            remote.append(ray.remote(num_cpus=1, max_retries=1)(encode_batch))
+        refs = [remote[0].remote(texts[i:i + batch]) for i in range(0, len(texts), batch)]
         return np.concatenate(ray.get(refs), axis=0)
 
     return make_embed(encode)

@@ -204,8 +204,8 @@ class LiveVariant:
     def close(self, status: str | None = None, error: str | None = None) -> None:
         if self.died:  # failed already, with its cause
             status, error = None, None
-        if status:
-            self._record({"status": status, **({"error": redact(error)} if error else {})})
+        if status:  # a resumed variant that completes loses the cause of its earlier failure
+            self._record({"status": status, "error": redact(error) if error else None})
         if self.server is not None:
             self.server.stop()  # the whole process group, also when the API server already exited
             self._record({"stopped_at": utcnow(), "log_tail": redact(tail(self.server.log_path)),

@@ -205,6 +205,11 @@ def _send_warmups(ctx: RunContext, sender: Sender, warm: list, main: Work, live:
     return main
 
 
+# How a variant's failure begins when what died was the Ray worker or node carrying it, not its
+# server or its measurements (execution/cluster.py): once all its rows are in, it is complete.
+CARRIER_FAILED = "Ray worker for"
+
+
 def run_group(ctx: RunContext, group: list[str], seq0: int, variants_after: int = 0,
               replicas: list[int] | None = None) -> int:
     """Bring a group of variants up (all at once when interleaved, else one), send the load's
@@ -213,10 +218,12 @@ def run_group(ctx: RunContext, group: list[str], seq0: int, variants_after: int 
     todo = pending(ctx, group)
     for name in [n for n in group if not todo.get(n)]:
         ctx.progress.say(f"'{name}': nothing left to send in this run; its server is not started")
-        # a signal or a kill after its last request was written left it `interrupted`/`running`:
-        # every request of it is in the ledger now, so it is complete (a `failed` one stays failed)
+        # a signal or a kill after its last request was written left it `interrupted`/`running`, or
+        # the Ray worker or node carrying it died after its last row streamed: every request of it is
+        # in the ledger now, so it is complete (a variant its own server or stop rule failed stays failed)
         v = ctx.ledger.variant(f"{ctx.run_id}:{name}")
-        if v is not None and v["status"] in ("interrupted", "running", "starting"):
+        if v is not None and (v["status"] in ("interrupted", "running", "starting")
+                              or (v["status"] == "failed" and (v["error"] or "").startswith(CARRIER_FAILED))):
             ctx.ledger.update_variant(v["id"], {"status": "complete", "error": None})
     group = [n for n in group if todo.get(n)]
     if not group:

@@ -21,11 +21,15 @@ class MirroredLedger(Ledger):
         super().__init__(inner._db, inner.path)
         self.emit = emit
 
-    def seed_run(self, run_row: dict[str, Any], case_rows: list[dict[str, Any]]) -> None:
-        """The run and its cases, as the driver has them: rows written here join to these (local
-        only: the driver has them already)."""
+    def seed_run(self, run_row: dict[str, Any], case_rows: list[dict[str, Any]],
+                 variant_rows: list[dict[str, Any]] | None = None) -> None:
+        """The run, its cases and (on a resume) its variants as the driver has them: rows written
+        here join to these, and a resumed variant's status is read from here (local only: the
+        driver has them already)."""
         self._db["runs"].insert(run_row)
         Ledger.record_cases(self, case_rows)
+        if variant_rows:
+            self._db["variants"].insert_all(variant_rows, alter=True)
 
 
 def _forward(name: str) -> Callable[..., Any]:
