@@ -167,14 +167,14 @@ class Soak:
                 latest = self.latest_run()
                 p = self.launch(resume, fsize)
                 self.say("evalkit run", resume=resume or "-", fsize_limit=fsize or "-")
-                fsize = None
+                limited, fsize = fsize, None
                 fault_at = time.monotonic() + self.rng.expovariate(1 / self.fault_every_s)
                 rc, out, dealt = self.supervise(p, fault_at, end)
                 run_id = resume or (self.latest_run() if self.latest_run() != latest else None)  # None: not created
                 if run_id and run_id not in self.runs:
                     self.runs.append(run_id)
                 status = self.run_status(run_id) if run_id else "-"
-                outcomes.append(self.judge(rc, out, status, dealt, before))
+                outcomes.append(self.judge(rc, out, status, dealt, before, limited))
                 resume = run_id if status != "complete" else None
                 if dealt == "disk_full":
                     # no write may reach past 64–512 KB into any file: the WAL's appends and the
@@ -245,15 +245,17 @@ class Soak:
                 fault_at = now + self.rng.expovariate(1 / self.fault_every_s)
             time.sleep(0.05)
 
-    def judge(self, rc: int, out: str, status: str, dealt: str | None, before: str) -> str:
+    def judge(self, rc: int, out: str, status: str, dealt: str | None, before: str, fsize: int | None = None) -> str:
         """Whether the exit code and the stored status tell the truth about what happened. A signal
         that lands as the run ends on its own may find it complete, and one that lands while
         evalkit is still starting (nothing written yet) leaves the status as it was: both true."""
         tb = "Traceback" in out
         errors = [x for x in out.splitlines() if x.startswith("Error:")]
-        if "cannot write the ledger" in out:
-            dealt = "ledger write failed"
-            ok = rc == 1 and status in ("running", "interrupted", before) and len(errors) == 1
+        if "cannot write the ledger" in out or (fsize is not None and rc == 1 and len(errors) == 1):
+            # a full disk: the ledger's writes fail, or (with --ray) Ray's own files do first and it
+            # cannot start; either way one line, and the status is what could still be written
+            dealt = "ledger write failed" if "cannot write the ledger" in out else "ray could not start (disk full)"
+            ok = rc == 1 and status in ("running", "interrupted", "failed", before) and len(errors) == 1
         else:
             # a signal: SIGKILL leaves `running`, SIGTERM `interrupted` (143), or -15 while evalkit
             # had not yet (or no longer) its handler; a server down may fail a variant (exit 1), and

@@ -142,3 +142,29 @@ def test_the_resume_leaves_each_variant_complete_without_the_old_cause(node_kill
 
 def test_the_resumed_run_is_complete(node_killed):
     assert node_killed["run_after"] == "complete"
+
+
+def test_a_killed_evalkit_leaves_no_ray_process(tmp_path):
+    """SIGKILL to `evalkit run --ray`: its driver process dies with it and takes the Ray processes
+    it started along (Ray's agents would otherwise run on as orphans)."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    with StubServer(StubConfig(ttft_ms=100, itl_ms=20)) as a, StubServer(StubConfig(ttft_ms=100, itl_ms=20)) as b:
+        m = tmp_path / "m.yaml"
+        m.write_text(f"name: raykill\nbaseline: base\ngeneration:\n  warmup: 0\n  baseline_repeats: 1\n"
+                     f"divergence: {{enabled: false}}\nvariants:\n  - name: base\n    endpoint: {a.base_url}\n"
+                     f"  - name: cand\n    endpoint: {b.base_url}\n", encoding="utf-8")
+        ledger = tmp_path / "l.db"
+        p = subprocess.Popen([EVALKIT, "run", "--matrix", str(m), "--limit", "40", "--ledger", str(ledger), "-q",
+                              "--ray", "--no-grade"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and p.poll() is None:
+            if ledger.exists() and Database(ledger).execute("select count(*) from requests").fetchone()[0] > 0:
+                break
+            time.sleep(0.3)
+        family = _descendants(p.pid)
+        p.kill()
+        p.wait()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and any(_alive(q) for q in family):
+            time.sleep(0.5)
+    assert [f"{q} {_cmdline(q)[:80]}" for q in family if _alive(q)] == []

@@ -147,6 +147,10 @@ def run(matrix_path: Path | None, workload: Path | None, dataset_path: Path | No
         store_derived(db, summary.run_id, fnd)  # what `browse` shows, computed once here
         print_report(rep, fnd)
         print_closing(fnd, str(path))
+    unrecorded = (f"; and the run's end could not be recorded ({summary.unrecorded}): it reads as stale, resume it"
+                  if summary.unrecorded else "")
     if summary.failed_variants:
         names = ", ".join(f"{k} ({v})" for k, v in summary.failed_variants.items())
-        raise EvalkitClickError(f"variant(s) failed: {names}", 1)
+        raise EvalkitClickError(f"variant(s) failed: {names}{unrecorded}", 1)
+    if unrecorded:
+        raise EvalkitClickError(unrecorded.removeprefix("; and "), 1)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engines.memory import MemoryPlan, plan_memory
-from ..errors import EngineError, EvalkitError, UsageError
+from ..errors import EvalkitError, UsageError
 from ..host import this_host
 from ..ledger import Ledger, utcnow
 from ..ledger.mirror import MirroredLedger, Replay
@@ -35,6 +35,7 @@ from ..redact import redact
 from ..spec.dataset import Case
 from ..spec.matrix import Matrix
 from .load import Load
+from .ray_driver import Job, drive, ray_init, reap_group, reap_worker
 from .runner import (
     CARRIER_FAILED,
     Progress,
@@ -197,124 +198,6 @@ class Apply:
             self.summary = ev[1]
 
 
-def ray_init(address: str | None) -> Any:
-    try:
-        import ray
-    except ImportError:
-        raise UsageError("--ray needs Ray: pip install 'evalkit[ray]'") from None
-    if not ray.is_initialized():
-        kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
-        try:
-            if address in (None, "", "local"):
-                ray.init(**kw)
-            else:
-                ray.init(address=address, **kw)
-        except Exception as e:  # noqa: BLE001 - Ray raises bare Exceptions for a node that cannot start
-            raise EngineError(f"Ray could not start or connect ({address or 'local'}): "
-                              f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
-    return ray
-
-
-@dataclass
-class Job:
-    """One Ray task the driver process submits: its label, resources and shard."""
-
-    label: str
-    opts: dict[str, Any]
-    shard: Shard
-
-
-def drive(address: str | None, jobs: list[Job], conn: Any) -> None:
-    """The Ray driver, in a process of its own (see `run_matrix_ray`): submit the tasks, forward
-    every worker's events to the ledger's process as (label, event), cancel them when asked.
-    Ray ends its driver abruptly when the node it runs on dies; the ledger is not in this process."""
-    os.setpgid(0, 0)  # its own group (same session): the ledger's process can reap whatever Ray left behind
-    _die_with_parent()
-    try:
-        ray = ray_init(address)
-        remote = ray.remote(num_returns="streaming", max_retries=0)(run_shard)
-        gens = [(j.label, remote.options(**j.opts).remote(j.shard)) for j in jobs]
-    except BaseException as e:  # said once, to the ledger's process, which records it on each variant
-        try:
-            conn.send(("", ("_driver_error", str(e).splitlines()[0] if str(e) else type(e).__name__)))
-        except OSError:
-            pass
-        return
-    out: queue.Queue[tuple[str, Any]] = queue.Queue()
-
-    def pull(label: str, gen: Any) -> None:
-        try:
-            for ref in gen:
-                out.put((label, ray.get(ref)))
-        except Exception as e:  # the worker or its node died
-            out.put((label, ("_failed", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")))
-        out.put((label, ("_end",)))
-
-    for label, gen in gens:
-        threading.Thread(target=pull, args=(label, gen), daemon=True).start()
-    open_streams = len(gens)
-    try:
-        while open_streams:
-            if conn.poll():  # the only message: cancel (a signal reached the ledger's process)
-                conn.recv()
-                for _, gen in gens:
-                    try:
-                        ray.cancel(gen)
-                    except Exception:  # noqa: BLE001 - a task that already ended
-                        pass
-            try:
-                item = out.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            open_streams -= item[1][0] == "_end"
-            conn.send(item)
-        conn.send(("", ("_all_done",)))
-    except (BrokenPipeError, EOFError, OSError):  # the ledger's process is gone: nobody to tell
-        pass
-    finally:
-        ray.shutdown()
-
-
-def _die_with_parent() -> None:
-    """The driver process ends with the ledger's process, however that one ends (Linux)."""
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _reap_group(pgid: int) -> None:
-    """Whatever the driver process's group still holds once it has ended (Ray's own processes
-    after the driver was killed): none outlives the run."""
-    import signal
-
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _reap_worker(pid: int, node: str) -> None:
-    """A failed task's Ray worker, when it ran on this machine and still runs (checked by its
-    process title, so a reused pid is never hit)."""
-    import signal
-
-    if node != os.uname().nodename:
-        return
-    try:
-        title = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return
-    if title.startswith(b"ray::"):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
 def run_matrix_ray(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: Path, *, address: str | None,
                    repeats: int = 1, subset_seed: int = 0, progress: Progress | None = None, load: Load | None = None,
                    resume_run: str | None = None) -> RunSummary:
@@ -362,7 +245,7 @@ def run_matrix_ray(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_pa
 
         mp = multiprocessing.get_context("spawn")  # a fresh interpreter: no SQLite handle or thread of this one
         conn, child_conn = mp.Pipe()
-        proc = mp.Process(target=drive, args=(address, jobs, child_conn), name="evalkit-ray-driver")
+        proc = mp.Process(target=drive, args=(address, jobs, child_conn, run_shard), name="evalkit-ray-driver")
         proc.start()
         child_conn.close()
         ended: set[str] = set()
@@ -392,7 +275,8 @@ def run_matrix_ray(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_pa
             ap = appliers[label]
             if ev[0] == "_end":
                 ended.add(label)
-                _close(ledger, summary, ap)
+                if cancelled_at is None or "n_requests" in (ap.summary or {}):
+                    _close(ledger, summary, ap)  # a task cancelled by a signal is `interrupted` (finish_run), not failed
             elif ev[0] == "_failed":
                 ap.summary = {"error": ev[1]}
             else:
@@ -421,11 +305,11 @@ def run_matrix_ray(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_pa
                 proc.terminate()
                 proc.join(timeout=5)
             if proc.pid:
-                _reap_group(proc.pid)
+                reap_group(proc.pid)
             # a worker whose node died outlives its raylet for a while, in a group of its own
             for ap in appliers.values():
                 if ap.worker and (ap.summary or {}).get("error"):
-                    _reap_worker(*ap.worker)
+                    reap_worker(*ap.worker)
         finish_run(ledger, matrix, summary, ok, reason)
     return summary
 
@@ -471,4 +355,4 @@ def ray_embed(address: str | None, batch: int = 256) -> Any:
     return make_embed(encode)
 
 
-__all__ = ["EventLedger", "Job", "Shard", "drive", "ray_embed", "run_matrix_ray", "run_shard"]
+__all__ = ["EventLedger", "Job", "Shard", "ray_embed", "ray_init", "run_matrix_ray", "run_shard"]

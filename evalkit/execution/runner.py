@@ -74,6 +74,7 @@ class RunSummary:
     estimates: dict[str, RunEstimate] = field(default_factory=dict)
     time_budget_s: float | None = None  # --time-budget: the run keeps as many cases as fit
     sized: int | None = None  # the case count the time budget chose
+    unrecorded: str | None = None  # why the run's end could not be written (a full disk): it reads as stale
     t0: float = field(default_factory=time.monotonic)
 
 
@@ -360,8 +361,8 @@ def finish_run(ledger: Ledger, matrix: Matrix, summary: RunSummary, ok: bool, re
         for name in left:
             summary.failed_variants.setdefault(name, reason or "left running when the run ended")
         ledger.update_run(summary.run_id, {"status": status, "finished_at": utcnow(), "stop_reason": reason})
-    except LedgerWriteError:
-        pass
+    except LedgerWriteError as e:
+        summary.unrecorded = str(e).splitlines()[0]
 
 
 def run_matrix(

@@ -46,7 +46,7 @@ UNREPORTED = frozenset({"n_chunks", "http_status", "n_malformed", "srv_inference
                         "srv_kv_cache_usage_start", "srv_prompt_tokens", "srv_prefix_cache_hits",
                         "srv_resp_generation_ms", "srv_resp_mean_itl_ms", "srv_resp_tokens_per_s", "srv_hist_ttft_ms",
                         "srv_hist_queue_ms", "n_reads", "first_read_chunks", "max_read_chunks", "client_proc",
-                        "persona_title", "usage_source", "is_warmup", "final", "attempt"})
+                        "persona_title", "usage_source", "is_warmup", "final", "attempt", "started_at", "turn"})
 
 # What `publish` exports per run: config name -> (table, how rows belong to the run).
 EXPORTS = {
@@ -224,11 +224,13 @@ class Ledger(SeriesReads, TokenScoresMixin):  # teacher-forced scores: ledger/to
         return int(self._db.execute("select coalesce(max(seq), 0) from requests where run_id = ?", [run_id]).fetchone()[0])
 
     def done_keys(self, run_id: str) -> set[tuple[str, str, int, str]]:
-        """(variant, case, repeat, level) already measured in a run: a resume skips exactly these."""
+        """(variant, case, repeat, level) already measured in a run: a resume skips exactly these.
+        One string object per distinct value (a million keys share a few thousand strings)."""
+        canon: dict[str, str] = {}
         return {
-            (r["variant"], r["case_id"], r["repeat"], r["level"] or "main")
-            for r in self._db.query("select variant, case_id, repeat, level from requests "
-                                   "where run_id = ? and is_warmup = 0 and final = 1", [run_id])
+            (canon.setdefault(v, v), canon.setdefault(c, c), rep, canon.setdefault(lv or "main", lv or "main"))
+            for v, c, rep, lv in self._db.execute("select variant, case_id, repeat, level from requests "
+                                                  "where run_id = ? and is_warmup = 0 and final = 1", [run_id])
         }
 
     def measured_requests(self, run_id: str, *, ok_only: bool = False, level: str | None = None,
