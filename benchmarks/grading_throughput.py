@@ -38,11 +38,12 @@ WORDS = ("I build reliable payment systems with Python and Go and would welcome 
 
 def synthetic_output(case, rng: random.Random) -> str:
     body = " ".join(rng.choice(WORDS) for _ in range(rng.randint(40, 110)))
+    ctx = case.get("context_keys") or {}
     if case.schema_name == "outreach_email":
-        return json.dumps({"subject": f"{case.context_keys.role} at {case.context_keys.company}"[:80],
+        return json.dumps({"subject": f"{ctx.get('role')} at {ctx.get('company')}"[:80],
                            "body": f"Dear reader, {body}.", "sign_off": "Best regards"})
-    return json.dumps({"headline": f"{case.context_keys.role}"[:100], "summary": body[:590],
-                       "skills": case.context_keys.skills[:4]})
+    return json.dumps({"headline": f"{ctx.get('role')}"[:100], "summary": body[:590],
+                       "skills": (ctx.get("skills") or [])[:4]})
 
 
 def workload(n: int) -> tuple[list, dict[int, int]]:
