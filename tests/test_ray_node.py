@@ -58,25 +58,32 @@ def _alive(pid: int) -> bool:
         return False
 
 
+ENV = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # each run starts its own local Ray
+
+
+def _ray_run(tmp: Path, a: StubServer, b: StubServer, until_sql: str) -> tuple[subprocess.Popen[str], Path]:
+    """`evalkit run --ray` of 40 cases against two stubs, returned once ``until_sql`` is true of its ledger."""
+    m = tmp / "m.yaml"
+    m.write_text(f"name: raynode\nbaseline: base\ngeneration:\n  warmup: 0\n  baseline_repeats: 1\n"
+                 f"divergence: {{enabled: false}}\nvariants:\n  - name: base\n    endpoint: {a.base_url}\n"
+                 f"  - name: cand\n    endpoint: {b.base_url}\n", encoding="utf-8")
+    ledger = tmp / "l.db"
+    p = subprocess.Popen([EVALKIT, "run", "--matrix", str(m), "--limit", "40", "--ledger", str(ledger), "-q", "--ray",
+                          "--no-grade"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and p.poll() is None:
+        if ledger.exists() and Database(ledger).execute(until_sql).fetchone()[0]:
+            break
+        time.sleep(0.3)
+    return p, ledger
+
+
 @pytest.fixture(scope="module")
 def node_killed(tmp_path_factory: pytest.TempPathFactory) -> dict:
     tmp = tmp_path_factory.mktemp("raynode")
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # the run starts its own local Ray
     with StubServer(StubConfig(ttft_ms=100, itl_ms=20)) as a, StubServer(StubConfig(ttft_ms=100, itl_ms=20)) as b:
-        m = tmp / "m.yaml"
-        m.write_text(f"name: raynode\nbaseline: base\ngeneration:\n  warmup: 0\n  baseline_repeats: 1\n"
-                     f"divergence: {{enabled: false}}\nvariants:\n  - name: base\n    endpoint: {a.base_url}\n"
-                     f"  - name: cand\n    endpoint: {b.base_url}\n", encoding="utf-8")
-        ledger = tmp / "l.db"
-        p = subprocess.Popen([EVALKIT, "run", "--matrix", str(m), "--limit", "40", "--ledger", str(ledger), "-q",
-                              "--ray", "--no-grade"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             env=env)
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and p.poll() is None:  # until rows stream in from both workers
-            if ledger.exists() and Database(ledger).execute(
-                    "select count(distinct variant) from requests").fetchone()[0] == 2:
-                break
-            time.sleep(0.3)
+        # until rows stream in from both workers
+        p, ledger = _ray_run(tmp, a, b, "select count(distinct variant) = 2 from requests")
         family = _descendants(p.pid)
         raylets = [q for q in family if "raylet/raylet" in _cmdline(q)]
         for q in raylets:
@@ -89,7 +96,7 @@ def node_killed(tmp_path_factory: pytest.TempPathFactory) -> dict:
                  "variants": {v["name"]: v for v in db["variants"].rows}, "run": next(db["runs"].rows),
                  "rows": db["requests"].count}
         r = subprocess.run([EVALKIT, "run", "--resume", first["run"]["id"], "--ledger", str(ledger), "-q", "--ray",
-                            "--no-grade"], capture_output=True, text=True, env=env, timeout=300)
+                            "--no-grade"], capture_output=True, text=True, env=ENV, timeout=300)
     db = Database(ledger)
     finals = Counter((x["variant"], x["case_id"], x["repeat"]) for x in db["requests"].rows_where("final = 1 and is_warmup = 0"))
     return {**first, "resume_rc": r.returncode, "resume_out": r.stdout + r.stderr, "finals": finals,
@@ -147,20 +154,8 @@ def test_the_resumed_run_is_complete(node_killed):
 def test_a_killed_evalkit_leaves_no_ray_process(tmp_path):
     """SIGKILL to `evalkit run --ray`: its driver process dies with it and takes the Ray processes
     it started along (Ray's agents would otherwise run on as orphans)."""
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     with StubServer(StubConfig(ttft_ms=100, itl_ms=20)) as a, StubServer(StubConfig(ttft_ms=100, itl_ms=20)) as b:
-        m = tmp_path / "m.yaml"
-        m.write_text(f"name: raykill\nbaseline: base\ngeneration:\n  warmup: 0\n  baseline_repeats: 1\n"
-                     f"divergence: {{enabled: false}}\nvariants:\n  - name: base\n    endpoint: {a.base_url}\n"
-                     f"  - name: cand\n    endpoint: {b.base_url}\n", encoding="utf-8")
-        ledger = tmp_path / "l.db"
-        p = subprocess.Popen([EVALKIT, "run", "--matrix", str(m), "--limit", "40", "--ledger", str(ledger), "-q",
-                              "--ray", "--no-grade"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and p.poll() is None:
-            if ledger.exists() and Database(ledger).execute("select count(*) from requests").fetchone()[0] > 0:
-                break
-            time.sleep(0.3)
+        p, _ = _ray_run(tmp_path, a, b, "select count(*) > 0 from requests")
         family = _descendants(p.pid)
         p.kill()
         p.wait()

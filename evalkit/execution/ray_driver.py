@@ -52,6 +52,7 @@ def drive(address: str | None, jobs: list[Job], conn: Any, body: Callable[..., A
     _die_with_parent()
     try:
         ray = ray_init(address)
+        _die_with_parent()  # again: ray.init put its own SIGTERM handler (sys.exit, a traceback) in its place
         remote = ray.remote(num_returns="streaming", max_retries=0)(body)
         gens = [(j.label, remote.options(**j.opts).remote(j.shard)) for j in jobs]
     except BaseException as e:  # said once, to the ledger's process, which records it on each variant
@@ -97,7 +98,8 @@ def drive(address: str | None, jobs: list[Job], conn: Any, body: Callable[..., A
 
 def _die_with_parent() -> None:
     """The driver process ends with the ledger's process, however that one ends (Linux), and takes
-    its group with it: the Ray processes it started (Ray's agents outlive a driver killed alone)."""
+    its group with it: the Ray processes it started (Ray's agents outlive a driver killed alone).
+    SIGTERM is the parent-death signal and what `terminate()` sends."""
     import signal
 
     signal.signal(signal.SIGTERM, lambda *_: os.killpg(0, signal.SIGKILL))

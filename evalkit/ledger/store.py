@@ -241,8 +241,11 @@ class Ledger(SeriesReads, TokenScoresMixin):  # teacher-forced scores: ledger/to
         return list(self.iter_measured(run_id, ok_only=ok_only, level=level, variant=variant, lean=lean))
 
     def iter_measured(self, run_id: str, *, ok_only: bool = False, level: str | None = None,
-                      variant: str | None = None, lean: bool = False) -> Iterator[dict[str, Any]]:
-        """`measured_requests` one row at a time (a pass over a million rows holds one)."""
+                      variant: str | None = None, lean: bool = False, with_cases: bool = True
+                      ) -> Iterator[dict[str, Any]]:
+        """`measured_requests` one row at a time (a pass over a million rows holds one).
+        ``with_cases=False``: the request's own columns only, of rows whose case is in the ledger
+        (the caller attaches `case_fields`: a million rows then share a few hundred case values)."""
         where = ["r.run_id = ?", "r.is_warmup = 0", "r.final = 1"]
         params: list[Any] = [run_id]
         if ok_only:
@@ -253,13 +256,21 @@ class Ledger(SeriesReads, TokenScoresMixin):  # teacher-forced scores: ledger/to
         if variant is not None:
             where.append("r.variant = ?")
             params.append(variant)
-        cols = ", ".join(f"c.{f}" for f in CASE_FIELDS if not (lean and f in HEAVY_FIELDS | UNREPORTED))
+        cols = ", ".join(f"c.{f}" for f in CASE_FIELDS if not (lean and f in HEAVY_FIELDS | UNREPORTED)) \
+            if with_cases else "1 as _case"
         mine = ", ".join(f"r.[{c}]" for c in self._db["requests"].columns_dict if c not in HEAVY_FIELDS | UNREPORTED) \
             if lean else "r.*"
         return self._db.query(
             f"""select {mine}, {cols} from requests r join runs u on u.id = r.run_id
                 join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
                 where {' and '.join(where)} order by r.seq, r.id""", params)
+
+    def case_fields(self, run_id: str, lean: bool = False) -> dict[str, dict[str, Any]]:
+        """case id -> its fields (`CASE_FIELDS`; ``lean``: without the texts), for the run's dataset."""
+        names = [f for f in CASE_FIELDS if not (lean and f in HEAVY_FIELDS | UNREPORTED)]
+        return {r[0]: dict(zip(names, r[1:], strict=True)) for r in self._db.execute(
+            f"select c.id, {', '.join(f'c.{f}' for f in names)} from cases c join runs u "
+            "on c.dataset_hash = u.dataset_hash where u.id = ?", [run_id])}
 
     def sample_outputs(self, run_id: str, n_cases: int = 3) -> list[dict[str, Any]]:
         """The first repeat of the first few measured cases, every variant's answer (the HTML

@@ -11,10 +11,8 @@ from typing import Any
 from ..ledger import Ledger
 
 _NO_GRADES: dict[str, Any] = {}  # shared by every ungraded row: a large run's are most
-# Text columns with few distinct values: one string object per value, not one per row (a case's
-# attributes JSON alone is ~500 bytes a row).
-_SHARED = ("run_id", "variant", "case_id", "level", "finish_reason", "error_class", "srv_method", "timestamp_source",
-           "task", "persona", "candidate", "complexity", "schema_name", "attributes_json")
+# Request text columns with few distinct values: one string object per value, not one per row.
+_SHARED = ("run_id", "variant", "case_id", "level", "finish_reason", "error_class", "srv_method", "timestamp_source")
 
 
 class Rows(list):  # type: ignore[type-arg]
@@ -31,16 +29,21 @@ class Rows(list):  # type: ignore[type-arg]
 def request_rows(ledger: Ledger, run_id: str) -> Rows:
     """Measured requests joined with their case and latest grades, lean (see `Ledger.iter_measured`)."""
     grades = ledger.latest_grades(run_id)
+    # each case's fields once, attached to its rows: a million rows share a few hundred values
+    # instead of each carrying its own copy of the case's strings (its attributes JSON is ~500 bytes)
+    cases = ledger.case_fields(run_id, lean=True)
     parsed: dict[str | None, dict[str, Any]] = {}  # one attributes dict per case, shared by its rows
     # A million acyclic dicts trigger the cyclic collector again and again while they are made and
     # every later pass pays for scanning them: collect once, then leave them out of collections.
     enabled = gc.isenabled()
     gc.disable()
     try:
-        rows = Rows(ledger.iter_measured(run_id, lean=True))
+        rows = Rows(ledger.iter_measured(run_id, lean=True, with_cases=False))
         canon: dict[str, str] = {}
         shared = [k for k in _SHARED if rows and k in rows[0]]
         for r in rows:
+            del r["_case"]
+            r.update(cases[r["case_id"]])
             for k in shared:
                 if (v := r[k]) is not None:
                     r[k] = canon.setdefault(v, v)
