@@ -61,8 +61,10 @@ def _alive(pid: int) -> bool:
 ENV = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # each run starts its own local Ray
 
 
-def _ray_run(tmp: Path, a: StubServer, b: StubServer, until_sql: str) -> tuple[subprocess.Popen[str], Path]:
-    """`evalkit run --ray` of 40 cases against two stubs, returned once ``until_sql`` is true of its ledger."""
+def _ray_run(tmp: Path, a: StubServer, b: StubServer, until_sql: str | None = None,
+             until_proc: str | None = None) -> tuple[subprocess.Popen[str], Path]:
+    """`evalkit run --ray` of 40 cases against two stubs, returned once ``until_sql`` is true of its
+    ledger, or once one of its processes' command lines holds ``until_proc``."""
     m = tmp / "m.yaml"
     m.write_text(f"name: raynode\nbaseline: base\ngeneration:\n  warmup: 0\n  baseline_repeats: 1\n"
                  f"divergence: {{enabled: false}}\nvariants:\n  - name: base\n    endpoint: {a.base_url}\n"
@@ -72,9 +74,11 @@ def _ray_run(tmp: Path, a: StubServer, b: StubServer, until_sql: str) -> tuple[s
                           "--no-grade"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and p.poll() is None:
-        if ledger.exists() and Database(ledger).execute(until_sql).fetchone()[0]:
+        if until_sql and ledger.exists() and Database(ledger).execute(until_sql).fetchone()[0]:
             break
-        time.sleep(0.3)
+        if until_proc and any(until_proc in _cmdline(q) for q in _descendants(p.pid)):
+            break
+        time.sleep(0.1)
     return p, ledger
 
 
@@ -151,15 +155,21 @@ def test_the_resumed_run_is_complete(node_killed):
     assert node_killed["run_after"] == "complete"
 
 
-def test_a_killed_evalkit_leaves_no_ray_process(tmp_path):
+@pytest.mark.parametrize("when", ["while Ray starts", "while sending"])
+def test_a_killed_evalkit_leaves_no_ray_process(tmp_path, when):
     """SIGKILL to `evalkit run --ray`: its driver process dies with it and takes the Ray processes
-    it started along (Ray's agents would otherwise run on as orphans)."""
+    it started along (Ray's agents would otherwise run on as orphans), also while `ray.init`, whose
+    own SIGTERM handler exits through a traceback, is still starting them."""
     with StubServer(StubConfig(ttft_ms=100, itl_ms=20)) as a, StubServer(StubConfig(ttft_ms=100, itl_ms=20)) as b:
-        p, _ = _ray_run(tmp_path, a, b, "select count(*) > 0 from requests")
+        if when == "while sending":
+            p, _ = _ray_run(tmp_path, a, b, until_sql="select count(*) > 0 from requests")
+        else:
+            p, _ = _ray_run(tmp_path, a, b, until_proc="dashboard/agent.py")
         family = _descendants(p.pid)
         p.kill()
-        p.wait()
+        out = p.communicate()[0]
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and any(_alive(q) for q in family):
             time.sleep(0.5)
     assert [f"{q} {_cmdline(q)[:80]}" for q in family if _alive(q)] == []
+    assert "Traceback" not in out

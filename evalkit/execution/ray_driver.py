@@ -48,11 +48,19 @@ def drive(address: str | None, jobs: list[Job], conn: Any, body: Callable[..., A
     """The Ray driver, in a process of its own: submit ``body`` (`cluster.run_shard`) per job, forward
     every worker's events to the ledger's process as (label, event), cancel them when asked.
     Ray ends its driver abruptly when the node it runs on dies; the ledger is not in this process."""
+    import signal
+
     os.setpgid(0, 0)  # its own group (same session): the ledger's process can reap whatever Ray left behind
+    # ray.init puts a SIGTERM handler of its own in place (sys.exit: a traceback, and Ray's processes
+    # left running): SIGTERM waits while it starts, then meets ours
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     _die_with_parent()
     try:
-        ray = ray_init(address)
-        _die_with_parent()  # again: ray.init put its own SIGTERM handler (sys.exit, a traceback) in its place
+        try:
+            ray = ray_init(address)
+        finally:
+            _die_with_parent()
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         remote = ray.remote(num_returns="streaming", max_retries=0)(body)
         gens = [(j.label, remote.options(**j.opts).remote(j.shard)) for j in jobs]
     except BaseException as e:  # said once, to the ledger's process, which records it on each variant
