@@ -11,23 +11,19 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from sqlite_utils import Database
 
 from ..errors import LedgerError, LedgerWriteError, UsageError
-from .migrations import MIGRATION_NAMES, MIGRATION_SET, migrations, requests_view_sql
+from .derived import DerivedTables
+from .migrations import MIGRATION_NAMES, MIGRATION_SET, migrations
 from .series import SeriesReads
 from .token_scores import TokenScoresMixin
-from .writes import _write
-
-
-def utcnow() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+from .writes import _write, utcnow
 
 
 def dumps(value: Any) -> str:
@@ -95,7 +91,7 @@ class RunRecord(dict):
         return self.matrix.get("margins") or {}
 
 
-class Ledger(SeriesReads, TokenScoresMixin):  # teacher-forced scores: ledger/token_scores.py
+class Ledger(SeriesReads, TokenScoresMixin, DerivedTables):  # scores: token_scores.py; derived.py
     """One ledger file, migrated. Its sqlite-utils connection is private: every read and write the
     rest of evalkit needs is a method here."""
 
@@ -310,46 +306,6 @@ class Ledger(SeriesReads, TokenScoresMixin):  # teacher-forced scores: ledger/to
         if run_id:
             sql, params = sql + " where run_id = ?", [run_id]
         return [r["grader"] for r in self._db.query(sql + " order by grader", params)]
-
-    # --- derived tables and views ---------------------------------------------------------------
-
-    def derived_signature(self, run_id: str) -> str:
-        """What a run's derived tables were computed from: its status, its newest request and its
-        newest grade. A different signature means they are stale."""
-        run = self._db.execute("select status from runs where id = ?", [run_id]).fetchone()
-        req = self._db.execute("select max(id), count(*) from requests where run_id = ?", [run_id]).fetchone()
-        grade = self._db.execute("select max(id), count(*) from grades where run_id = ?", [run_id]).fetchone()
-        return f"{run[0] if run else None}|{req[0]}|{req[1]}|{grade[0]}|{grade[1]}"
-
-    def stale_derived(self) -> list[str]:
-        """The runs whose derived tables are missing or older than their rows, grades or status."""
-        done = {r["run_id"]: r["signature"] for r in self._db.query("select run_id, signature from derived_runs")}
-        return [rid for rid in self.run_ids() if done.get(rid) != self.derived_signature(rid)]
-
-    @_write
-    def replace_derived(self, run_id: str, spikes: list[dict[str, Any]], summary: list[dict[str, Any]],
-                        cost: list[dict[str, Any]] | None = None, verdicts: list[dict[str, Any]] | None = None) -> None:
-        """One run's findings that need Python (robust statistics), for Datasette, in one
-        transaction, with the signature they were computed from."""
-        signature = self.derived_signature(run_id)
-        with self._db.conn:
-            for table, rows in (("derived_spikes", spikes), ("derived_summary", summary), ("derived_cost", cost or []),
-                                ("derived_verdicts", verdicts or [])):
-                self._db[table].delete_where("run_id = ?", [run_id])
-                if rows:  # the migrations made these tables: plain inserts (a large run has 10^5 spikes)
-                    cols = list(self._db[table].columns_dict)
-                    self._db.conn.executemany(
-                        f"insert into [{table}] ({', '.join(f'[{c}]' for c in cols)}) values "
-                        f"({', '.join('?' * len(cols))})", [tuple(r.get(c) for c in cols) for r in rows])
-            self._db["derived_runs"].upsert({"run_id": run_id, "signature": signature, "computed_at": utcnow()},
-                                            pk="run_id")
-
-    @_write
-    def define_requests_view(self, grade_columns: Iterable[tuple[str, str, str]]) -> None:
-        """(Re)create `requests_joined` with one column per (column, grader, field) given."""
-        with self._db.conn:
-            self._db.execute("drop view if exists requests_joined")
-            self._db.execute(requests_view_sql(grade_columns))
 
     # --- export ---------------------------------------------------------------------------------
 

@@ -7,11 +7,17 @@ from __future__ import annotations
 import functools
 import sqlite3
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 from ..errors import LedgerWriteError
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def utcnow() -> str:
+    """Now, UTC, to the millisecond: every timestamp the ledger stores."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 def _write(fn: F) -> F:
