@@ -253,9 +253,12 @@ class Soak:
         errors = [x for x in out.splitlines() if x.startswith("Error:")]
         if "cannot write the ledger" in out or (fsize is not None and rc == 1 and len(errors) == 1):
             # a full disk: the ledger's writes fail, or (with --ray) Ray's own files do first and it
-            # cannot start; either way one line, and the status is what could still be written
+            # cannot start; either way one line, and the status is what could still be written. A
+            # signal dealt while it was on its way out may still end it (its said line stands)
+            late = {-9} if dealt == "sigkill_evalkit" else {143, -15} if dealt in ("sigterm_evalkit", "disk_full",
+                                                                                  "time_up") else set()
             dealt = "ledger write failed" if "cannot write the ledger" in out else "ray could not start (disk full)"
-            ok = rc == 1 and status in ("running", "interrupted", "failed", before) and len(errors) == 1
+            ok = rc in {1} | late and status in ("running", "interrupted", "failed", before) and len(errors) == 1
         else:
             # a signal: SIGKILL leaves `running`, SIGTERM `interrupted` (143), or -15 while evalkit
             # had not yet (or no longer) its handler; a server down may fail a variant (exit 1), and
