@@ -39,6 +39,58 @@ def test_find_spikes_known_answer(values, spikes_at):
     assert find_spikes(values) == spikes_at
 
 
+def _small_rule_spikes(values: list[float], k: float = 3.5) -> list[int]:
+    """find_spikes' rule written out with sorted Python lists (the path below 4,096 values)."""
+    def med(xs: list[float]) -> float:
+        xs = sorted(xs)
+        pos = (len(xs) - 1) / 2
+        return xs[int(pos)] + (xs[-int(-pos)] - xs[int(pos)]) * (pos - int(pos))
+
+    m = med(values)
+    scale = max(1.4826 * med([abs(x - m) for x in values]), 0.01 * abs(m), 1e-9)
+    floor = max(m * 1.10, m + 1.0)
+    return [i for i, v in enumerate(values) if v > m + k * scale and v >= floor]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_find_spikes_above_4096_values_flags_what_the_small_rule_flags(seed):
+    import random
+
+    from evalkit.stats.describe import LARGE
+
+    rng = random.Random(seed)
+    values = [rng.gauss(400, 20) if i % 97 else rng.uniform(600, 2000) for i in range(LARGE + 501)]
+    assert find_spikes(values) == _small_rule_spikes(values)
+
+
+@pytest.mark.parametrize("stat", ["n", "mean", "std", "p50", "p90", "p95", "p99", "max"])
+def test_describe_above_4096_values_equals_the_small_path(stat):
+    import random
+
+    from evalkit.reporting.findings import describe
+    from evalkit.stats.describe import LARGE
+
+    rng = random.Random(7)
+    values = [rng.lognormvariate(5, 0.5) for _ in range(LARGE + 11)]
+    assert describe(values)[stat] == pytest.approx(_describe_small(values)[stat], rel=1e-12)
+
+
+def _describe_small(values: list[float]) -> dict[str, float]:
+    import math
+
+    xs = sorted(values)
+    n = len(xs)
+    m = sum(xs) / n
+
+    def p(q: float) -> float:
+        pos = (n - 1) * q / 100
+        lo, hi = math.floor(pos), math.ceil(pos)
+        return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+    return {"n": n, "mean": m, "std": math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1)), "p50": p(50), "p90": p(90),
+            "p95": p(95), "p99": p(99), "max": xs[-1]}
+
+
 @pytest.mark.parametrize("kw, cause", [
     ({"srv_preemptions": 2.0}, "preemption"),
     ({"srv_queue_ms": 1200.0, "srv_prefill_ms": 395.0, "srv_waiting_start": 3.0}, "queued"),

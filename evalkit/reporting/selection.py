@@ -29,7 +29,7 @@ def _memo(rows: list[dict[str, Any]], key: str, compute: Any) -> Any:
 def _sweep_levels(rows: list[dict[str, Any]]) -> dict[str, set[int]]:
     out: dict[str, set[int]] = defaultdict(set)
     for r in rows:
-        out[r["variant"]].add(r.get("concurrency") or 1)
+        out[r["variant"]].add(level_of(r))
     return dict(out)
 
 
@@ -55,7 +55,7 @@ def _first_level(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     if all(len(ls) == 1 for ls in levels.values()):  # one level per variant: every row is at its first
         return rows
     low = {v: min(ls) for v, ls in levels.items()}
-    return Rows(r for r in rows if (r.get("concurrency") or 1) == low[r["variant"]])
+    return Rows(r for r in rows if level_of(r) == low[r["variant"]])
 
 
 def first_level(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
