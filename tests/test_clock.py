@@ -27,35 +27,38 @@ from evalkit.testing.stub_server import StubConfig, StubServer
 PAYLOAD = build_payload("stub-model", [{"role": "user", "content": "hello"}], max_tokens=8, temperature=0, seed=None)
 
 
-def _blocked(url: str, use_wire: bool, stall_s: float = 0.05) -> tuple[float, float | None, object]:
-    """One request whose client loop is blocked for 50 ms right after sending; returns the client's
-    first-token time (perf_counter s) and its user-space first-token time. ``stall_s``: how long
-    the loop is blocked (the aiohttp test stalls longer, so a server slowed by a busy machine
-    still answers inside the stall)."""
+async def _stall(cfg: StubConfig, stamps: dict[int, float], extra_s: float) -> None:
+    """Block the client's loop from the moment the request reaches the stub until ``extra_s`` after
+    the stub stamped the write in ``stamps``. Anchored on the stub's own clock (it runs in another
+    thread), so a slow machine cannot move the stall off the write it is meant to cover."""
+    while not cfg.arrivals:
+        await asyncio.sleep(0.001)
+    limit = time.monotonic() + 10
+    while not stamps and time.monotonic() < limit:
+        time.sleep(0.0005)  # blocks the loop: nothing is read while the stub writes
+    time.sleep(extra_s)
+
+
+async def _send(url: str, use_wire: bool) -> object:
+    if use_wire:
+        w = WireClient()
+        try:
+            return await stream_chat_wire(w, url, PAYLOAD, epoch=0.0)
+        finally:
+            w.close()
+    async with aiohttp.ClientSession() as s:
+        return await stream_chat(s, url, PAYLOAD, epoch=0.0)
+
+
+def _blocked(s: StubServer, use_wire: bool) -> tuple[float, float | None, object]:
+    """One request whose client loop is blocked over its first token until 50 ms after the stub
+    wrote it; returns the client's first-token time (perf_counter s) and its user-space one."""
     async def go():
-        loop = asyncio.get_running_loop()
-        if use_wire:
-            loop.call_later(0.002, time.sleep, 0.05)  # the loop does 50 ms of other work just after the send
-            w = WireClient()
-            try:
-                r = await stream_chat_wire(w, url, PAYLOAD, epoch=0.0)
-            finally:
-                w.close()
-        else:
-            # aiohttp's session may take longer than 2 ms to send under load: stall from its own
-            # "body sent" hook, so the stall always follows the send
-            stalled: list[bool] = []
-
-            async def sent(*_a: object) -> None:
-                if not stalled:
-                    stalled.append(True)
-                    loop.call_later(0.002, time.sleep, stall_s)
-
-            trace = aiohttp.TraceConfig()
-            trace.on_request_chunk_sent.append(sent)
-            async with aiohttp.ClientSession(trace_configs=[trace]) as s:
-                r = await stream_chat(s, url, PAYLOAD, epoch=0.0)
-        return r
+        stall = asyncio.ensure_future(_stall(s.cfg, s.cfg.stamps, 0.05))
+        try:
+            return await _send(f"{s.base_url}/v1/chat/completions", use_wire)
+        finally:
+            await stall
 
     r = asyncio.run(go())
     assert r.ok, r.error
@@ -64,9 +67,9 @@ def _blocked(url: str, use_wire: bool, stall_s: float = 0.05) -> tuple[float, fl
 
 @pytest.mark.skipif(not wire_mod.kernel_stamps_ready(), reason="this kernel does not stamp TCP reads")
 def test_a_blocked_loop_does_not_bend_the_kernel_stamp_and_the_user_column_shows_the_lag():
-    # the next chunk comes 60 ms after the first, after the 50 ms stall: nothing merges the first
-    with StubServer(StubConfig(ttft_ms=20, itl_ms=60, role_chunk=False, stamp=True, fixed_chunks=3)) as s:
-        first, first_user, r = _blocked(f"{s.base_url}/v1/chat/completions", use_wire=True)
+    # the next chunk comes 250 ms after the first, well after the 50 ms stall: nothing merges the first
+    with StubServer(StubConfig(ttft_ms=60, itl_ms=250, role_chunk=False, stamp=True, fixed_chunks=3)) as s:
+        first, first_user, r = _blocked(s, use_wire=True)
         sent = s.cfg.stamps[max(s.cfg.stamps)]  # when the stub wrote the first content chunk
     assert r.timestamp_source == "kernel"
     assert r.first_read_chunks == 1
@@ -75,17 +78,15 @@ def test_a_blocked_loop_does_not_bend_the_kernel_stamp_and_the_user_column_shows
     assert r.ttft_user_ms - r.ttft_ms > 25
 
 
-def _stalled_at_the_end(url: str) -> object:
-    """One request whose client loop is blocked for 60 ms from 22 ms after the send: the last
+def _stalled_at_the_end(s: StubServer) -> object:
+    """One request whose client loop is blocked until 60 ms after the stub wrote [DONE]: the last
     chunks and [DONE] arrive while the client is not reading."""
     async def go():
-        loop = asyncio.get_running_loop()
-        loop.call_later(0.022, time.sleep, 0.06)
-        w = WireClient()
+        stall = asyncio.ensure_future(_stall(s.cfg, s.cfg.done_stamps, 0.06))
         try:
-            return await stream_chat_wire(w, url, PAYLOAD, epoch=0.0)
+            return await _send(f"{s.base_url}/v1/chat/completions", use_wire=True)
         finally:
-            w.close()
+            await stall
 
     r = asyncio.run(go())
     assert r.ok, r.error
@@ -95,7 +96,7 @@ def _stalled_at_the_end(url: str) -> object:
 @pytest.fixture
 def end_stall():
     with StubServer(StubConfig(ttft_ms=20, itl_ms=5, role_chunk=False, stamp=True, fixed_chunks=4)) as s:
-        r = _stalled_at_the_end(f"{s.base_url}/v1/chat/completions")
+        r = _stalled_at_the_end(s)
         done = s.cfg.done_stamps[max(s.cfg.done_stamps)]
     return r, done
 
@@ -124,7 +125,7 @@ def test_chunks_merged_while_the_loop_was_late_are_counted_so_the_row_is_marked(
     # chunks 5 ms apart during a 50 ms stall: TCP merges what the client did not read, and the merged
     # segment carries the newest time; the row says how many chunks share the first token's time
     with StubServer(StubConfig(ttft_ms=20, itl_ms=5, role_chunk=False, stamp=True)) as s:
-        first, _, r = _blocked(f"{s.base_url}/v1/chat/completions", use_wire=True)
+        first, _, r = _blocked(s, use_wire=True)
         sent = s.cfg.stamps[max(s.cfg.stamps)]
     late_ms = (first - sent) * 1000
     assert r.first_read_chunks > 1 or late_ms < 2.0  # either exact, or visibly shared
@@ -162,8 +163,8 @@ def test_the_stamp_probe_keeps_a_socket_that_holds_stamping_on():
 
 
 def test_the_user_space_path_is_bent_by_the_same_stall_and_says_which_clock_it_used():
-    with StubServer(StubConfig(ttft_ms=20, itl_ms=5, role_chunk=False, stamp=True)) as s:
-        first, _, r = _blocked(f"{s.base_url}/v1/chat/completions", use_wire=False, stall_s=0.15)
+    with StubServer(StubConfig(ttft_ms=60, itl_ms=5, role_chunk=False, stamp=True)) as s:
+        first, _, r = _blocked(s, use_wire=False)
         sent = s.cfg.stamps[max(s.cfg.stamps)]
     assert r.timestamp_source == "user"
     assert (first - sent) * 1000 > 25

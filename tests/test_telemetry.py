@@ -104,7 +104,8 @@ def test_sequential_run_attributes_server_phases_per_request(runner, endpoint_ma
     assert len(rows) == 4
     for r in rows:
         assert r["srv_method"] == "histogram_delta"
-        assert r["srv_ttft_ms"] == pytest.approx(40.0, abs=5)  # the stub measures its 40 ms prefill on its own clock
+        # the stub measures its 40 ms prefill on its own clock (a busy machine may oversleep it, never cut it)
+        assert 39.5 <= r["srv_ttft_ms"] < 40.0 + 100
         assert r["srv_e2e_ms"] <= r["e2e_ms"] + 1
         assert r["ttft_ms"] >= r["srv_ttft_ms"]  # the client cannot see the token before the server sends it
         assert r["first_chunk_ms"] < r["ttft_ms"]  # the role-only chunk came first

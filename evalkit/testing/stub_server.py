@@ -184,7 +184,7 @@ def _prefix_lookup(cfg: StubConfig, body: dict[str, Any]) -> int:
 
 def _request_metrics(times: dict[str, float], n_tokens: int) -> dict[str, Any]:
     """vLLM's per-request `metrics` object (--enable-per-request-metrics), from the stub's own clock."""
-    now = time.perf_counter()
+    now = times.get("end", time.perf_counter())
     first = times.get("first", now)
     gen = now - first
     return {"time_to_first_token_ms": (first - times["scheduled"]) * 1000,
@@ -296,7 +296,9 @@ def make_app(cfg: StubConfig) -> web.Application:
             cfg.running -= 1
             if kv is not None:
                 kv.release(n)
-            now = time.perf_counter()
+            # vLLM's engine records a request's end when its last token is made, before the frontend
+            # writes the closing chunks: a stalled handler must not stretch the server's E2E past the client's
+            now = times.get("end", time.perf_counter())
             e2e, queue = now - t0, times["scheduled"] - t0
             first = times.get("first", times["scheduled"] + cfg.ttft_ms / 1000)
             record({"time_to_first_token_seconds": first - t0, "e2e_request_latency_seconds": e2e,
@@ -327,8 +329,10 @@ def make_app(cfg: StubConfig) -> web.Application:
                 await kv.admit(n, _prompt_tokens(body) + i)
                 await asyncio.sleep(cfg.ttft_ms / 1000)
                 kv.grow(n)
-            await resp.write(_chunk(rid, model, {"content": piece}))
+            # the engine's token exists before the frontend sends it: stamped before the write, so a
+            # handler descheduled inside the write cannot put the server's TTFT after the client's
             times.setdefault("first", time.perf_counter())
+            await resp.write(_chunk(rid, model, {"content": piece}))
             if cfg.stamp and i == 0:
                 cfg.stamps[n] = time.perf_counter()
             if fault == "malformed" and i == 0:
@@ -340,6 +344,7 @@ def make_app(cfg: StubConfig) -> web.Application:
                 raise asyncio.CancelledError
             if fault == "stall" and i == 0:
                 await asyncio.sleep(3600)
+        times["end"] = time.perf_counter()
         await resp.write(_chunk(rid, model, {}, "length" if cfg.max_chunks else "stop"))
         usage: dict[str, Any] = {"prompt_tokens": _prompt_tokens(body), "completion_tokens": len(pieces), "total_tokens": 0}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
