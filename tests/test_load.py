@@ -49,7 +49,7 @@ def test_rate_is_open_loop_requests_overlap_with_a_slow_server(runner, endpoint_
     got = [r["scheduled_ms"] - rows[0]["scheduled_ms"] for r in rows]
     assert got == pytest.approx(expected, abs=0.01)  # the stored schedule is the seeded one
     lag = [r["sent_ms"] - r["scheduled_ms"] for r in rows]
-    assert max(lag) < 50  # sent on time, whatever the server was doing
+    assert max(lag) < 150  # on time, whatever the server did (a closed loop falls ~150 ms behind per request)
     spans = [(r["sent_ms"], r["sent_ms"] + r["e2e_ms"]) for r in rows]
     overlaps = max(sum(a <= t < b for a, b in spans) for t, _ in spans)
     assert overlaps > 1  # requests really were in flight together

@@ -223,22 +223,35 @@ def test_derived_tables_are_stale_only_when_the_run_changed(tmp_path):
 
 
 def test_open_loop_arrivals_become_tasks_only_when_due():
-    """A million arrivals are never a million waiting tasks: the scheduler makes each when due."""
+    """A million arrivals are never a million waiting tasks: the scheduler pulls each item (and
+    makes its task) only once the one before it was due, however late its own loop runs."""
     from evalkit.execution.sender import Sender
 
-    async def go() -> int:
+    n, rate = 400, 2000.0
+    pulled: list[float] = []  # when each item was taken from the generator, s after t0
+    sent: list[int] = []
+
+    async def go() -> float:
         s = Sender.__new__(Sender)
         s.epoch = time.perf_counter()
-        seen: list[int] = []
 
         async def one(http: Any, item: Any, attribute_now: bool, scheduled_ms: float | None = None) -> list:
-            seen.append(len(asyncio.all_tasks()))
+            sent.append(item)
             await asyncio.sleep(0.001)
             return []
 
-        s._one = one  # type: ignore[method-assign]
-        items = (object() for _ in range(400))
-        await s._open_loop(None, items, Level("main", rate=2000.0, arrival="constant"))  # type: ignore[arg-type]
-        return max(seen)
+        def items():
+            for i in range(n):
+                pulled.append(time.perf_counter() - t0)
+                yield i
 
-    assert asyncio.run(go()) < 40
+        s._one = one  # type: ignore[method-assign]
+        t0 = time.perf_counter()
+        await s._open_loop(None, items(), Level("main", rate=rate, arrival="constant"))  # type: ignore[arg-type]
+        return t0
+
+    asyncio.run(go())
+    assert sorted(sent) == list(range(n))
+    # item i is taken after item i-1 was due (the schedule starts 5 ms after t0, one every 0.5 ms)
+    early = [i for i in range(1, n) if pulled[i] < (i - 1) / rate]
+    assert early == []

@@ -41,6 +41,11 @@ class StubConfig:
     stamp: bool = False  # benchmarks: first content chunk starts "R<n>|", its send time kept in stamps
     stamps: dict[int, float] = field(default_factory=dict)
     done_stamps: dict[int, float] = field(default_factory=dict)  # with stamp: when [DONE] was written
+    # with stamp: just before the first content chunk's write, and once the response was closed, so a
+    # test can hold the client's receive stamps between the server's own (the stub thread may be
+    # descheduled around a write on a busy machine)
+    pre_stamps: dict[int, float] = field(default_factory=dict)
+    closed_stamps: dict[int, float] = field(default_factory=dict)
     arrivals: list[float] = field(default_factory=list)
     # fault name -> apply to every Nth request (1 = all); None = no faults
     fault: str | None = None
@@ -332,6 +337,8 @@ def make_app(cfg: StubConfig) -> web.Application:
             # the engine's token exists before the frontend sends it: stamped before the write, so a
             # handler descheduled inside the write cannot put the server's TTFT after the client's
             times.setdefault("first", time.perf_counter())
+            if cfg.stamp and i == 0:
+                cfg.pre_stamps[n] = times["first"]
             await resp.write(_chunk(rid, model, {"content": piece}))
             if cfg.stamp and i == 0:
                 cfg.stamps[n] = time.perf_counter()
@@ -359,6 +366,8 @@ def make_app(cfg: StubConfig) -> web.Application:
             cfg.done_stamps[n] = time.perf_counter()
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
+        if cfg.stamp:
+            cfg.closed_stamps[n] = time.perf_counter()
         return resp
 
     app = web.Application()
