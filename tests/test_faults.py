@@ -271,11 +271,13 @@ def test_server_dies_mid_run_every_request_still_a_row(tmp_path, endpoint_matrix
                             cwd=PROJECT_DIR, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ledger = tmp_path / "l.db"
     try:
-        for _ in range(100):
+        deadline = time.monotonic() + 30  # a cold interpreter on a busy machine takes a while to listen
+        while True:
             try:
                 with _s.create_connection(("127.0.0.1", port), timeout=0.2):
                     break
             except OSError:
+                assert time.monotonic() < deadline, "the stub server never listened"
                 time.sleep(0.05)
         m = endpoint_matrix(f"http://127.0.0.1:{port}", warmup=0, extra="telemetry:\n  scrape: false\n")
         run = subprocess.Popen([*CLI, "run", "--matrix", str(m), "--limit", "12", "--ledger", str(ledger), "-q",
