@@ -87,7 +87,7 @@ INTEGRATION_FIXTURES = {"stub", "stub_pair", "stub_ledger", "slow_candidate_ledg
                         "swept_ledger", "fake_vllm", "fake_models", "local_ray", "plugin_site", "end_stall",
                         "stub_matrix", "real_run", "soak"}
 INTEGRATION_CALLS = ("StubServer", "runner.invoke", "subprocess", "run_matrix", "FakeVllm", "browse(", "embed(",
-                     "grade_run", "Popen", "make_graders", "_blocked(", "_stalled_at_the_end(", "_sweep(", "_sweep_stop(",
+                     "grade_run", "Popen", "make_graders", "_blocked(", "_stalled(", "_sweep(", "_sweep_stop(",
                      "_run_faulty_stub(", "_jittered_run(", "resolve_model(", "load(\"evalkit_", "onnx")
 
 

@@ -50,11 +50,11 @@ async def _send(url: str, use_wire: bool) -> object:
         return await stream_chat(s, url, PAYLOAD, epoch=0.0)
 
 
-def _blocked(s: StubServer, use_wire: bool) -> tuple[float, float | None, object]:
-    """One request whose client loop is blocked over its first token until 50 ms after the stub
-    wrote it; returns the client's first-token time (perf_counter s) and its user-space one."""
+def _stalled(s: StubServer, stamps: dict[int, float], extra_s: float, use_wire: bool = True) -> object:
+    """One request whose client loop is blocked (`_stall`) until ``extra_s`` after the stub's write
+    stamped in ``stamps``."""
     async def go():
-        stall = asyncio.ensure_future(_stall(s.cfg, s.cfg.stamps, 0.05))
+        stall = asyncio.ensure_future(_stall(s.cfg, stamps, extra_s))
         try:
             return await _send(f"{s.base_url}/v1/chat/completions", use_wire)
         finally:
@@ -62,6 +62,13 @@ def _blocked(s: StubServer, use_wire: bool) -> tuple[float, float | None, object
 
     r = asyncio.run(go())
     assert r.ok, r.error
+    return r
+
+
+def _blocked(s: StubServer, use_wire: bool) -> tuple[float, float | None, object]:
+    """One request whose client loop is blocked over its first token until 50 ms after the stub
+    wrote it; returns the client's first-token time (perf_counter s) and its user-space one."""
+    r = _stalled(s, s.cfg.stamps, 0.05, use_wire)
     return (r.mono_start_ms + r.ttft_ms) / 1000, ((r.mono_start_ms + r.ttft_user_ms) / 1000 if r.ttft_user_ms else None), r
 
 
@@ -81,25 +88,10 @@ def test_a_blocked_loop_does_not_bend_the_kernel_stamp_and_the_user_column_shows
     assert r.ttft_user_ms - r.ttft_ms > 25
 
 
-def _stalled_at_the_end(s: StubServer) -> object:
-    """One request whose client loop is blocked until 60 ms after the stub wrote [DONE]: the last
-    chunks and [DONE] arrive while the client is not reading."""
-    async def go():
-        stall = asyncio.ensure_future(_stall(s.cfg, s.cfg.done_stamps, 0.06))
-        try:
-            return await _send(f"{s.base_url}/v1/chat/completions", use_wire=True)
-        finally:
-            await stall
-
-    r = asyncio.run(go())
-    assert r.ok, r.error
-    return r
-
-
 @pytest.fixture
 def end_stall():
     with StubServer(StubConfig(ttft_ms=20, itl_ms=5, role_chunk=False, stamp=True, fixed_chunks=4)) as s:
-        r = _stalled_at_the_end(s)
+        r = _stalled(s, s.cfg.done_stamps, 0.06)  # the last chunks and [DONE] land while it is blocked
         n = max(s.cfg.done_stamps)
         done, closed = s.cfg.done_stamps[n], s.cfg.closed_stamps[n]
     return r, done, closed

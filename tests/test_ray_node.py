@@ -82,6 +82,13 @@ def _ray_run(tmp: Path, a: StubServer, b: StubServer, until_sql: str | None = No
     return p, ledger
 
 
+def _wait_gone(pids: list[int], limit_s: float = 20) -> None:
+    """Until every pid has gone or ``limit_s`` passed (a reaped group takes a moment on a busy machine)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline and any(_alive(q) for q in pids):
+        time.sleep(0.5)
+
+
 @pytest.fixture(scope="module")
 def node_killed(tmp_path_factory: pytest.TempPathFactory) -> dict:
     tmp = tmp_path_factory.mktemp("raynode")
@@ -93,9 +100,7 @@ def node_killed(tmp_path_factory: pytest.TempPathFactory) -> dict:
         for q in raylets:
             os.kill(q, signal.SIGKILL)
         out = p.communicate(timeout=180)[0]
-        deadline = time.monotonic() + 20  # the reaped group may take a moment to go on a busy machine
-        while time.monotonic() < deadline and any(_alive(q) for q in family):
-            time.sleep(0.5)
+        _wait_gone(family)
         left = [f"{q} {_cmdline(q)[:120]}" for q in family if _alive(q)]
         db = Database(ledger)
         first = {"rc": p.returncode, "out": out, "raylets": raylets, "left": left,
@@ -170,8 +175,6 @@ def test_a_killed_evalkit_leaves_no_ray_process(tmp_path, when):
         family = _descendants(p.pid)
         p.kill()
         out = p.communicate()[0]
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and any(_alive(q) for q in family):
-            time.sleep(0.5)
+        _wait_gone(family)
     assert [f"{q} {_cmdline(q)[:80]}" for q in family if _alive(q)] == []
     assert "Traceback" not in out
