@@ -2,24 +2,32 @@
 
 from __future__ import annotations
 
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-from rich.table import Table
 
-from ..execution.progress import ProgressLog
-from ..measure.client import RequestResult
-from ..reporting.document import Block, document, markdown, split, verdict_blocks
-from ..reporting.document import Table as DocTable
-from ..spec.dataset import Case
+# rich and the library load when used: `evalkit --help` imports every command module
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.table import Table
 
-err_console = Console(stderr=True)
+    from ..execution.progress import ProgressLog
+    from ..measure.client import RequestResult
+    from ..reporting.document import Block
+    from ..spec.dataset import Case
+
+
+@cache
+def stderr_console() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True)
 
 
 def say(text: str) -> None:
-    err_console.print(f"[dim]evalkit:[/dim] {text}", highlight=False)
+    stderr_console().print(f"[dim]evalkit:[/dim] {text}", highlight=False)
 
 
 class RichProgress:
@@ -29,7 +37,7 @@ class RichProgress:
         self.quiet = quiet
         self.progress: Progress | None = None
         self.task: Any = None
-        self.plain = not err_console.is_terminal
+        self.plain = not stderr_console().is_terminal
         self.interval_s = interval_s
         self.logs: dict[str, ProgressLog] = {}
 
@@ -41,12 +49,16 @@ class RichProgress:
         if self.quiet:
             return
         if self.plain:
+            from ..execution.progress import ProgressLog
+
             self.logs[variant.split(" ")[0]] = ProgressLog(variant, total, self.interval_s)
             return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
         self.progress = Progress(
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
             TextColumn("errors {task.fields[errors]}"), TimeElapsedColumn(), TextColumn("ETA"),
-            TimeRemainingColumn(), console=err_console,
+            TimeRemainingColumn(), console=stderr_console(),
         )
         self.progress.start()
         self.task = self.progress.add_task(variant, total=total, errors=0)
@@ -68,6 +80,8 @@ class RichProgress:
 
 
 def table(title: str, header: list[str], body: list[list[str]], keys: int = 2) -> Table:
+    from rich.table import Table
+
     t = Table(title=title)
     for i, h in enumerate(header):
         t.add_column(h, justify="left" if i < keys else "right")
@@ -77,12 +91,19 @@ def table(title: str, header: list[str], body: list[list[str]], keys: int = 2) -
 
 
 def interactive() -> bool:
+    from rich.console import Console
+
     return Console().is_terminal
 
 
 def print_blocks(blocks: list[Block], markdown_out: bool | None = None) -> None:
     """The report's blocks: rich tables that fit the terminal (split where wider), or Markdown when
     the output is not a terminal (a pipe, a file, CI) or Markdown was asked for."""
+    from rich.console import Console
+
+    from ..reporting.document import Table as DocTable
+    from ..reporting.document import markdown, split
+
     if markdown_out if markdown_out is not None else not interactive():
         click.echo(markdown(blocks), nl=False)
         return
@@ -98,11 +119,15 @@ def print_blocks(blocks: list[Block], markdown_out: bool | None = None) -> None:
 
 def print_report(report: dict[str, Any], fnd: dict[str, Any] | None = None, by: list[str] | None = None,
                  markdown_out: bool | None = None) -> None:
+    from ..reporting.document import document
+
     print_blocks(document(report, fnd, by), markdown_out)
 
 
 def print_closing(fnd: dict[str, Any], ledger: str) -> None:
     """What a run ends with: its verdict, and where to look further."""
+    from ..reporting.document import verdict_blocks
+
     for line in verdict_blocks(fnd):
         click.echo(str(line))
     click.echo(f"next: evalkit report --ledger {ledger} --html report.html  |  evalkit browse --ledger {ledger}")

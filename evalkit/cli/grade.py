@@ -8,10 +8,6 @@ from pathlib import Path
 import click
 
 from ..errors import UsageError
-from ..grading import GradeSample, available, grade_run, make_graders
-from ..grading.judge import context_of_run
-from ..grading.registry import calibratable, use_run
-from ..ledger import open_ledger
 from ..paths import rubrics_dir
 from .common import LEDGER_OPT, RUN_OPT, Group, cli, ledger_path
 
@@ -26,6 +22,11 @@ from .common import LEDGER_OPT, RUN_OPT, Group, cli, ledger_path
                    "[default: every output]")
 def grade(ledger: Path | None, run_id: str | None, graders: tuple[str, ...], sample: int | None) -> None:
     """Grade a run's outputs again without regenerating; new grader versions add rows."""
+    from ..grading import GradeSample, grade_run, make_graders
+    from ..grading.judge import context_of_run
+    from ..grading.registry import use_run
+    from ..ledger import open_ledger
+
     db = open_ledger(ledger_path(ledger), create=False)
     run = db.require_run(run_id)
     recorded = use_run(run)  # the run's own graders (and its workload's modules) unless --grader names others
@@ -46,6 +47,9 @@ def graders_list() -> None:
     """Every registered grader (built-in and plugins, entry point group `evalkit.graders`): its
     summary columns, the thresholds `check --threshold` takes, its margins, canned queries and
     calibration file."""
+
+    from ..grading import available
+
     for name, cls in available().items():
         cols = ", ".join(c.key for c in cls.aggregate.columns)
         click.echo(f"{name} v{cls.version} ({cls.kind}{', default' if cls.default else ''}): {cls.description} [{cols}]")
@@ -70,6 +74,9 @@ def graders_calibrate(grader: str, path: Path | None, as_json: bool) -> None:
     """How well a grader agrees with labels (formality: both estimators — n, exact, within ±1,
     MAE, Spearman rho, recall per level, confusion, their agreement; persona: per-rule precision
     and recall of the rule's failures, and accuracy)."""
+    from ..grading import available
+    from ..grading.registry import calibratable
+
     choices = calibratable()
     if grader not in choices:
         raise UsageError(f"--grader: '{grader}' has no calibration data (graders that have: {', '.join(choices)})")
@@ -88,6 +95,9 @@ def rubrics() -> None:
               help="rubrics directory [default: rubrics/]")
 def rubrics_validate(directory: Path | None) -> None:
     """Load every registered grader's rubric files, reporting the first error (file:line, field)."""
+
+    from ..grading import available
+
     d = directory or rubrics_dir()
     parts = [x for cls in available().values() if (x := cls.validate_rubrics(d))]
     click.echo(f"{d}: OK — " + "; ".join(parts))

@@ -7,8 +7,6 @@ from pathlib import Path
 import click
 
 from ..paths import default_dataset_path
-from ..spec.dataset import dataset_summary, load_cases
-from ..spec.matrix import load_matrix, matrix_summary
 from .common import Group, cli
 from .console import say
 
@@ -26,6 +24,8 @@ def dataset_validate(path: Path | None, workload: Path | None) -> None:
     """Check every row of a dataset (default: the workload's, else the shipped benchmark) and say
     which graders its cases can feed."""
     from ..grading.registry import choose, use_workload
+    from ..spec.dataset import dataset_summary, load_cases
+    from ..spec.matrix import load_matrix
 
     m = load_matrix(workload) if workload is not None else None
     p = path or (m.workload_path("dataset", "dataset.jsonl") if m else None) or default_dataset_path()
@@ -47,6 +47,9 @@ def matrix() -> None:
 @click.argument("path", type=click.Path(path_type=Path), required=False)
 def matrix_validate(path: Path | None) -> None:
     """Check a matrix file, a workload folder's, or a bundled matrix by name (default: the embedded default)."""
+
+    from ..spec.matrix import load_matrix, matrix_summary
+
     click.echo(f"{path or 'default matrix'}: OK — {matrix_summary(load_matrix(path))}")
 
 
@@ -55,6 +58,7 @@ def matrix_validate(path: Path | None) -> None:
 def prepare(matrix_path: Path | None) -> None:
     """Prepare the bundled models a matrix uses (done automatically by `run` on first use)."""
     from ..engines.bundled import prepare_matrix_models
+    from ..spec.matrix import load_matrix
 
     for name, path in prepare_matrix_models(load_matrix(matrix_path), say).items():
         click.echo(f"{name}: {path}")

@@ -8,9 +8,6 @@ from pathlib import Path
 import click
 
 from ..errors import LedgerWriteError, UsageError
-from ..execution.stops import parse_slo
-from ..ledger import open_ledger
-from ..reporting.report import to_json
 from .common import LEDGER_OPT, RUN_OPT, EvalkitClickError, cli, ledger_path
 from .console import print_report, say
 
@@ -36,7 +33,10 @@ def report(ledger: Path | None, run_id: str | None, as_json: bool, markdown: boo
     pass rate and the delta against the baseline in %; what the server did (queue, prefill,
     decode, KV-cache peak, preemptions, goodput); quality (persona, formality, drift vs its
     noise floor); paired comparisons with bootstrap intervals; spikes and their causes."""
+    from ..execution.stops import parse_slo
+    from ..ledger import open_ledger
     from ..reporting.findings import full_report
+    from ..reporting.report import to_json
 
     if as_json and markdown:
         raise UsageError("--json and --markdown are mutually exclusive")
@@ -74,6 +74,7 @@ def recommend(ledger: Path | None, run_id: str | None, target: str | None, as_js
     """Which variant meets the percentile goals per workload class (interactive long-input,
     interactive short/medium, batch), with a bootstrap interval on every percentile: a verdict
     that is within noise says 'borderline' instead of guessing."""
+    from ..ledger import open_ledger
     from ..reporting.findings import parse_targets, recommend_lines, request_rows
     from ..reporting.findings import recommend as rec
 
@@ -104,6 +105,7 @@ def check(ledger: Path | None, run_id: str | None, thresholds: tuple[str, ...], 
           target: str | None, margins: str | None, max_client_lag: float | None, junit_path: Path | None) -> None:
     """Gate a run: exit 1 when any variant fails a threshold, a percentile goal or a margin, one
     line per failure (JUnit XML with --junit), so a model or engine upgrade can be gated in CI."""
+    from ..ledger import open_ledger
     from ..reporting.gate import GateSpec, run_checks, summary_line, write_junit
 
     spec = GateSpec.from_options(list(thresholds), max_error_rate, target, margins, max_client_lag)
@@ -132,6 +134,7 @@ def plan(ledger: Path | None, run_id: str | None, pilot: Path | None, detect: st
     """How many cases a question needs and how long they take here, from a pilot run's per-case
     spread (and, with several runs of the matrix, their between-run spread); or what a given
     number of cases can detect."""
+    from ..ledger import open_ledger
     from ..reporting.plan import parse_detect, plan_lines
     from ..reporting.plan import plan as make_plan
 
@@ -152,6 +155,7 @@ def compare(ledger: Path | None, runs: tuple[str, ...], metrics: tuple[str, ...]
     """Pool repeated runs of one matrix (default: every complete run of the latest run's matrix):
     per-run estimates, a pooled one with a between-run interval, and a warning when hosts,
     versions or dtypes differ."""
+    from ..ledger import open_ledger
     from ..reporting.compare import compare as pool
     from ..reporting.compare import compare_lines
 

@@ -7,14 +7,7 @@ from pathlib import Path
 import click
 
 from ..errors import LedgerWriteError, UsageError
-from ..execution.inputs import RunRequest, resolve_inputs
-from ..execution.resume import DEFAULT_RETRY_CLASSES
-from ..execution.signals import Interrupted, graceful_stop
-from ..execution.traces import TraceSpec
-from ..execution.workflow import run_and_grade
-from ..ledger import open_ledger
-from ..reporting.findings import full_report
-from ..sharing.browse import store_derived
+from ..execution.error_classes import DEFAULT_RETRY_CLASSES
 from .common import LEDGER_OPT, EvalkitClickError, cli, ledger_path
 from .console import RichProgress, print_closing, print_report
 
@@ -101,6 +94,14 @@ def run(matrix_path: Path | None, workload: Path | None, dataset_path: Path | No
     variants are called as they are. Rows are written as requests finish, and each server's
     /metrics is scraped alongside so every request carries what the server did around it.
     """
+    from ..execution.inputs import RunRequest, resolve_inputs
+    from ..execution.signals import Interrupted, graceful_stop
+    from ..execution.traces import TraceSpec
+    from ..execution.workflow import run_and_grade
+    from ..ledger import open_ledger
+    from ..reporting.findings import full_report
+    from ..sharing.browse import store_derived
+
     if workload is not None and matrix_path is not None:
         raise UsageError("give --workload DIR or --matrix FILE: a workload folder holds its matrix.yaml")
     req = RunRequest(matrix_path or workload, dataset_path, limit, time_budget,

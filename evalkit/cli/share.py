@@ -7,7 +7,6 @@ from pathlib import Path
 import click
 
 from ..errors import UsageError
-from ..ledger import open_ledger
 from .common import LEDGER_OPT, RUN_OPT, cli, ledger_path
 from .console import say
 
@@ -20,6 +19,7 @@ def browse(ledger: Path | None, host: str, port: int) -> None:
     """Datasette on the ledger with titles, column descriptions, facets, canned queries (the
     study's summary, spikes, capacity, verdicts, each grader's own) and readable generated text.
     SIGTERM, SIGHUP and Ctrl-C stop Datasette with it."""
+    from ..ledger import open_ledger
     from ..sharing.browse import browse as serve
 
     path = ledger_path(ledger)
@@ -43,6 +43,7 @@ def publish(ledger: Path | None, run_id: str | None, repo: str | None, private: 
     token comes from $HF_TOKEN only; anything that looks like a secret stops the publish."""
     import tempfile
 
+    from ..ledger import open_ledger
     from ..sharing.publish import export, push
 
     if not repo and not out_dir:
@@ -66,6 +67,7 @@ def import_cmd(ledger: Path | None, tool: str, path: Path, into: str | None, nam
     """Read another load tool's per-request results into the ledger: GuideLLM's benchmark JSON,
     AIPerf's profile_export.jsonl, or `vllm bench serve --save-result --save-detailed`. Each
     tool's definitions are mapped onto evalkit's; fields it does not record stay empty."""
+    from ..ledger import open_ledger
     from ..sharing.importers import import_results
 
     db = open_ledger(ledger_path(ledger), create=into is None)

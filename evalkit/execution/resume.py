@@ -13,10 +13,9 @@ from ..errors import UsageError
 from ..ledger import Ledger, RunRecord
 from ..spec.dataset import Case, dataset_hash, load_cases
 from ..spec.matrix import Matrix
+from .error_classes import DEFAULT_RETRY_CLASSES
 from .load import Load
 
-# the error classes a server going away causes: what --retry-failed sends again by default
-DEFAULT_RETRY_CLASSES = ("connect_error", "stream_cut", "server_error", "http_5xx", "not_sent", "timeout")
 KNOWN_CLASSES = (*DEFAULT_RETRY_CLASSES, "malformed_stream", "empty_completion", "interrupted", "http_4xx")
 
 
