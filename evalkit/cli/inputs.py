@@ -47,7 +47,6 @@ def matrix() -> None:
 @click.argument("path", type=click.Path(path_type=Path), required=False)
 def matrix_validate(path: Path | None) -> None:
     """Check a matrix file, a workload folder's, or a bundled matrix by name (default: the embedded default)."""
-
     from ..spec.matrix import load_matrix, matrix_summary
 
     click.echo(f"{path or 'default matrix'}: OK — {matrix_summary(load_matrix(path))}")
