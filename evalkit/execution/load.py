@@ -87,6 +87,8 @@ class Load:
         if not quality_under_load:
             return self
         p = self.pattern
+        if p.adaptive:  # a search begins with its unloaded reference at concurrency 1
+            return self
         if isinstance(p, Sweep):
             if p.concurrencies[0] != 1:
                 raise UsageError("quality_under_load compares each case with its output at concurrency 1: start the "

@@ -8,7 +8,12 @@ whether to go on; it never asks which pattern it runs, so a new pattern is one t
 - `ClosedLoop(n)`: n in flight; with `sequential_pass` every case is sent at 1 first (quality under load);
 - `OpenLoop(rate)`: arrivals from a seeded Poisson (or constant) process at rate/s, optionally capped;
 - `Sweep(levels)`: closed-loop levels, climbing until a stop rule says the variant saturated;
-- `TraceReplay(offsets)`: a recorded trace's arrivals at their (sped-up) offsets.
+- `TraceReplay(offsets)`: a recorded trace's arrivals at their (sped-up) offsets;
+- `Search(axis)`: the capacity frontier: probes chosen one after another from the last outcome
+  (`frontier.py`): an unloaded reference, then rates (or concurrencies) bracketed and bisected.
+
+The runner walks a pattern's `schedule()`: its fixed levels, or, for an adaptive pattern, levels
+chosen as the outcomes arrive (`Schedule.observe`).
 """
 
 from __future__ import annotations
@@ -18,6 +23,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any, ClassVar, Literal
+
+from ..errors import UsageError
+from .frontier import Bisection, Frontier, Probe
+from .stops import LevelOutcome, OverSaturated, StopRule, rates, reasons, saturation_signals, steady
 
 Arrival = Literal["poisson", "constant"]
 
@@ -71,14 +80,37 @@ class Level:
         return list(islice(self.arrivals(), n))
 
 
+class Schedule:
+    """The levels the runner sends, one at a time; it tells each variant's outcome back
+    (`observe`), which a fixed pattern ignores and an adaptive one chooses its next level from."""
+
+    def __init__(self, levels: list[Level]) -> None:
+        self._levels = iter(levels)
+
+    def __iter__(self) -> Iterator[Level]:
+        return self
+
+    def __next__(self) -> Level:
+        return next(self._levels)
+
+    def observe(self, variant: str, level: Level, o: LevelOutcome) -> list[str]:
+        """One variant's outcome of a level; returns what to say about it."""
+        return []
+
+
 class Pattern:
     """A load pattern: its levels in order, and the flat record the ledger keeps (`runs.load_json`)."""
 
     kind: ClassVar[str]
     saturates: ClassVar[bool] = False  # its levels climb until a saturation rule stops the variant
+    adaptive: ClassVar[bool] = False  # its levels are chosen as outcomes arrive (`levels()`: the first only)
 
     def levels(self) -> list[Level]:
         raise NotImplementedError
+
+    def schedule(self, stops: tuple[StopRule, ...] = ()) -> Schedule:
+        """What the runner walks: the levels, told each outcome."""
+        return Schedule(self.levels())
 
     def record(self) -> dict[str, Any]:
         return {"kind": self.kind}
@@ -167,10 +199,130 @@ class TraceReplay(Pattern):
                 "max_concurrency": self.max_concurrency}
 
 
+REFERENCE = "c=1"  # a search's unloaded reference level (and a concurrency search's first probe)
+
+
+def probe_name(axis: str, load: float, taken: set[str]) -> str:
+    """A probe's level name (`r=3.7`, `c=4`); a load probed again gets `#2`."""
+    base = f"r={load:.4g}" if axis == "rate" else f"c={int(load)}"
+    name, k = base, 1
+    while name in taken:
+        k += 1
+        name = f"{base}#{k}"
+    return name
+
+
+def probe_load(level: str) -> tuple[str, float] | None:
+    """('rate' | 'concurrency', load) from a probe's level name, or None."""
+    head = level.split("#")[0]
+    for prefix, axis in (("r=", "rate"), ("c=", "concurrency")):
+        if head.startswith(prefix):
+            try:
+                return axis, float(head[2:])
+            except ValueError:
+                return None
+    return None
+
+
+@dataclass(frozen=True)
+class Search(Pattern):
+    """The capacity frontier: the highest rate (open loop) or concurrency (closed loop) at which the
+    variant meets its SLOs without over-saturating. First the unloaded reference (one request at a
+    time: relative SLOs compare with it, and its pace sets a rate search's safe start), then probes
+    bracketed and bisected (`frontier.Bisection`), the knee probed twice."""
+
+    axis: Literal["rate", "concurrency"] = "rate"
+    max_probes: int = 8  # every level counts, the reference and the knee's second probe too
+    tolerance: float = 0.15  # the bracket closes when its top is within this of its bottom
+    arrival: Arrival = "constant"  # constant gaps: a queue grows only when the server falls behind
+    arrival_seed: int = 0
+    start: float | None = None  # the first loaded probe [a rate search: the reference's one-at-a-time pace]
+    kind: ClassVar[str] = "search"
+    adaptive: ClassVar[bool] = True
+
+    def levels(self) -> list[Level]:
+        return [Level(REFERENCE)]
+
+    @property
+    def concurrent(self) -> bool:
+        return True
+
+    def schedule(self, stops: tuple[StopRule, ...] = ()) -> Schedule:
+        return SearchSchedule(self, stops)
+
+    def record(self) -> dict[str, Any]:
+        return {"kind": self.kind, "mode": "search", "search": self.axis, "max_probes": self.max_probes,
+                "tolerance": self.tolerance, "arrival": self.arrival, "arrival_seed": self.arrival_seed,
+                "search_start": self.start}
+
+
+def probe_verdict(stops: tuple[StopRule, ...], load: float, o: LevelOutcome, level: str = "") -> Probe:
+    """A probe passes when no saturation rule (SLOs, over-saturation) nor failure rule fires."""
+    why = "; ".join(w for w in (reasons(stops, "failure", o), reasons(stops, "saturation", o)) if w) or None
+    kv = next((r.kv_ceiling for r in stops if isinstance(r, OverSaturated)), 0.9)
+    return Probe(load, why is None, why, rates(o)[1], tuple(saturation_signals(o, kv)), level)
+
+
+class SearchSchedule(Schedule):
+    """A search's levels, each chosen from the outcome of the last (one variant at a time)."""
+
+    def __init__(self, p: Search, stops: tuple[StopRule, ...]) -> None:
+        self.p, self.stops = p, stops
+        self.next: Level | None = Level(REFERENCE)
+        self.taken = {REFERENCE}
+        self.searches: dict[str, Bisection] = {}
+        self.results: dict[str, Frontier] = {}
+
+    def __next__(self) -> Level:
+        if self.next is None:
+            raise StopIteration
+        level, self.next = self.next, None
+        return level
+
+    def _level(self, load: float) -> Level:
+        name = probe_name(self.p.axis, load, self.taken)
+        self.taken.add(name)
+        if self.p.axis == "rate":
+            return Level(name, rate=load, arrival=self.p.arrival, arrival_seed=self.p.arrival_seed)
+        return Level(name, int(load))
+
+    def observe(self, variant: str, level: Level, o: LevelOutcome) -> list[str]:
+        said = []
+        b = self.searches.get(variant)
+        if b is None:  # the reference: one request at a time
+            pace = o.n / (max(hi - lo for lo, hi in o.spans.values()) / 1000.0) if o.spans and o.n else None
+            if self.p.axis == "rate" and not (self.p.start or pace):
+                raise UsageError("the search's unloaded reference finished no request: no rate to start from")
+            start = self.p.start or (pace if self.p.axis == "rate" else 1.0)
+            b = self.searches[variant] = Bisection(self.p.axis, float(start), self.p.max_probes, self.p.tolerance,
+                                                   spent=1 if self.p.axis == "rate" else 0)
+            said.append(f"reference {level.name}: {steady(o)}")
+        if level.name != REFERENCE or self.p.axis == "concurrency":
+            load = level.rate if level.rate is not None else float(level.concurrency)
+            probe = probe_verdict(self.stops, load, o, level.name)
+            b.add(probe)
+            said.append(f"probe {level.name}: {'meets the SLOs' if probe.passed else 'fails'} ({steady(o)})"
+                        + (f": {probe.why}" if probe.why else ""))
+        nxt = b.next_load()
+        if nxt is None:
+            self.results[variant] = b.result()
+            said.append(b.result().line(variant, "its SLOs"))
+        else:
+            self.next = self._level(nxt)
+        return said
+
+
 def pattern_from_record(d: dict[str, Any], trace_offsets: list[float] | None = None) -> Pattern:
     """The pattern a run was started with, from its stored record (also a ledger written before
-    patterns had a `kind`: its mode, sweep and rate)."""
+    patterns had a `kind`: its mode, sweep and rate). A kind this version does not know is an
+    error, never a sequential run in disguise."""
     kind = d.get("kind")
+    if kind is not None and kind not in ("trace", "sweep", "open_loop", "closed_loop", "sequential", "search"):
+        raise UsageError(f"the run's load pattern '{kind}' is not one this evalkit knows: resume it with the "
+                         "version that started it")
+    if kind == "search":
+        return Search(d.get("search") or "rate", int(d.get("max_probes") or 8), float(d.get("tolerance") or 0.15),
+                      d.get("arrival") or "constant", int(d.get("arrival_seed") or 0), d.get("search_start"))
     if kind == "trace" or (kind is None and trace_offsets is not None):
         return TraceReplay(tuple(trace_offsets or ()), d.get("max_concurrency"))
     if kind == "sweep" or (kind is None and d.get("sweep")):

@@ -244,8 +244,9 @@ def run_group(ctx: RunContext, group: list[str], seq0: int, variants_after: int 
         live = list(dict.fromkeys(s.variant.name for s in servers.values()))
         refs: dict[str, dict] = {}  # variant -> its concurrency-1 latencies per case (relative SLOs)
         prompts: dict[str, list[int]] = {n: [0, 0] for n in live}  # prompt tokens, requests: the capacity figure
-        multi = len(load.levels()) > 1
-        for i, level in enumerate(load.levels()):
+        multi = len(load.levels()) > 1 or load.pattern.adaptive
+        schedule = load.pattern.schedule(load.stops)  # an adaptive pattern chooses each level from the last outcome
+        for i, level in enumerate(schedule):
             live = [n for n in live if level.concurrency <= todo[n]["up_to"]]
             if not live:
                 break
@@ -281,6 +282,8 @@ def run_group(ctx: RunContext, group: list[str], seq0: int, variants_after: int 
                     summary.failed_variants[name] = why
                     live.remove(name)
                     continue
+                for line in schedule.observe(name, level, o):
+                    ctx.progress.say(f"'{name}' {line}")
                 if load.pattern.saturates and (why := reasons(load.stops, "saturation", o)) is not None:
                     summary.saturation[name] = f"saturated at concurrency {level.concurrency}: {why}"
                     ctx.ledger.update_variant(f"{ctx.run_id}:{name}", {"saturated_at": level.concurrency,

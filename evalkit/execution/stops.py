@@ -7,13 +7,17 @@ one type here; the runner never names one.
 - `Preempted()`: the server preempted a request (its own counter over the level);
 - `Waited()`: a request waited for room on the server;
 - `SloBreached(slo)`: a p99 above an absolute SLO, or above a factor of the same case at concurrency 1;
-- `ErrorRate(max_rate)`: more than this share of the variant's requests failed.
+- `ErrorRate(max_rate)`: more than this share of the variant's requests failed;
+- `OverSaturated()`: the server cannot keep up (`saturation_signals`): its waiting queue and queue
+  time grew over the level, its KV cache sat at its ceiling while it preempted, or the requests it
+  finished fell behind the rate they were offered at.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, NamedTuple
 
 from ..errors import UsageError
 from ..stats import percentile
@@ -82,6 +86,19 @@ def slowdowns(rows: list[dict[str, Any]], reference: dict[tuple[str, int], dict[
     return out
 
 
+class Point(NamedTuple):
+    """One request as over-saturation sees it (ms on the run's clock; None: not known)."""
+
+    sent: float
+    end: float
+    scheduled: float | None
+    queue: float | None
+    waiting: float | None
+
+
+SERIES_CAP = 4096  # points a level keeps: past it every other one goes (a million requests stay 4,096)
+
+
 @dataclass
 class LevelOutcome:
     """What a stop rule sees of one variant after one level, fed one row at a time (nothing per
@@ -107,11 +124,19 @@ class LevelOutcome:
     sent: int = 0
     keep_latencies: bool = True  # each request's latencies: only an absolute SLO needs them
     keep_cases: bool = True  # each case's latencies: only a relative SLO needs them
+    series: list[Point] = field(default_factory=list)  # over-saturation's time series, thinned evenly
+    stride: int = 1  # keep every stride-th request in `series`
 
     def add(self, r: dict[str, Any]) -> None:
         self.n += 1
         if r.get("mono_start_ms") is not None:
             a, b = r["mono_start_ms"], r["mono_start_ms"] + (r["e2e_ms"] or 0.0)
+            if r["error_class"] is None and self.n % self.stride == 0:
+                waiting = r.get("srv_waiting_start")
+                self.series.append(Point(a, b, r.get("scheduled_ms"), r.get("srv_queue_ms"),
+                                         waiting if waiting is not None else r.get("srv_waiting_peak")))
+                if len(self.series) >= SERIES_CAP:
+                    self.series, self.stride = self.series[::2], self.stride * 2
             lo, hi = self.spans.get(r.get("replica"), (a, b))
             self.spans[r.get("replica")] = (min(lo, a), max(hi, b))
         if r.get("srv_kv_cache_usage_peak") is not None:
@@ -218,6 +243,95 @@ class ErrorRate(StopRule):
 
     def record(self) -> dict[str, Any]:
         return {"max_error_rate": self.max_rate}
+
+
+def _median(xs: list[float]) -> float | None:
+    return percentile(xs, 50) if xs else None
+
+
+def _slope_rate(times: list[float]) -> float | None:
+    """Events per second over the middle 80 % of sorted times (the edges are the ramp in and out)."""
+    n = len(times)
+    i, j = n // 10, n - 1 - n // 10
+    if j - i < 3 or times[j] <= times[i]:
+        return None
+    return (j - i) / (times[j] - times[i]) * 1000.0
+
+
+def rates(o: LevelOutcome) -> tuple[float | None, float | None]:
+    """(offered, achieved) requests/s of an open-loop level: the schedule's rate, and the rate the
+    requests finished at; (None, None) for a closed loop, which offers nothing of its own."""
+    sched = sorted(p.scheduled for p in o.series if p.scheduled is not None)
+    if len(sched) < len(o.series) // 2 or len(sched) < 5:
+        return None, None
+    return _slope_rate(sched), _slope_rate(sorted(p.end for p in o.series))
+
+
+MIN_POINTS = 9  # fewer requests in a level cannot show a trend: over-saturation says nothing
+
+
+def saturation_signals(o: LevelOutcome, kv_ceiling: float = 0.9, behind: float = 0.9) -> dict[str, str]:
+    """Which over-saturation signals fired over one level (signal -> what was seen): `queue` (the
+    server's waiting count or queue time grew from the first third of the level to the last),
+    `kv` (KV cache at its ceiling and preemptions), `rate` (finished requests fell behind the
+    offered rate by more than 1 - ``behind``). A level's requests in send order; per-request
+    server fields, so the queue is seen where it starts, before the client's latency runs away."""
+    out: dict[str, str] = {}
+    pts = sorted(o.series, key=lambda p: p.sent)
+    if len(pts) >= MIN_POINTS:
+        third = len(pts) // 3
+        head, tail = pts[:third], pts[-third:]
+        e2e = _median([p.end - p.sent for p in head]) or 0.0
+        grew = []
+        w0, w1 = (_median([p.waiting for p in part if p.waiting is not None]) for part in (head, tail))
+        if w0 is not None and w1 is not None and w1 >= w0 + 2 and w1 >= 1.5 * w0:
+            grew.append(f"waiting {w0:.0f} -> {w1:.0f}")
+        q0, q1 = (_median([p.queue for p in part if p.queue is not None]) for part in (head, tail))
+        if q0 is not None and q1 is not None and q1 >= q0 + max(25.0, 0.25 * e2e) and q1 >= 1.5 * q0:
+            grew.append(f"queue time {q0:,.0f} -> {q1:,.0f} ms")
+        if grew:
+            out["queue"] = "server queue grew over the level (first third -> last third: " + ", ".join(grew) + ")"
+        offered, achieved = rates(o)
+        if offered and achieved and achieved < behind * offered:
+            out["rate"] = f"finished {achieved:.3g}/s of {offered:.3g}/s offered ({achieved / offered:.0%})"
+    n = o.preemptions if o.preemptions is not None else o.preemptions_summed
+    if o.kv_peak is not None and o.kv_peak >= kv_ceiling and n > 0:
+        out["kv"] = f"KV cache at its ceiling ({o.kv_peak:.0%}) with {n:.0f} preemption(s)"
+    return out
+
+
+@dataclass(frozen=True)
+class OverSaturated(StopRule):
+    """The server cannot keep up with the level (`saturation_signals`): usable in any sweep."""
+
+    kv_ceiling: float = 0.9
+    behind: float = 0.9
+
+    def check(self, o: LevelOutcome) -> str | None:
+        sig = saturation_signals(o, self.kv_ceiling, self.behind)
+        return "over-saturated: " + "; ".join(f"[{k}] {v}" for k, v in sig.items()) if sig else None
+
+    def record(self) -> dict[str, Any]:
+        return {"stop_oversaturated": True}
+
+
+def steady(o: LevelOutcome) -> str:
+    """What a level's steadiness rests on, said: its length, achieved vs offered, the queue's trend."""
+    spans = [hi - lo for lo, hi in o.spans.values()]
+    secs = max(spans) / 1000.0 if spans else math.nan
+    offered, achieved = rates(o)
+    pts = sorted(o.series, key=lambda p: p.sent)
+    third = len(pts) // 3
+    w = [_median([p.waiting for p in part if p.waiting is not None]) for part in (pts[:third], pts[-third:])] \
+        if third else [None, None]
+    parts = [f"{o.n} requests over {secs:.1f} s"]
+    if offered and achieved:
+        parts.append(f"achieved {achieved:.3g}/s of {offered:.3g}/s offered")
+    if w[0] is not None and w[1] is not None:
+        parts.append(f"waiting {w[0]:.0f} -> {w[1]:.0f}")
+    if len(pts) < MIN_POINTS:
+        parts.append(f"too short to see a trend (< {MIN_POINTS} requests)")
+    return ", ".join(parts)
 
 
 def reasons(rules: tuple[StopRule, ...], scope: str, o: LevelOutcome) -> str | None:

@@ -431,12 +431,13 @@ def main() -> None:
     ap.add_argument("--stamp", action="store_true", help="record first-content send times, served on /stats")
     ap.add_argument("--kv-tokens", type=int, default=None, help="token-exact KV pressure with this capacity")
     ap.add_argument("--block-size", type=int, default=16)
+    ap.add_argument("--max-num-seqs", type=int, default=256, help="with --kv-tokens: parallel slots (the rest wait)")
     ap.add_argument("--batch-slowdown", type=float, default=0.0, help="decode slowdown per extra running request")
     ap.add_argument("--enable-per-request-metrics", action="store_true", help="vLLM's per-request `metrics`")
     a = ap.parse_args()
     cfg = StubConfig(ttft_ms=a.ttft_ms, itl_ms=a.itl_ms, fault=a.fault, fault_every=a.fault_every,
                      role_chunk=not a.no_role_chunk, fixed_chunks=a.fixed_chunks, stamp=a.stamp, kv_tokens=a.kv_tokens,
-                     block_size=a.block_size, batch_slowdown=a.batch_slowdown,
+                     block_size=a.block_size, max_num_seqs=a.max_num_seqs, batch_slowdown=a.batch_slowdown,
                      per_request_metrics=a.enable_per_request_metrics)
     web.run_app(make_app(cfg), host="127.0.0.1", port=a.port, access_log=None)
 
