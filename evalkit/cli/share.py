@@ -15,19 +15,29 @@ from .console import say
 @LEDGER_OPT
 @click.option("--host", default="127.0.0.1", show_default=True, help="bind address (anything else exposes the ledger)")
 @click.option("--port", type=click.IntRange(1, 65535), default=8001, show_default=True)
-def browse(ledger: Path | None, host: str, port: int) -> None:
+@click.option("--review", is_flag=True, help="let the comparison pages (/-/compare) store reviews of each pair "
+              "[default: read-only]")
+@click.option("--reviewer", default=None, metavar="NAME", help="who is reviewing (needed with --review)")
+def browse(ledger: Path | None, host: str, port: int, review: bool, reviewer: str | None) -> None:
     """Datasette on the ledger with titles, column descriptions, facets, canned queries (the
-    study's summary, spikes, capacity, verdicts, each grader's own) and readable generated text.
+    study's summary, spikes, capacity, verdicts, each grader's own) and readable generated text;
+    /-/compare shows each candidate's answers beside the baseline's (flips first, then KL, then
+    drift; tokens shaded by KL) and, with --review, stores a reviewer's verdict on each pair.
     SIGTERM, SIGHUP and Ctrl-C stop Datasette with it."""
     from ..ledger import open_ledger
     from ..sharing.browse import browse as serve
 
+    if review and not (reviewer or "").strip():
+        raise UsageError("--review needs --reviewer NAME (each review says who made it)")
+    if reviewer and not review:
+        raise UsageError("--reviewer goes with --review (browsing is read-only without it)")
     path = ledger_path(ledger)
     db = open_ledger(path, create=False)
     if host not in ("127.0.0.1", "localhost", "::1"):
         say(f"[yellow]serving on {host}: anyone who can reach it can read the ledger[/yellow]")
-    click.echo(f"Datasette on http://{host}:{port}/ (Ctrl-C stops it)")
-    serve(db, path, host, port, say=say)
+    click.echo(f"Datasette on http://{host}:{port}/ (Ctrl-C stops it); compare answers: http://{host}:{port}/-/compare"
+               + (f" (reviewing as {reviewer.strip()})" if review and reviewer else ""))
+    serve(db, path, host, port, say=say, reviewer=reviewer.strip() if review and reviewer else None)
 
 
 @cli.command()

@@ -350,3 +350,15 @@ def m019_grade_sample(db: Database) -> None:
     # A run graded on a stratified sample (`--grade-sample N`) says so: per slice, the cases seen
     # and kept (grading/sample.py); null when every successful request was graded.
     db["runs"].add_column("grade_sample_json", str)
+
+
+@migration("m021_reviews")
+def m021_reviews(db: Database) -> None:
+    # Human review of a baseline/candidate pair (`evalkit browse --review`, issue 35): one row per
+    # submission, never updated (a reviewer who changes their mind adds a row; the newest counts).
+    # The request ids name exactly which two answers were read.
+    db["reviews"].create({
+        "id": int, "run_id": str, "case_id": str, "baseline": str, "candidate": str, "baseline_request_id": int,
+        "candidate_request_id": int, "reviewer": str, "verdict": str, "comment": str, "created_at": str,
+    }, pk="id", foreign_keys=[("run_id", "runs", "id")])
+    db["reviews"].create_index(["run_id", "candidate", "case_id"])

@@ -21,6 +21,7 @@ from sqlite_utils import Database
 from ..errors import LedgerError, LedgerWriteError, UsageError
 from .derived import DerivedTables
 from .migrations import MIGRATION_NAMES, MIGRATION_SET, migrations
+from .reviews import ReviewsMixin
 from .series import SeriesReads
 from .token_scores import TokenScoresMixin
 from .writes import _write, utcnow
@@ -54,6 +55,7 @@ EXPORTS = {
     "runs": "select * from runs where id = ?",
     "hosts": "select h.* from hosts h join runs u on u.host_id = h.id where u.id = ?",
     "token_scores": "select * from token_scores where run_id = ?",
+    "reviews": "select * from reviews where run_id = ?",
 }
 
 
@@ -91,7 +93,7 @@ class RunRecord(dict):
         return self.matrix.get("margins") or {}
 
 
-class Ledger(SeriesReads, TokenScoresMixin, DerivedTables):  # scores: token_scores.py; derived.py
+class Ledger(SeriesReads, TokenScoresMixin, DerivedTables, ReviewsMixin):  # token_scores.py, derived.py, reviews.py
     """One ledger file, migrated. Its sqlite-utils connection is private: every read and write the
     rest of evalkit needs is a method here."""
 

@@ -77,8 +77,11 @@ def grade_columns() -> dict[str, str]:
             for name, cls in available().items() for col, fld in cls.aggregate.view_columns}
 
 
-def metadata(db_name: str) -> dict[str, Any]:
+def metadata(db_name: str, plugin: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Datasette's metadata; ``plugin``: the comparison pages' config (the ledger's path, review
+    mode and reviewer: `datasette_plugins/evalkit_compare.py`)."""
     return {
+        "plugins": {"evalkit-compare": {"db": db_name, "review": False, **(plugin or {})}},
         "title": "evalkit ledger",
         "description": "Every request of every run: client timing, server telemetry, grades. Definitions: docs/measuring.md",
         "databases": {db_name: {
@@ -101,6 +104,8 @@ def metadata(db_name: str) -> dict[str, Any]:
                                  "facets": ["variant", "best_level"]},
                 "server_samples": {"title": "Server /metrics time series (changed values only)",
                                    "facets": ["variant", "series"]},
+                "reviews": {"title": "Human reviews of baseline/candidate pairs (evalkit browse --review; the newest "
+                                     "per reviewer, case and candidate counts)", "facets": ["reviewer", "verdict", "candidate"]},
             },
             "queries": queries(),
         }},
@@ -115,11 +120,14 @@ def serve_command(ledger: Path, meta_path: Path, host: str, port: int) -> list[s
 
 
 def browse(ledger_db: Ledger, ledger: Path, host: str = "127.0.0.1", port: int = 8001, meta_dir: Path | None = None,
-           wait: bool = True, say: Any = None) -> subprocess.Popen[bytes]:
+           wait: bool = True, say: Any = None, reviewer: str | None = None) -> subprocess.Popen[bytes]:
+    """Serve the ledger; with ``reviewer`` the comparison pages take that person's reviews
+    (written through the Ledger), otherwise they are read-only."""
     refresh_derived(ledger_db, say)
     meta_dir = meta_dir or ledger.parent
     meta_path = meta_dir / f".{ledger.stem}-datasette.json"
-    meta_path.write_text(json.dumps(metadata(ledger.stem), indent=2), encoding="utf-8")
+    plugin = {"ledger": str(ledger.resolve()), "review": reviewer is not None, "reviewer": reviewer}
+    meta_path.write_text(json.dumps(metadata(ledger.stem, plugin), indent=2), encoding="utf-8")
     p = subprocess.Popen(serve_command(ledger, meta_path, host, port), preexec_fn=_die_with_parent)
     if wait:
         wait_for_child(p)
