@@ -20,6 +20,7 @@ from . import flips
 from .capacity import capacity, capacity_statement, cost, load_levels
 from .plots import quality_vs_cost
 from .report import build_report, quality
+from .reviews import review_lines, review_summary
 from .rows import request_rows
 from .selection import by_variant, first_level, level_of
 from .traffic import conversations, prefix_sharing, trace_fidelity, traffic_lines
@@ -316,8 +317,9 @@ def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = N
         **(traffic := {"trace_fidelity": trace_fidelity(rows), "prefix_sharing": prefix_sharing(ledger, run_id, rows),
                        "conversations": conversations(rows)}),
         "flips": (flip_table := flips.flips(first_level(rows), baseline)),  # pass/fail changes per case
+        "reviews": (revs := review_summary(ledger, run_id, rows, baseline)),  # people's verdicts (browse --review)
         "notes": [line for cls in available().values() for line in cls.aggregate.notes(rows)] + capacity_lines + ul_lines(qul)
-        + traffic_lines(traffic) + flips.lines(flip_table, specs),
+        + traffic_lines(traffic) + flips.lines(flip_table, specs) + review_lines(revs),
     }
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..ledger import Ledger
+from ..reporting.reviews import flipped, passed_of
 from ..reporting.rows import request_rows
 from ..reporting.selection import first_level
 
@@ -50,26 +51,6 @@ def _first(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
     return out
 
 
-def _passed(g: dict[str, Any] | None) -> bool | None:
-    return None if g is None or g.get("passed") is None else bool(g["passed"])
-
-
-def flipped(base: dict[str, Any], cand: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every pass/fail grader (and persona rule) whose verdict differs between the two answers."""
-    out = []
-    for name in sorted(set(base["grades"]) & set(cand["grades"])):
-        gb, gc = base["grades"][name], cand["grades"][name]
-        b, c = _passed(gb), _passed(gc)
-        if b is not None and c is not None and b != c:
-            out.append({"grader": name, "rule": None, "baseline": b, "candidate": c})
-        rb, rc = (gb.get("detail") or {}).get("rules") or {}, (gc.get("detail") or {}).get("rules") or {}
-        for rule in sorted(set(rb) & set(rc)):
-            b, c = rb[rule].get("passed"), rc[rule].get("passed")
-            if b is not None and c is not None and bool(b) != bool(c):
-                out.append({"grader": name, "rule": rule, "baseline": bool(b), "candidate": bool(c)})
-    return out
-
-
 def _kl(cand: dict[str, Any]) -> dict[str, Any]:
     d = (cand["grades"].get("divergence") or {}).get("detail") or {}
     return d if d.get("status") == "ok" and d.get("kind") == "candidate" else {}
@@ -88,7 +69,7 @@ def _pair(base: dict[str, Any], cand: dict[str, Any], reviews: dict[tuple[str, s
             "first_diff_token": kl.get("first_diff_token", kl.get("first_top1_diff")), "identical": kl.get("identical"),
             "drift": _drift(cand), "attributes": {**{k: cand.get(k) for k in FACETS if cand.get(k) is not None},
                                                   **(cand.get("attributes") or {})},
-            "grades": {n: _passed(g) for n, g in cand["grades"].items()},
+            "grades": {n: passed_of(g) for n, g in cand["grades"].items()},
             "errors": [r["variant"] for r in (base, cand) if r.get("error_class")],
             "reviews": reviews.get((cand["case_id"], cand["variant"]), [])}
 
