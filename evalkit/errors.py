@@ -43,3 +43,8 @@ class EngineError(EvalkitError):
 
 class EndpointError(EngineError):
     """An endpoint could not be reached or answered badly."""
+
+
+class GradingIncomplete(EvalkitError):
+    """A grader raised on some requests: their error grades are in the ledger, every other request
+    is graded, and `evalkit grade --retry-failed` grades them again. Exit code 1."""

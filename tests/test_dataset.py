@@ -112,15 +112,14 @@ def test_a_bad_attribute_of_the_resume_workload_names_file_line_and_field(tmp_pa
     assert str(e.value).startswith(f"{p}:2: {expected}")
 
 
-def test_a_row_without_the_resume_attributes_skips_their_graders(tmp_path: Path, shipped_rows):
+def test_a_row_without_the_resume_attributes_is_named_and_the_others_graded(tmp_path: Path, shipped_rows):
     from evalkit.grading.registry import choose
 
     p = tmp_path / "d.jsonl"
     p.write_text(json.dumps(shipped_rows[0]) + "\n"
                  + json.dumps({k: v for k, v in shipped_rows[1].items() if k != "task"}) + "\n")
     names, notes = choose(None, load_cases(p))
-    assert "persona" not in names
-    assert notes == ["grader 'persona' skipped: 1 of 2 cases lack task, which it reads"]
+    assert notes == ["grader 'persona' grades 1 of 2 cases: the others lack task, which it reads: dataset:2 (task)"]
 
 
 def test_an_unknown_field_is_an_attribute_not_an_error(tmp_path: Path, shipped_rows):

@@ -10,6 +10,7 @@ import click
 from ..errors import LedgerWriteError, UsageError
 from .common import LEDGER_OPT, RUN_OPT, EvalkitClickError, cli, ledger_path
 from .console import print_report, say
+from .grade import GRADER_PATH_OPT, use_graders
 
 
 @cli.command()
@@ -27,8 +28,10 @@ from .console import print_report, say
               help="spike threshold: median + k x MAD per variant x complexity")
 @click.option("--margins", default=None,
               help="non-inferiority margins, e.g. drift=0.05,schema_pass=-2pp,e2e_mean=+0% [default: the matrix's]")
+@GRADER_PATH_OPT
 def report(ledger: Path | None, run_id: str | None, as_json: bool, markdown: bool, slo: str | None,
-           html_path: Path | None, by: str | None, spike_k: float, margins: str | None) -> None:
+           html_path: Path | None, by: str | None, spike_k: float, margins: str | None,
+           grader_paths: tuple[Path, ...]) -> None:
     """Per variant and complexity: n, errors, TTFT p50/p90/p99/max, E2E mean/p50/p99, schema
     pass rate and the delta against the baseline in %; what the server did (queue, prefill,
     decode, KV-cache peak, preemptions, goodput); quality (persona, formality, drift vs its
@@ -41,6 +44,7 @@ def report(ledger: Path | None, run_id: str | None, as_json: bool, markdown: boo
     if as_json and markdown:
         raise UsageError("--json and --markdown are mutually exclusive")
     db = open_ledger(ledger_path(ledger), create=False)
+    use_graders(db, run_id, grader_paths)  # the run's own graders, from any directory
     s = parse_slo(slo)
     rep, fnd, rows = full_report(db, run_id, slo=s.absolute_ms if s else None, by=by.split(",") if by else None,
                                  k=spike_k, margins=margins)
@@ -101,15 +105,18 @@ def recommend(ledger: Path | None, run_id: str | None, target: str | None, as_js
               help="fail a variant whose client event-loop lag p99 over its requests is above this many ms")
 @click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="also write the checks as JUnit XML")
+@GRADER_PATH_OPT
 def check(ledger: Path | None, run_id: str | None, thresholds: tuple[str, ...], max_error_rate: float | None,
-          target: str | None, margins: str | None, max_client_lag: float | None, junit_path: Path | None) -> None:
+          target: str | None, margins: str | None, max_client_lag: float | None, junit_path: Path | None,
+          grader_paths: tuple[Path, ...]) -> None:
     """Gate a run: exit 1 when any variant fails a threshold, a percentile goal or a margin, one
     line per failure (JUnit XML with --junit), so a model or engine upgrade can be gated in CI."""
     from ..ledger import open_ledger
     from ..reporting.gate import GateSpec, run_checks, summary_line, write_junit
 
-    spec = GateSpec.from_options(list(thresholds), max_error_rate, target, margins, max_client_lag)
     db = open_ledger(ledger_path(ledger), create=False)
+    use_graders(db, run_id, grader_paths)  # a plugin's thresholds and margins, as a built-in's
+    spec = GateSpec.from_options(list(thresholds), max_error_rate, target, margins, max_client_lag)
     rid, checks = run_checks(db, run_id, spec)
     if junit_path:
         write_junit(junit_path, rid, checks)
@@ -129,8 +136,9 @@ def check(ledger: Path | None, run_id: str | None, thresholds: tuple[str, ...], 
 @click.option("--detect", default=None, help="differences to detect, e.g. drift=0.05,e2e_mean=5 (%)")
 @click.option("--cases", type=click.IntRange(min=2), default=None, help="what this many cases can detect")
 @click.option("--json", "as_json", is_flag=True)
+@GRADER_PATH_OPT
 def plan(ledger: Path | None, run_id: str | None, pilot: Path | None, detect: str | None, cases: int | None,
-         as_json: bool) -> None:
+         as_json: bool, grader_paths: tuple[Path, ...]) -> None:
     """How many cases a question needs and how long they take here, from a pilot run's per-case
     spread (and, with several runs of the matrix, their between-run spread); or what a given
     number of cases can detect."""
@@ -141,6 +149,7 @@ def plan(ledger: Path | None, run_id: str | None, pilot: Path | None, detect: st
     if not detect and not cases:
         raise UsageError("give --detect METRIC=DIFFERENCE (e.g. drift=0.05) or --cases N")
     db = open_ledger(pilot or ledger_path(ledger), create=False)
+    use_graders(db, run_id, grader_paths)
     p = make_plan(db, run_id, parse_detect(detect or ""), cases)
     click.echo(json.dumps(p, indent=2) if as_json else "\n".join(plan_lines(p)))
 

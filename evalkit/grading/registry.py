@@ -34,6 +34,8 @@ HOW_TO_REGISTER = ("a grader is registered by an entry point in the `evalkit.gra
                    "or named as module:Class (e.g. `graders: [mymodule:ReplyLength]` in the matrix, with "
                    "`--grader-path DIR` when the module is not importable): docs/plugins.md")
 _LOCAL: dict[str, str] = {}  # name -> module:Class registered in this process
+_ROOTS: dict[str, str] = {}  # name -> the folder its module was imported from (recorded with a run)
+_ORIGIN: dict[str, str] = {}  # name -> where this process found it (a run, a workload, --grader-path)
 
 
 def load_class(target: str, name: str | None = None) -> type[Grader]:
@@ -64,14 +66,30 @@ def add_path(path: str | Path) -> None:
         sys.path.insert(0, p)
 
 
-def register(target: str) -> str:
+def _import_root(cls: type) -> str | None:
+    """The folder a module:Class was imported from (what goes on the import path to import it
+    again from any directory), or None for a module without a file."""
+    module = sys.modules.get(cls.__module__)
+    file = getattr(module, "__file__", None)
+    if not file:
+        return None
+    depth = cls.__module__.count(".") + (Path(file).name == "__init__.py")
+    return str(Path(file).resolve().parents[depth])
+
+
+def register(target: str, origin: str | None = None) -> str:
     """Register a grader given as `module:Class` for this process; returns its name."""
     cls = load_class(target)
     known = _targets()
     if cls.name in known and known[cls.name] != target:
         raise UsageError(f"grader '{target}' is named '{cls.name}', which {known[cls.name]} already is")
+    if cls.name not in _LOCAL:
+        available.cache_clear()
     _LOCAL[cls.name] = target
-    available.cache_clear()
+    if (root := _import_root(cls)) is not None:
+        _ROOTS[cls.name] = root
+    if origin:
+        _ORIGIN.setdefault(cls.name, origin)
     return cls.name
 
 
@@ -168,40 +186,76 @@ def use_workload(folder: str | Path | None) -> None:
         add_path(folder)
 
 
+ROWS_NAMED = 5  # rows a note names before it counts the rest
+
+
+def rows_lacking(cases: list[Any], fields: tuple[str, ...], where: str) -> str:
+    """`data.jsonl:2 (persona), data.jsonl:7 (persona, task) and 3 more`: the rows that lack fields."""
+    lacking = [(c, [k for k in fields if not c.has(k)]) for c in cases]
+    lacking = [(c, ks) for c, ks in lacking if ks]
+    text = ", ".join(f"{where}:{c._line or '?'} ({', '.join(ks)})" for c, ks in lacking[:ROWS_NAMED])
+    return text + (f" and {len(lacking) - ROWS_NAMED} more" if len(lacking) > ROWS_NAMED else "")
+
+
+def can_grade(cls: type[Grader], case: Any) -> bool:
+    """Whether a case carries every field the grader reads (`requires`)."""
+    return all(case.has(k) for k in cls.requires)
+
+
 def choose(names: list[str] | None, cases: list[Any], *, with_judge: bool = False,
            where: str = "dataset") -> tuple[list[str], list[str]]:
-    """The graders a run uses: the ones named (the matrix's `graders:`), else every default one;
-    each only when every case carries the fields it reads (`requires`), else skipped with one line.
-    A case that carries them badly is a DatasetError naming its line and field."""
+    """The graders a run uses: the ones named (the matrix's `graders:` or --grader), else every
+    default one. A default grader grades the cases that carry the fields it reads (`requires`),
+    the rows that lack them named by file:line (none carries them: skipped, one line); a grader
+    named explicitly whose rows lack its fields is a DatasetError naming them. A case that carries
+    the fields badly is a DatasetError naming its line and field."""
+    from ..errors import DatasetError
+
     chosen = resolve(names) if names is not None else default_names(with_judge)
     reg = available()  # after resolve: a module:Class it registered is in it
     out, notes = [], []
     for n in chosen:
         cls = reg[n]
-        missing = [k for k in cls.requires if not all(c.has(k) for c in cases)]
-        if missing:
-            lacking = sum(not all(c.has(k) for k in cls.requires) for c in cases)
-            notes.append(f"grader '{n}' skipped: {lacking} of {len(cases)} cases lack {', '.join(missing)}, "
-                         "which it reads")
-            continue
-        for c in cases:
+        have = [c for c in cases if can_grade(cls, c)]
+        if len(have) < len(cases):
+            rows = rows_lacking(cases, cls.requires, where)
+            missing = ", ".join(k for k in cls.requires if not all(c.has(k) for c in cases))
+            if names is not None:
+                raise DatasetError(f"grader '{n}' is named explicitly but {len(cases) - len(have)} of {len(cases)} "
+                                   f"rows lack {missing}, which it reads: {rows}; add the field to them, or drop "
+                                   "the grader")
+            if not have:
+                notes.append(f"grader '{n}' skipped: {len(cases)} of {len(cases)} cases lack {missing}, which it reads")
+                continue
+            notes.append(f"grader '{n}' grades {len(have)} of {len(cases)} cases: the others lack {missing}, which it "
+                         f"reads: {rows}")
+        for c in have:
             if (why := cls.check_case(c)) is not None:
-                from ..errors import DatasetError
-
                 field, _, msg = why.partition(": ")
                 raise DatasetError(f"{where}:{c._line}: field '{field}': {msg} (grader '{n}' reads it)")
         out.append(n)
     return out, notes
 
 
-def specs(names: list[str]) -> list[str]:
-    """How a run records its graders: a name, or `module:Class` for one registered from a module."""
-    return [_LOCAL.get(n, n) for n in names]
+def specs(names: list[str]) -> list[str | dict[str, str]]:
+    """How a run records its graders: a name, or for one registered from a module its `module:Class`
+    and the folder it was imported from, so any later command finds it from any directory."""
+    out: list[str | dict[str, str]] = []
+    for n in names:
+        if n in _LOCAL and n in _ROOTS:
+            out.append({"target": _LOCAL[n], "path": _ROOTS[n]})
+        else:
+            out.append(_LOCAL.get(n, n))
+    return out
+
+
+UNRESOLVED: dict[str, str] = {}  # a recorded module:Class that could not be imported again -> why
 
 
 def use_run(run: dict[str, Any]) -> list[str] | None:
-    """Make a recorded run's graders available again (its workload folder on the import path, its
-    `module:Class` ones registered); returns their names, or None for a run that recorded none."""
+    """Make a recorded run's graders available again (its workload folder and each module's own
+    folder on the import path, its `module:Class` ones registered); returns their names, or None
+    for a run that recorded none. One that cannot be imported any more is kept in `UNRESOLVED`."""
     import json
 
     use_workload(run.get("workload_dir"))
@@ -209,8 +263,97 @@ def use_run(run: dict[str, Any]) -> list[str] | None:
         return None
     out = []
     for spec in json.loads(run["graders_json"]):
+        target = spec["target"] if isinstance(spec, dict) else spec
+        if isinstance(spec, dict):
+            use_workload(spec.get("path"))
         try:
-            out.append(register(spec) if ":" in spec else spec)
-        except UsageError:
-            continue  # its module is gone: its grades stay in the ledger, its columns do not show
+            out.append(register(target, f"run {run.get('id')}") if ":" in target else target)
+        except UsageError as e:
+            UNRESOLVED[target] = str(e)  # its grades stay in the ledger; its columns show once it is found
     return out
+
+
+def use_ledger(ledger: Any, run_id: str | None = None) -> list[str]:
+    """Every run's graders (or one run's) made available: what `browse`, `graders list` and the
+    commands that read a run call first. Returns the names found."""
+    ids = [run_id] if run_id else ledger.run_ids()
+    out: list[str] = []
+    for rid in ids:
+        out += use_run(ledger.require_run(rid)) or []
+    return list(dict.fromkeys(out))
+
+
+def use_paths(paths: Any) -> list[str]:
+    """`--grader-path DIR` (repeatable): modules in each folder can be named as graders, and the
+    graders they define are registered by name. Returns their names."""
+    out: list[str] = []
+    for p in paths or ():
+        add_path(p)
+        out += discover(p)
+    return out
+
+
+def use(ledger: Any = None, run_id: str | None = None, paths: Any = (), every_run: bool = False) -> list[str] | None:
+    """The one grader resolution every command makes before it names a grader, a metric, a margin
+    or a threshold: built-ins and entry points (always), the modules of each `--grader-path`, and
+    the graders the run recorded (its workload folder, each `module:Class` with its folder); with
+    ``every_run`` those of every run in the ledger (browse). Returns the run's recorded names."""
+    use_paths(paths)
+    if ledger is None:
+        return None
+    if every_run:
+        use_ledger(ledger)
+        return None
+    return use_run(ledger.require_run(run_id))
+
+
+def record(ledger: Any, run_id: str, names: list[str]) -> None:
+    """Add the `module:Class` graders among ``names`` to what a run recorded (`evalkit grade
+    --grader mod:Class` on it), so every later command finds them again from any directory
+    (built-ins and entry points are always found)."""
+    import json
+
+    run = ledger.require_run(run_id)
+    have = json.loads(run["graders_json"]) if run.get("graders_json") else list(default_names())
+    known = {x["target"] if isinstance(x, dict) else x for x in have}
+    new = [s for s in specs([n for n in names if n in _LOCAL])
+           if (s["target"] if isinstance(s, dict) else s) not in known]
+    if new:
+        ledger.update_run(run_id, {"graders_json": json.dumps(have + new)})
+
+
+def discover(folder: str | Path) -> list[str]:
+    """Every Grader subclass defined in a top-level module of ``folder`` (a workload folder,
+    `--grader-path DIR`), registered: how `graders list` shows graders no run has used yet. Only
+    modules whose source names `Grader` are imported."""
+    import inspect
+
+    root = Path(folder).resolve()
+    add_path(root)
+    out = []
+    for py in sorted(root.glob("*.py")):
+        try:
+            if "Grader" not in py.read_text(encoding="utf-8", errors="replace"):
+                continue
+            module = import_module(py.stem)
+        except Exception as e:  # noqa: BLE001 - a broken module names itself, the others still list
+            UNRESOLVED[f"{py.stem} ({py})"] = f"failed to load: {e}"
+            continue
+        for attr, cls in inspect.getmembers(module, inspect.isclass):
+            if issubclass(cls, Grader) and cls is not Grader and cls.__module__ == module.__name__ \
+                    and getattr(cls, "name", None) and getattr(cls, "version", None):
+                try:
+                    out.append(register(f"{module.__name__}:{attr}", str(root)))
+                except UsageError as e:
+                    UNRESOLVED[f"{module.__name__}:{attr}"] = str(e)
+    return out
+
+
+def origin(name: str) -> str:
+    """Where a registered grader comes from: built in, an installed package, or a module found here."""
+    if name in BUILTINS:
+        return "built in"
+    if name in _LOCAL:
+        where = _ROOTS.get(name) or _ORIGIN.get(name)
+        return _LOCAL[name] + (f" from {where}" if where else "")
+    return f"entry point {_targets().get(name)}"

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import UsageError
-from ..grading.registry import available
+from ..grading.registry import available, use_run
 from ..ledger import Ledger
 from ..stats import mean, percentile, time_weighted_mean
 from ..stats.describe import LARGE
@@ -286,6 +286,7 @@ def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = N
     run's `request_rows` when the caller has them (read once per report)."""
     run = ledger.require_run(run_id)
     run_id = run["id"]
+    use_run(run)  # its graders' margins parse like a built-in's
     specs = parse_margins(margins if margins is not None else run.margins,
                           "--margins" if margins is not None else "matrix margins")
     rows = rows if rows is not None else request_rows(ledger, run_id)

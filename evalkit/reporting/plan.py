@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..execution.sizing import PRIORS, cases_needed, mde, mmss, paired_diffs, spread
+from ..grading.registry import use_run
 from ..host import host_line, this_host
 from ..ledger import Ledger
 from ..stats import pairs_for_a_verdict
@@ -74,6 +75,7 @@ def seconds_per_case(ledger: Ledger, run_id: str) -> tuple[float, float]:
 def plan(ledger: Ledger, run_id: str | None, detect: dict[str, float], cases: int | None = None) -> dict[str, Any]:
     run = ledger.require_run(run_id)
     rid = run["id"]
+    use_run(run)  # the margins of its workload's graders parse like a built-in's
     spreads = spread(paired_diffs(ledger, rid))
     between, n_runs = between_run_sd(ledger, run["matrix_name"])
     per_case, fixed = seconds_per_case(ledger, rid)

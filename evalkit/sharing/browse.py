@@ -14,7 +14,7 @@ from typing import Any
 from .. import catalogue
 from ..execution.signals import Interrupted
 from ..grading import refresh_view
-from ..grading.registry import available, canned_queries, headline_columns
+from ..grading.registry import available, canned_queries, headline_columns, use_ledger
 from ..ledger import Ledger
 from ..ledger.canned import canned
 from ..reporting.findings import findings
@@ -47,6 +47,7 @@ def refresh_derived(ledger: Ledger, say: Any = None) -> list[str]:
     """The derived tables of every run whose rows, grades or status changed since they were
     computed (only those: a large ledger opens in seconds), and the `requests_joined` view's
     grader columns from the registry. Returns the runs recomputed."""
+    use_ledger(ledger)  # every run's graders: their margins, columns and canned queries, from any directory
     stale = ledger.stale_derived()
     for run_id in stale:
         if say is not None:
@@ -148,7 +149,7 @@ def wait_for_child(p: subprocess.Popen[bytes]) -> None:
     """Serve until the child ends; SIGTERM, SIGHUP and Ctrl-C stop the child first (nothing is
     left serving the ledger), then end evalkit with the signal's exit code."""
     def stop(signum: int, frame: object) -> None:
-        raise Interrupted(signum, "Datasette stopped")
+        raise Interrupted(signum, f"stopped by {signal.Signals(signum).name}: Datasette stopped with it")
 
     old = {}
     if threading.current_thread() is threading.main_thread():

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..catalogue import STUDY, cell, fmt
 from ..errors import UsageError
-from ..grading.registry import available, headline_columns
+from ..grading.registry import available, headline_columns, use_run
 from ..host import host_line
 from ..ledger import Ledger
 from ..paths import PROJECT_DIR
@@ -114,7 +114,9 @@ def export(ledger: Ledger, out: Path, run_id: str | None = None) -> dict[str, in
     """Write parquet files + README.md (the dataset card) into ``out``; refuses secrets."""
     import datasets
 
-    run_id = ledger.require_run(run_id)["id"]
+    run = ledger.require_run(run_id)
+    run_id = run["id"]
+    use_run(run)  # its graders' columns in the card, from any directory
     tables = ledger.export_tables(run_id)
     for name, rows in tables.items():
         where = find_secret(rows, name)
