@@ -3,8 +3,11 @@ them (split, against the flips), and `publish` exporting them."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from evalkit.cli import cli
 from evalkit.errors import UsageError
 from evalkit.ledger import open_ledger
 from evalkit.reporting.findings import findings
@@ -126,3 +129,22 @@ def test_the_report_says_how_many_were_reviewed(reviewed):
 def test_publish_exports_the_reviews(reviewed, tmp_path):
     db, run_id, _, k = reviewed
     assert export(db, tmp_path / "ds", run_id)["reviews"] == k + 1
+
+
+@pytest.mark.integration
+def test_the_report_gives_a_graders_kappa_against_the_reviews(reviewed):
+    db, run_id, _, _ = reviewed  # alice called every schema flip worse and a pair without one the same
+    assert findings(db, run_id)["reviews"]["agreement"]["schema"]["kappa"] == pytest.approx(1.0)
+
+
+@pytest.mark.integration
+def test_graders_calibrate_takes_a_ledgers_reviews(reviewed, runner):
+    db, run_id, _, k = reviewed
+    r = runner.invoke(cli, ["graders", "calibrate", "--grader", "schema", "--reviews", "--ledger", str(db.path), "--json"])
+    assert json.loads(r.output)["confusion"]["candidate_worse"]["candidate_worse"] == k
+
+
+@pytest.mark.integration
+def test_graders_calibrate_without_reviews_says_how_to_make_them(stub_ledger, runner):
+    r = runner.invoke(cli, ["graders", "calibrate", "--grader", "schema", "--reviews", "--ledger", str(stub_ledger)])
+    assert "browse --review" in r.output

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from ..grading.calibrate_labels import against_reviews
 from ..ledger import Ledger
 from .selection import first_level
 
@@ -54,9 +55,15 @@ def review_summary(ledger: Ledger, run_id: str, rows: list[dict[str, Any]], base
         for key, on in (("lost", lost), ("gained", gained), ("no flip", not fl)):
             if on:
                 against[key][r["verdict"]] += 1
+    grades = {r["id"]: r["grades"] for r in rows}
+    names = sorted({n for r in revs for i in (r["baseline_request_id"], r["candidate_request_id"])
+                    for n, g in (grades.get(i) or {}).items() if g.get("passed") is not None})
+    agreement = {n: {k: a[k] for k in ("kappa", "ci95", "n")} for n in names
+                 if (a := against_reviews(n, revs, grades))["n"]}
     return {"pairs": pairs, "reviewed_pairs": len({(r["case_id"], r["candidate"]) for r in revs}),
             "reviews": len(revs), "reviewers": sorted({r["reviewer"] for r in revs}),
-            "split": dict(Counter(r["verdict"] for r in revs)), "against_flips": {k: dict(v) for k, v in against.items()}}
+            "split": dict(Counter(r["verdict"] for r in revs)), "against_flips": {k: dict(v) for k, v in against.items()},
+            "agreement": agreement}
 
 
 def _split(c: dict[str, int]) -> str:
@@ -74,4 +81,9 @@ def review_lines(s: dict[str, Any] | None) -> list[str]:
                       ("no flip", "with no flip")):
         if a.get(key):
             out.append(f"reviews of pairs {what}: {_split(a[key])}")
+    for name, k in s.get("agreement", {}).items():
+        ci = f" [{k['ci95'][0]:+.2f}, {k['ci95'][1]:+.2f}]" if k["ci95"] else ""
+        kappa = "undefined" if k["kappa"] is None else f"{k['kappa']:+.2f}{ci}"
+        out.append(f"reviews vs {name}: Cohen's kappa {kappa} over {k['n']} reviewed pairs "
+                   f"(`evalkit graders calibrate --grader {name} --reviews` for the confusion matrix)")
     return out
