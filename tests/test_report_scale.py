@@ -4,10 +4,22 @@ numbers equal the ones computed from every row in memory."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
+
+from evalkit.ledger import open_ledger
+from evalkit.reporting.document import findings_blocks
+from evalkit.reporting.findings import full_report, request_rows
+from evalkit.reporting.report import to_json
+from evalkit.reporting.spike_summary import SPIKES_TOP
+
+ROOT = Path(__file__).resolve().parent.parent
 
 HEAVY = ("scipy", "numpy", "sqlite_utils", "aiohttp", "datasets", "torch", "sentence_transformers", "jsonschema",
          "pydantic")
@@ -22,3 +34,67 @@ _PROBE = ("import sys\nfrom click.testing import CliRunner\nfrom evalkit.cli imp
 def test_the_help_loads_no_heavy_library():
     out = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, check=True)
     assert out.stdout.split() == []
+
+
+def _synth() -> Any:
+    """benchmarks/synth_ledger.py as a module (benchmarks is no package)."""
+    spec = importlib.util.spec_from_file_location("synth_ledger", ROOT / "benchmarks" / "synth_ledger.py")
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
+
+
+@pytest.fixture(scope="module")
+def synth_ledger(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    path = tmp_path_factory.mktemp("synth") / "synth.db"
+    return path, _synth().synthesize(path, 5000, ["base", "w8a8", "fp8"], [1, 4], seed=3)
+
+
+def test_the_synthesizer_writes_the_rows_asked_for(synth_ledger):
+    path, info = synth_ledger
+    rid = open_ledger(path, create=False).require_run(None)["id"]
+    assert len(request_rows(open_ledger(path, create=False), rid)) == 5000
+
+
+def test_the_synthesizer_grades_every_successful_request_twice(synth_ledger):
+    path, info = synth_ledger
+    rows = request_rows(open_ledger(path, create=False), info["run_id"])
+    assert info["grades"] == 2 * sum(r["error_class"] is None for r in rows)
+
+
+def test_a_synthesized_run_has_every_variant_level_and_complexity(synth_ledger):
+    path, info = synth_ledger
+    rows = request_rows(open_ledger(path, create=False), info["run_id"])
+    assert {(r["variant"], r["concurrency"], r["complexity"]) for r in rows} == \
+        {(v, c, cx) for v in ("base", "w8a8", "fp8") for c in (1, 4) for cx in ("short", "medium", "long")}
+
+
+def test_a_synthesized_run_has_spikes_of_each_cause(synth_ledger):
+    path, info = synth_ledger
+    _, fnd, _ = full_report(open_ledger(path, create=False), info["run_id"])
+    assert {"preemption", "queued", "cold/long prefill"} <= {s["cause"] for s in fnd["spikes"]}
+
+
+def _spikes(n: int) -> list[dict[str, Any]]:
+    return [{"variant": "ab"[k % 2], "concurrency": 1 + k % 3, "complexity": "long", "metric": "ttft_ms",
+             "cause": ("queued", "preemption")[k % 5 == 0], "robust_z": float(k), "line": f"spike {k}"}
+            for k in range(n)]
+
+
+def test_the_json_report_lists_the_largest_spikes():
+    js = json.loads(to_json({"findings": {"spikes": _spikes(500)}}))
+    assert [s["robust_z"] for s in js["findings"]["spikes"]] == [float(k) for k in range(499, 499 - SPIKES_TOP, -1)]
+
+
+def test_the_json_report_says_how_many_spikes_there_are():
+    assert json.loads(to_json({"findings": {"spikes": _spikes(500)}}))["findings"]["spikes_total"] == 500
+
+
+def test_the_json_report_counts_every_spike_per_slice_and_cause():
+    counts = json.loads(to_json({"findings": {"spikes": _spikes(500)}}))["findings"]["spike_counts"]
+    assert (sum(c["n"] for c in counts), len(counts)) == (500, 12)  # 2 variants x 3 levels x 2 causes
+
+
+def test_the_text_report_counts_spikes_per_slice_and_cause():
+    lines = findings_blocks({"spikes": _spikes(500), "paired": [], "verdicts": [], "notes": []}, None)
+    assert "  a long c=3 TTFT: 67 queued, 16 preemption" in lines  # k = 2 mod 6: 83, of which k = 20 mod 30: 16

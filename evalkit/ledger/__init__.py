@@ -6,6 +6,7 @@ writes through.
 May import: the root modules only (errors). Everything else imports it.
 """
 
+from . import lean_import  # noqa: F401  (first: sqlite_utils without pandas)
 from .migrations import MIGRATION_NAMES, MIGRATION_SET, migrations
 from .store import CASE_FIELDS, Ledger, RunRecord, dumps, open_ledger, utcnow
 

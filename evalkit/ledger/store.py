@@ -19,6 +19,7 @@ from typing import Any
 from sqlite_utils import Database
 
 from ..errors import LedgerError, LedgerWriteError, UsageError
+from .aggregate import ReportReads
 from .derived import DerivedTables
 from .migrations import MIGRATION_NAMES, MIGRATION_SET, migrations
 from .reviews import ReviewsMixin
@@ -93,7 +94,7 @@ class RunRecord(dict):
         return self.matrix.get("margins") or {}
 
 
-class Ledger(SeriesReads, TokenScoresMixin, DerivedTables, ReviewsMixin):  # token_scores.py, derived.py, reviews.py
+class Ledger(SeriesReads, TokenScoresMixin, DerivedTables, ReviewsMixin, ReportReads):  # token_scores.py, derived.py, reviews.py
     """One ledger file, migrated. Its sqlite-utils connection is private: every read and write the
     rest of evalkit needs is a method here."""
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..host import host_line
 from .report import latency_columns, quality_columns, server_columns, table_cells
+from .spike_summary import count_lines
 from .verdicts import level_text
 
 SPIKES_SHOWN = 20  # the text report lists the largest; every one is in --json and derived_spikes
@@ -171,9 +172,11 @@ def findings_blocks(f: dict[str, Any], by: list[str] | None) -> list[Block]:
     out += f.get("notes", [])
     spikes = sorted(f["spikes"], key=lambda s: -s["robust_z"])
     out.append("spikes (median + k x MAD per variant x level x complexity)"
-               + (f": the {SPIKES_SHOWN} largest of {len(spikes):,} (all in --json and the derived_spikes table)"
-                  if len(spikes) > SPIKES_SHOWN else "") + ":")
+               + (f": the {SPIKES_SHOWN} largest of {len(spikes):,} (every one: the derived_spikes table in "
+                  "`evalkit browse`)" if len(spikes) > SPIKES_SHOWN else "") + ":")
     out += [f"  {s['line']}" for s in spikes[:SPIKES_SHOWN] or [{"line": "none"}]]
+    if len(spikes) > SPIKES_SHOWN:  # the rest counted per slice and cause
+        out += ["spikes per slice and cause:", *(f"  {line}" for line in count_lines(spikes))]
     return out
 
 

@@ -17,6 +17,7 @@ from .document import flips_table
 from .findings import full_report
 from .plots import plots
 from .report import latency_columns, quality_columns, server_columns, table_cells
+from .spike_summary import count_lines
 from .verdicts import multiplicity_notes
 
 SPIKES_LISTED = 50  # the page lists the largest; the rest are one command away
@@ -155,8 +156,9 @@ def render_html(ledger: Ledger, run_id: str | None = None, read: Read | None = N
     parts.append("<h2>Spikes (median + 3.5 × MAD per variant × complexity)</h2>")
     spikes = sorted(f["spikes"], key=lambda s: -s["robust_z"])
     if len(spikes) > SPIKES_LISTED:
-        parts.append(f"<p class='note'>the {SPIKES_LISTED} largest of {len(spikes):,} (every one: `evalkit report "
-                     "--json`, and the derived_spikes table in `evalkit browse`)</p>")
+        parts.append(f"<p class='note'>the {SPIKES_LISTED} largest of {len(spikes):,} (every one: the derived_spikes "
+                     "table in `evalkit browse`); per slice and cause:</p>"
+                     + "".join(f"<div class='spike'>{escape(line)}</div>" for line in count_lines(spikes)))
     parts.append("".join(f"<div class='spike'>{escape(s['line'])}</div>" for s in spikes[:SPIKES_LISTED]) or
                  "<p class='note'>no spikes</p>")
     parts += _capacity(f)

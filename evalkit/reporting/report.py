@@ -20,6 +20,7 @@ from ..stats import SignFlipRatio, mean, pct_delta, percentile
 from .columns import Columns, slice_metrics, source_columns
 from .rows import request_rows
 from .selection import by_variant, first_level, is_swept, level_note, sweep_levels
+from .spike_summary import bounded
 from .verdicts import apply_holm, case_means, flag, multiplicity_notes
 
 SLICES = (*COMPLEXITIES, "all")
@@ -252,6 +253,10 @@ def markdown_table(report: dict[str, Any], columns: list[Metric] | None = None) 
 
 
 def to_json(report: dict[str, Any]) -> str:
+    """The report as JSON; its findings' spikes bounded (`spike_summary.bounded`: the full list is
+    the ledger's derived_spikes table), so the document stays small at any size."""
+    if isinstance(report.get("findings"), dict) and "spikes" in report["findings"]:
+        report = {**report, "findings": bounded(report["findings"])}
     return json.dumps(report, indent=2, ensure_ascii=False)
 
 

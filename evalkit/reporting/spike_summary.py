@@ -1,0 +1,46 @@
+"""Spike lists that stay small at any size: a large run has 10^5 spikes, and every one of them is
+in the ledger's `derived_spikes` table (`evalkit browse`). The JSON, Markdown and HTML reports list
+the largest and count the rest per slice and cause."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+SPIKES_TOP = 50  # what `report --json` lists (the text report and the HTML page show fewer)
+
+
+def largest(spikes: list[dict[str, Any]], n: int = SPIKES_TOP) -> list[dict[str, Any]]:
+    """The ``n`` largest spikes by robust z (ties: in their order in the findings)."""
+    return sorted(spikes, key=lambda s: -s["robust_z"])[:n]
+
+
+def counts(spikes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """How many spikes per variant x level x complexity x metric x cause, largest counts first."""
+    c = Counter((s.get("variant"), s.get("concurrency"), s.get("complexity"), s.get("metric") or "", s.get("cause"))
+                for s in spikes)
+    return [{"variant": v, "concurrency": lv, "complexity": cx, "metric": m, "cause": cause, "n": n}
+            for (v, lv, cx, m, cause), n in sorted(c.items(), key=lambda kv: (-kv[1], *map(str, kv[0])))]
+
+
+def bounded(f: dict[str, Any]) -> dict[str, Any]:
+    """The findings as `report --json` writes them: the largest spikes, their total and the counts
+    per slice and cause (the full list: `derived_spikes`)."""
+    spikes = f.get("spikes") or []
+    return {**f, "spikes": largest(spikes), "spikes_total": len(spikes), "spike_counts": counts(spikes)}
+
+
+def count_lines(spikes: list[dict[str, Any]], limit: int = 12) -> list[str]:
+    """Per slice, how many spikes of each cause: `w8a8 long c=4 TTFT: 12 queued, 3 preemption`."""
+    by: dict[tuple[Any, ...], list[str]] = {}
+    totals: Counter[tuple[Any, ...]] = Counter()
+    for e in counts(spikes):
+        key = (e["variant"], e["complexity"], e["concurrency"], e["metric"])
+        by.setdefault(key, []).append(f"{e['n']:,} {e['cause']}")
+        totals[key] += e["n"]
+    keys = sorted(by, key=lambda k: (-totals[k], *map(str, k)))
+    out = [f"{v} {cx}{'' if (lv or 1) == 1 else f' c={lv}'} {m.removesuffix('_ms').upper()}: {', '.join(by[(v, cx, lv, m)])}"
+           for v, cx, lv, m in keys[:limit]]
+    if len(keys) > limit:
+        out.append(f"... and {len(keys) - limit} more slices ({sum(totals[k] for k in keys[limit:]):,} spikes)")
+    return out
