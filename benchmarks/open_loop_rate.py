@@ -27,8 +27,9 @@ sys.path.insert(0, str(ROOT))
 from benchmarks import client_overhead  # noqa: E402
 from benchmarks.client_overhead import free_port  # noqa: E402
 from evalkit.engines.bundled import resolve_model  # noqa: E402
+from evalkit.execution.inputs import RunInputs  # noqa: E402
 from evalkit.execution.load import load_from_options  # noqa: E402
-from evalkit.execution.runner import run_matrix  # noqa: E402
+from evalkit.execution.skeleton import run_matrix  # noqa: E402
 from evalkit.host import host_line, this_host  # noqa: E402
 from evalkit.ledger import open_ledger  # noqa: E402
 from evalkit.paths import default_dataset_path  # noqa: E402
@@ -76,7 +77,7 @@ def main() -> int:
         load = load_from_options(None, rate=a.rate, arrival_seed=1)
         arrivals(base)
         t0 = time.monotonic()
-        run_matrix(ledger, load_matrix(work / "m.yaml"), sub, default_dataset_path(), repeats=reps, load=load)
+        run_matrix(ledger, RunInputs.of(load_matrix(work / "m.yaml"), sub, default_dataset_path(), repeats=reps, load=load))
         ev_wall = time.monotonic() - t0
         ev = arrivals(base)
         rows = [r for r in ledger.measured_requests(ledger.latest_run_id())]

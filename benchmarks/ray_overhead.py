@@ -19,9 +19,9 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.client_overhead import free_port  # noqa: E402
 from benchmarks.open_loop_rate import start_stub  # noqa: E402
-from evalkit.execution.cluster import run_matrix_ray  # noqa: E402
+from evalkit.execution.inputs import RunInputs  # noqa: E402
 from evalkit.execution.load import load_from_options  # noqa: E402
-from evalkit.execution.runner import run_matrix  # noqa: E402
+from evalkit.execution.skeleton import run_matrix  # noqa: E402
 from evalkit.host import host_line, this_host  # noqa: E402
 from evalkit.ledger import open_ledger  # noqa: E402
 from evalkit.paths import default_dataset_path  # noqa: E402
@@ -55,11 +55,8 @@ def main() -> int:
             for mode in ("local", "ray"):
                 ledger = open_ledger(work / f"{mode}{rnd}.db")
                 t0 = time.monotonic()
-                if mode == "local":
-                    s = run_matrix(ledger, matrix, cases, default_dataset_path(), repeats=reps, load=load)
-                else:
-                    s = run_matrix_ray(ledger, matrix, cases, default_dataset_path(), address="local", repeats=reps,
-                                       load=load)
+                s = run_matrix(ledger, RunInputs.of(matrix, cases, default_dataset_path(), repeats=reps, load=load,
+                                                    ray_address="local" if mode == "ray" else None))
                 walls[mode] = walls.get(mode, 0.0) + time.monotonic() - t0
                 results[mode] += [r["ttft_ms"] for r in ledger.measured_requests(s.run_id, ok_only=True)]
     finally:

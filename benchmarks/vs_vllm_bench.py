@@ -27,7 +27,8 @@ sys.path.insert(0, str(ROOT))
 
 from evalkit.engines.bundled import resolve_model  # noqa: E402
 from evalkit.engines.vllm_server import VLLMServer  # noqa: E402
-from evalkit.execution.runner import run_matrix  # noqa: E402
+from evalkit.execution.inputs import RunInputs  # noqa: E402
+from evalkit.execution.skeleton import run_matrix  # noqa: E402
 from evalkit.ledger import open_ledger  # noqa: E402
 from evalkit.paths import cache_dir  # noqa: E402
 from evalkit.spec.dataset import load_cases, stratified_subset  # noqa: E402
@@ -101,7 +102,7 @@ def main() -> int:
                   f"median E2E {b['median_e2el_ms']:.1f} ms", flush=True)
             db = open_ledger(work / f"ledger{r}.db")
             t0 = time.monotonic()
-            s = run_matrix(db, matrix, load_cases(work / "cases.jsonl"), work / "cases.jsonl")
+            s = run_matrix(db, RunInputs.of(matrix, load_cases(work / "cases.jsonl"), work / "cases.jsonl"))
             got = db.measured_requests(s.run_id, ok_only=True)
             ev_ttft += [x["ttft_ms"] for x in got]
             ev_e2e += [x["e2e_ms"] for x in got]

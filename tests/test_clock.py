@@ -13,8 +13,10 @@ import pytest
 from sqlite_utils import Database
 
 from evalkit.cli import cli
+from evalkit.execution.inputs import RunInputs
 from evalkit.execution.load import load_from_options
-from evalkit.execution.runner import SilentProgress, run_matrix
+from evalkit.execution.runner import SilentProgress
+from evalkit.execution.skeleton import run_matrix
 from evalkit.ledger import open_ledger
 from evalkit.measure import wire as wire_mod
 from evalkit.measure.client import build_payload, stream_chat
@@ -227,8 +229,9 @@ def test_the_self_check_marks_a_run_whose_loop_was_blocked(runner, tmp_path, wri
                   f"variants:\n  - name: base\n    endpoint: {s.base_url}\n")
         ledger_path = tmp_path / "lag.db"
         ledger = open_ledger(ledger_path)
-        summary = run_matrix(ledger, load_matrix(m), load_cases(default_dataset_path())[:12], default_dataset_path(),
-                             load=load_from_options(None, concurrency=4), progress=Blocking())
+        summary = run_matrix(ledger, RunInputs.of(load_matrix(m), load_cases(default_dataset_path())[:12],
+                                                  default_dataset_path(), load=load_from_options(None, concurrency=4)),
+                             Blocking())
     rows = list(Database(ledger_path).query("select * from requests where is_warmup = 0"))
     assert rows
     assert {x["timestamp_source"] for x in rows} == {"user"}

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 import pytest
 from sqlite_utils import Database
 
+from evalkit.execution.inputs import RunInputs
 from evalkit.execution.load import Load, load_from_options
 from evalkit.execution.patterns import (
     ClosedLoop,
@@ -21,7 +22,7 @@ from evalkit.execution.patterns import (
     TraceReplay,
     pattern_from_record,
 )
-from evalkit.execution.runner import run_matrix
+from evalkit.execution.skeleton import run_matrix
 from evalkit.execution.stops import ErrorRate, KvFull, LevelOutcome, Preempted, Slo, SloBreached, StopRule, Waited
 from evalkit.ledger import open_ledger
 from evalkit.paths import default_dataset_path
@@ -61,7 +62,7 @@ def stub_matrix(write):
 
 def _run(tmp_path, matrix, load: Load, n: int = 4):
     ledger = open_ledger(tmp_path / "l.db")
-    run_matrix(ledger, matrix, load_cases(default_dataset_path())[:n], default_dataset_path(), load=load)
+    run_matrix(ledger, RunInputs.of(matrix, load_cases(default_dataset_path())[:n], default_dataset_path(), load=load))
     return rows_per_level(Database(tmp_path / "l.db"))
 
 

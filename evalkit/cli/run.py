@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -79,22 +80,17 @@ from .console import RichProgress, print_closing, print_report
 @click.option("--grader-path", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="a folder to import module:Class graders from [default: the workload folder]")
 @click.option("--quiet", "-q", is_flag=True, help="no progress output")
-def run(matrix_path: Path | None, workload: Path | None, dataset_path: Path | None, limit: int | None, time_budget: str | None,
-        trace_path: Path | None, trace_format: str | None, speedup: float, trace_limit: int | None,
-        subset_seed: int | None,
-        arrival_seed: int | None, repeats: int, mode: str | None, concurrency: int | None,
-        rate: float | None, arrival: str | None, max_concurrency: int | None, sweep: str | None, stop_kv: float | None,
-        slo: str | None, client_procs: int | None, interleave: bool, ray_address: str | None, resume_id: str | None,
-        retry_failed: str | None, max_error_rate: float | None, stop_on_failure: bool, ledger: Path | None,
-        no_grade: bool, grade_sample: int | None, graders: tuple[str, ...], grader_path: Path | None,
-        quiet: bool) -> None:
+def run(workload: Path | None, trace_path: Path | None, trace_format: str | None, speedup: float,
+        trace_limit: int | None, subset_seed: int | None, arrival_seed: int | None, ledger: Path | None,
+        no_grade: bool, graders: tuple[str, ...], quiet: bool, **options: Any) -> None:
     """Serve each variant of the matrix, send every case, record every request in the ledger.
 
     Launched variants get their own vLLM server (started, health-checked, stopped); endpoint
     variants are called as they are. Rows are written as requests finish, and each server's
     /metrics is scraped alongside so every request carries what the server did around it.
     """
-    from ..execution.inputs import RunRequest, resolve_inputs
+    from ..execution.inputs import resolve_inputs
+    from ..execution.options import RunOptions
     from ..execution.signals import Interrupted, graceful_stop
     from ..execution.traces import TraceSpec
     from ..execution.workflow import run_and_grade
@@ -102,24 +98,20 @@ def run(matrix_path: Path | None, workload: Path | None, dataset_path: Path | No
     from ..reporting.findings import full_report
     from ..sharing.browse import store_derived
 
-    if workload is not None and matrix_path is not None:
+    if workload is not None and options["matrix_path"] is not None:
         raise UsageError("give --workload DIR or --matrix FILE: a workload folder holds its matrix.yaml")
-    req = RunRequest(matrix_path or workload, dataset_path, limit, time_budget,
-                     TraceSpec(str(trace_path), trace_format or "", speedup, trace_limit) if trace_path else None,
-                     subset_seed or 0,
-                     arrival_seed or 0, repeats, mode, concurrency, rate,
-                     arrival, max_concurrency, sweep, stop_kv, slo, client_procs, interleave, max_error_rate,
-                     stop_on_failure, resume_id, retry_failed, ray_address is not None, list(graders) or None, grader_path,
-                     not no_grade)
-    if no_grade and grade_sample:
-        raise UsageError("--grade-sample says how much to grade: it does not go with --no-grade")
     if trace_path is not None and trace_format is None:
         raise UsageError("--trace needs --trace-format (mooncake, azure, burstgpt or evalkit)")
-    req.check()
+    opts = RunOptions(**{**options, "matrix_path": options["matrix_path"] or workload,
+                         "trace": TraceSpec(str(trace_path), trace_format or "", speedup, trace_limit) if trace_path else None,
+                         "subset_seed": subset_seed or 0, "arrival_seed": arrival_seed or 0, "graders": graders,
+                         "grade": not no_grade})
+    opts.check()
+    resume_id = opts.resume_id
     db = open_ledger(ledger_path(ledger), create=False) if resume_id else None
-    inp = resolve_inputs(db, req, RichProgress(quiet).say)  # bad input stops here: nothing written yet
+    inp = resolve_inputs(db, opts, RichProgress(quiet).say)  # bad input stops here: nothing written yet
     db = db or open_ledger(ledger_path(ledger))
-    if inp.reopened or retry_failed:
+    if inp.reopened or opts.retry_failed:
         click.echo(f"run {resume_id}: {inp.reopened} failed requests will be sent again (their rows stay, not final)")
     progress = RichProgress(quiet)
     for note in inp.grader_notes:
@@ -127,11 +119,7 @@ def run(matrix_path: Path | None, workload: Path | None, dataset_path: Path | No
     path = ledger_path(ledger)
     try:
         with graceful_stop():
-            summary, n, grade_s = run_and_grade(db, inp.matrix, inp.cases, inp.dataset_path, repeats=inp.repeats,
-                                                subset_seed=req.subset_seed, load=inp.load, progress=progress,
-                                                resume_run=resume_id, grade=not no_grade, ray_address=ray_address,
-                                                time_budget_s=inp.time_budget_s, run_extra=inp.run_extra,
-                                                graders=inp.graders, grade_sample=grade_sample)
+            summary, n, grade_s = run_and_grade(db, inp, progress)
     except (Interrupted, LedgerWriteError) as e:
         rid = getattr(e, "run_id", None) or resume_id
         hint = f"; resume with `evalkit run --resume {rid} --ledger {path}`" if rid else ""
@@ -139,7 +127,9 @@ def run(matrix_path: Path | None, workload: Path | None, dataset_path: Path | No
     if not no_grade:
         progress.say(f"graded {n} outputs in {grade_s:.1f} s")
     skipped = f", {summary.n_skipped} already in the ledger (skipped)" if resume_id else ""
-    click.echo(f"run {summary.run_id}: {summary.n_requests} requests, {summary.n_errors} errors{skipped} "
+    failed = (f"; {len(summary.failed_variants)} variant(s) failed: {', '.join(summary.failed_variants)}"
+              if summary.failed_variants else "")
+    click.echo(f"run {summary.run_id}: {summary.n_requests} requests, {summary.n_errors} errors{skipped}{failed} "
                f"-> {path}")
     for name, why in summary.saturation.items():
         click.echo(f"{name}: {why}")
@@ -155,3 +145,7 @@ def run(matrix_path: Path | None, workload: Path | None, dataset_path: Path | No
         raise EvalkitClickError(f"variant(s) failed: {names}{unrecorded}", 1)
     if unrecorded:
         raise EvalkitClickError(unrecorded.removeprefix("; and "), 1)
+    if not no_grade:
+        from .grade import incomplete
+
+        incomplete(db, summary.run_id)  # a grader that raised: its failures named, exit 1

@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..engines.memory import MemoryPlan, plan_memory
-from ..errors import EvalkitError, UsageError
+from ..engines.memory import MemoryPlan
 from ..host import this_host
 from ..ledger import Ledger, utcnow
 from ..ledger.mirror import MirroredLedger, Replay
@@ -34,19 +33,10 @@ from ..paths import cache_dir
 from ..redact import redact
 from ..spec.dataset import Case
 from ..spec.matrix import Matrix
+from .inputs import RunInputs
 from .load import Load
 from .ray_driver import Job, drive, ray_init, reap_group, reap_worker
-from .runner import (
-    CARRIER_FAILED,
-    Progress,
-    RunContext,
-    RunSummary,
-    SilentProgress,
-    finish_run,
-    run_group,
-    start_run,
-    stop_reason,
-)
+from .runner import CARRIER_FAILED, Progress, RunContext, RunSummary, run_group
 from .signals import STOP
 
 # Fault injection for tests of worker death: a worker exits abruptly after this many requests.
@@ -104,6 +94,7 @@ class Shard:
     skip: list[tuple[str, str, int, str]]
     memory: dict[str, dict[str, Any]] | None = None  # the driver's memory-budget plans (MemoryPlan fields)
     variant_rows: list[dict[str, Any]] | None = None  # on a resume: this variant's row as the driver has it
+    trace_offsets: list[float] | None = None  # a trace's arrivals: not in the load's record (a trace can be long)
 
 
 def run_shard(shard: Shard) -> Iterator[tuple[Any, ...]]:
@@ -123,7 +114,8 @@ def run_shard(shard: Shard) -> Iterator[tuple[Any, ...]]:
             # not memory: the worker only reads back its own rows, and a long run's must not fill its RAM
             local = EventLedger(events, str(Path(scratch) / "worker.db"))
             local.seed_run(shard.run_row, shard.case_rows, shard.variant_rows)
-            ctx = RunContext(local, summary.run_id, matrix, cases, shard.repeats, Load.from_record(shard.load),
+            load = Load.from_record(shard.load, shard.trace_offsets)
+            ctx = RunContext(local, summary.run_id, matrix, cases, shard.repeats, load,
                              {tuple(k) for k in shard.skip}, QueueProgress(events), cache_dir() / "logs",  # type: ignore[misc]
                              summary, {k: MemoryPlan(**v) for k, v in (shard.memory or {}).items()})
             run_group(ctx, [shard.variant], 0, replicas=None if shard.replica is None else [shard.replica])
@@ -198,27 +190,38 @@ class Apply:
             self.summary = ev[1]
 
 
-def run_matrix_ray(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: Path, *, address: str | None,
-                   repeats: int = 1, subset_seed: int = 0, progress: Progress | None = None, load: Load | None = None,
-                   resume_run: str | None = None) -> RunSummary:
-    """`run_matrix` with each variant (or replica) as a Ray task; this process writes the ledger.
-    The Ray driver runs in a child process: when the node under it dies Ray ends that process at
-    once, and this one records every variant the node took with it as `failed`, with the cause."""
-    progress = progress or SilentProgress()
-    load = (load or Load()).for_matrix(matrix.generation.quality_under_load)
-    if load.policy.interleave:
-        raise UsageError("--interleave needs every variant on one machine at once: it does not combine with --ray")
-    import importlib.util
+class OnRay:
+    """Each variant (or replica) as a Ray task; this process writes the ledger. The Ray driver runs
+    in a child process: when the node under it dies Ray ends that process at once, and this one
+    records every variant the node took with it as `failed`, with the cause."""
 
-    if importlib.util.find_spec("ray") is None:
-        raise UsageError("--ray needs Ray: pip install 'evalkit[ray]'")
-    memory = plan_memory(matrix, progress.say)  # planned where the driver is, before anything is written
-    summary, skip = start_run(ledger, matrix, cases, dataset_path, repeats=repeats, subset_seed=subset_seed, load=load,
-                              progress=progress, resume_run=resume_run)
+    name = "Ray"
+
+    def __init__(self, address: str | None) -> None:
+        self.address = address
+
+    def refuse(self, inp: RunInputs, load: Load) -> str | None:
+        import importlib.util
+
+        if load.policy.interleave:
+            return "--interleave needs every variant on one machine at once: it does not combine with --ray"
+        if inp.time_budget_s is not None:
+            return ("--time-budget sizes the run from the first variant's probes, and Ray starts every variant at "
+                    "once: give --limit N with --ray")
+        if importlib.util.find_spec("ray") is None:
+            return "--ray needs Ray: pip install 'evalkit[ray]'"
+        return None
+
+    def execute(self, ctx: RunContext) -> None:
+        _drive_on_ray(ctx, self.address)
+
+
+def _drive_on_ray(ctx: RunContext, address: str | None) -> None:
+    ledger, matrix, summary, progress, load = ctx.ledger, ctx.matrix, ctx.summary, ctx.progress, ctx.load
     run_row = ledger.require_run(summary.run_id)
-    from .runner import case_rows
+    from .skeleton import case_rows
 
-    crow = case_rows(cases, run_row["dataset_hash"])
+    crow = case_rows(ctx.cases, run_row["dataset_hash"])
     jobs: list[Job] = []
     for v in matrix.ordered_variants():
         for rep in ([None] if v.n_replicas == 1 else range(v.n_replicas)):
@@ -230,15 +233,16 @@ def run_matrix_ray(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_pa
             if env:  # evalkit's own settings (and fault tests) reach the workers through their runtime env
                 opts["runtime_env"] = {"env_vars": env}
             shard = Shard(run_row, crow, matrix.model_dump_json(), v.name, rep,
-                          [c.model_dump(by_alias=True) for c in cases], repeats, load.record(), sorted(skip),
-                          {k: p.to_dict() for k, p in memory.items()},
-                          [r for r in ledger.variants(summary.run_id) if r["name"] == v.name])
+                          [c.model_dump(by_alias=True) for c in ctx.cases], ctx.repeats, load.record(), sorted(ctx.skip),
+                          {k: p.to_dict() for k, p in ctx.memory.items()},
+                          [r for r in ledger.variants(summary.run_id) if r["name"] == v.name],
+                          list(getattr(load.pattern, "offsets", ())) or None)
             jobs.append(Job(v.name if rep is None else f"{v.name}#{rep}", opts, shard))
             progress.say(f"'{jobs[-1].label}' scheduled on Ray with {opts.get('num_cpus')} CPU, "
                          f"{opts.get('num_gpus')} GPU" + (f", {opts['resources']}" if "resources" in opts else ""))
     appliers = {j.label: Apply(ledger, progress, summary.run_id, j.label) for j in jobs}
     seq = [ledger.max_seq(summary.run_id)]
-    ok, reason = False, None
+    ok = False
     proc = None
     try:
         import multiprocessing
@@ -292,11 +296,6 @@ def run_matrix_ray(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_pa
                 _close(ledger, summary, appliers[label])
         STOP.check()
         ok = True
-    except BaseException as e:
-        reason = stop_reason(e)
-        if isinstance(e, EvalkitError):
-            e.run_id = summary.run_id  # type: ignore[attr-defined]
-        raise
     finally:
         if proc is not None:
             if proc.is_alive():
@@ -310,8 +309,6 @@ def run_matrix_ray(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_pa
             for ap in appliers.values():
                 if ap.worker and (ap.summary or {}).get("error"):
                     reap_worker(*ap.worker)
-        finish_run(ledger, matrix, summary, ok, reason)
-    return summary
 
 
 def _close(ledger: Ledger, summary: RunSummary, ap: Apply) -> None:
@@ -355,4 +352,4 @@ def ray_embed(address: str | None, batch: int = 256) -> Any:
     return make_embed(encode)
 
 
-__all__ = ["EventLedger", "Job", "Shard", "ray_embed", "ray_init", "run_matrix_ray", "run_shard"]
+__all__ = ["EventLedger", "Job", "OnRay", "Shard", "ray_embed", "ray_init", "run_shard"]

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..ledger import utcnow
-from ..measure.client import RequestResult
 from .load import WorkItem
-from .rows import request_row
 from .signals import STOP
 
+if TYPE_CHECKING:  # the sender imports this module
+    from .sender import Sender
 
-async def send_conversation(sender: Any, http: Any, item: WorkItem, attribute_now: bool,
+
+async def send_conversation(sender: Sender, http: Any, item: WorkItem, attribute_now: bool,
                             scheduled_ms: float | None) -> list[dict[str, Any]]:
     """Every turn in order; returns the rows written (each turn's attempts, then any turns left)."""
     case = item.case
@@ -36,7 +36,7 @@ async def send_conversation(sender: Any, http: Any, item: WorkItem, attribute_no
             await asyncio.sleep(case.turns[k - 1].think_time_s)
         sub = replace(item, case=case.turn_case(k))
         extra = {"conversation_id": case.id, "turn": k}
-        got = await sender._one(http, sub, attribute_now, scheduled_ms if k == 0 else None, list(history), extra)
+        got = await sender.send_item(http, sub, attribute_now, scheduled_ms if k == 0 else None, list(history), extra)
         rows += got
         if not got:  # stopping: the rest waits for a resume
             return rows
@@ -44,11 +44,8 @@ async def send_conversation(sender: Any, http: Any, item: WorkItem, attribute_no
         if last["error_class"] is not None or not last["final"]:
             why = f"turn {k} of the conversation failed ({last['error_class']}): the later turns need its reply"
             for j in range(k + 1, len(case.turns) + 1):
-                tj = replace(item, case=case.turn_case(j))
-                sender.seq += 1
-                r = RequestResult(started_at=utcnow(), error_class="not_sent", error=why)
-                rows.append(sender._write({**request_row(sender.run_id, tj, sender.seq, tj.attempt0, True, {}, r),
-                                           "conversation_id": case.id, "turn": j}))
+                rows.append(sender.not_sent(replace(item, case=case.turn_case(j)), why,
+                                            extra={"conversation_id": case.id, "turn": j}))
             return rows
         prev = last["text"] or ""
     return rows

@@ -16,50 +16,10 @@ from ..paths import default_dataset_path
 from ..spec.dataset import Case, load_cases, stratified_subset
 from ..spec.matrix import Matrix, load_matrix
 from .load import Load, load_from_options
-from .resume import parse_retry_classes, refuse_resume_options, resume_context
+from .options import RunOptions
+from .resume import parse_retry_classes, resume_context
 from .sizing import parse_duration
-from .traces import TraceSpec, trace_cases, trace_json
-
-
-@dataclass
-class RunRequest:
-    matrix_path: Path | None = None
-    dataset_path: Path | None = None
-    limit: int | None = None
-    time_budget: str | None = None
-    trace: TraceSpec | None = None
-    subset_seed: int = 0
-    arrival_seed: int = 0
-    repeats: int = 1
-    mode: str | None = None
-    concurrency: int | None = None
-    rate: float | None = None
-    arrival: str | None = None
-    max_concurrency: int | None = None
-    sweep: str | None = None
-    stop_kv: float | None = None
-    slo: str | None = None
-    client_procs: int | None = None
-    interleave: bool = False
-    max_error_rate: float | None = None
-    stop_on_failure: bool = False
-    resume_id: str | None = None
-    retry_failed: str | None = None
-    ray: bool = False
-    graders: list[str] | None = None  # --grader, over the matrix's `graders:`
-    grader_path: Path | None = None
-    grade: bool = True
-
-
-    def check(self) -> None:
-        """Option conflicts that need nothing opened to be found (the ledger is opened after)."""
-        if self.retry_failed and not self.resume_id:
-            raise UsageError("--retry-failed goes with --resume RUN_ID")
-        if self.resume_id:
-            refuse_resume_options(matrix=self.matrix_path, dataset=self.dataset_path, limit=self.limit,
-                                  repeats=self.repeats != 1, mode=self.mode, concurrency=self.concurrency, rate=self.rate,
-                                  sweep=self.sweep, arrival=self.arrival, max_concurrency=self.max_concurrency,
-                                  trace=self.trace, budget=self.time_budget)
+from .traces import trace_cases, trace_json
 
 
 @dataclass
@@ -74,13 +34,18 @@ class RunInputs:
     time_budget_s: float | None = None
     run_extra: dict[str, Any] | None = None
     reopened: int = 0  # --retry-failed: requests that will be sent again
+    opts: RunOptions = field(default_factory=RunOptions)  # what was asked: executor, grading, resume
+
+    @classmethod
+    def of(cls, matrix: Matrix, cases: list[Case], dataset_path: Path, *, load: Load | None = None, repeats: int = 1,
+           **options: Any) -> RunInputs:
+        """Inputs given directly (a notebook, a benchmark, a test) rather than resolved from options."""
+        return cls(matrix, cases, dataset_path, load or Load(), repeats, opts=RunOptions(repeats=repeats, **options))
 
 
-def resolve_inputs(ledger: Ledger | None, q: RunRequest, say: Any = lambda s: None) -> RunInputs:
+def resolve_inputs(ledger: Ledger | None, q: RunOptions, say: Any = lambda s: None) -> RunInputs:
     q.check()
     budget_s = parse_duration(q.time_budget, "--time-budget") if q.time_budget else None
-    if budget_s is not None and q.ray:
-        raise UsageError("--time-budget sizes a local run from its own probes: it does not combine with --ray")
     if q.resume_id:
         assert ledger is not None
         ctx = resume_context(ledger, q.resume_id)
@@ -112,11 +77,12 @@ def resolve_inputs(ledger: Ledger | None, q: RunRequest, say: Any = lambda s: No
             cases = stratified_subset(all_cases, q.limit or (len(all_cases) if budget_s else matrix.limit), q.subset_seed)
             out = RunInputs(matrix, cases, dpath, load, q.repeats)
     out.time_budget_s = budget_s
+    out.opts = q
     if q.grade:  # which graders apply to these cases: bad case fields stop here, before anything is written
         if q.grader_path is not None:
             add_path(q.grader_path)
         use_workload(out.matrix.folder)
-        names = q.graders if q.graders else out.matrix.graders
+        names = list(q.graders) if q.graders else out.matrix.graders
         out.graders, out.grader_notes = choose(names, out.cases, with_judge=out.matrix.judge is not None,
                                                where=str(out.dataset_path))
     out.run_extra = {**(out.run_extra or {}), "graders_json": json.dumps(specs(out.graders)),

@@ -6,31 +6,22 @@ missing requests."""
 from __future__ import annotations
 
 import asyncio
-import os
-import platform
-import socket
-import sys
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from .. import __version__
-from ..engines.memory import MemoryPlan, plan_memory
+from ..engines.memory import MemoryPlan
 from ..engines.vllm_server import engine_version
-from ..errors import EngineError, EvalkitError, LedgerWriteError, UsageError
-from ..host import this_host
-from ..ledger import Ledger, dumps, utcnow
+from ..errors import EngineError
+from ..ledger import Ledger
 from ..measure.client import RequestResult
 from ..measure.telemetry import MetricsScraper
-from ..paths import cache_dir
-from ..redact import redact, redact_args
-from ..spec.dataset import Case, dataset_hash
+from ..spec.dataset import Case
 from ..spec.matrix import Matrix
 from .estimate import RunEstimate, estimate_variant
 from .live import LiveVariant
-from .load import Load, Work, warmup_cases, warmup_items
+from .load import Load, Work, warmup_items
 from .patterns import Level
 from .scoring import score_group
 from .sender import Sender
@@ -72,33 +63,8 @@ class RunSummary:
     saturation: dict[str, str] = field(default_factory=dict)
     stages: dict[str, dict[str, float]] = field(default_factory=dict)  # variant -> stage -> seconds
     estimates: dict[str, RunEstimate] = field(default_factory=dict)
-    time_budget_s: float | None = None  # --time-budget: the run keeps as many cases as fit
-    sized: int | None = None  # the case count the time budget chose
     unrecorded: str | None = None  # why the run's end could not be written (a full disk): it reads as stale
     t0: float = field(default_factory=time.monotonic)
-
-
-def new_run_id() -> str:
-    return utcnow()[:10].replace("-", "") + "-" + uuid.uuid4().hex[:8]
-
-
-def case_rows(cases: list[Case], dhash: str) -> list[dict]:
-    """The cases as the ledger keeps them: their attributes whole, and the shipped resume
-    workload's attributes also in columns of their own (Datasette facets on them)."""
-    out = []
-    for c in cases:
-        a = c.attributes
-        ck = a.get("context_keys")
-        out.append({
-            "id": c.id, "dataset_hash": dhash, "task": a.get("task"), "persona": a.get("persona"),
-            "persona_title": a.get("persona_title"), "persona_description": a.get("persona_description"),
-            "candidate": a.get("candidate"), "complexity": c.complexity,
-            "formality": a.get("formality") if isinstance(a.get("formality"), int) else None,
-            "schema_name": c.schema_name, "context_keys_json": dumps(ck) if ck is not None else None,
-            "messages_json": dumps([m.model_dump() for m in c.messages]), "attributes_json": dumps(a),
-            "reference": c.reference, "schema_json": dumps(c.schema_doc) if c.schema_doc is not None else None,
-        })
-    return out
 
 
 @dataclass
@@ -116,28 +82,9 @@ class RunContext:
     log_dir: Path
     summary: RunSummary
     memory: dict[str, MemoryPlan] = field(default_factory=dict)  # each launched variant's share of the memory budget
-
-
-def create_run(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: Path, subset_seed: int,
-               load: Load, repeats: int, extra: dict | None = None) -> str:
-    run_id = new_run_id()
-    dhash = dataset_hash(dataset_path)
-    gen = matrix.generation
-    host = this_host()  # first: a bad EVALKIT_EMULATE_CPU stops the run before anything is written
-    turns = [c.turn_case(k) for c in cases for k in range(1, len(c.turns) + 1)]  # each turn is graded as a case
-    ledger.record_cases(case_rows(cases + turns + warmup_cases(cases, gen.warmup, gen.structured_output), dhash))
-    host_id = ledger.record_host(host)
-    ledger.create_run({
-        "id": run_id, "created_at": utcnow(), "finished_at": None, "status": "running",
-        "matrix_name": matrix.name, "matrix_json": redact(matrix.model_dump_json()),
-        "dataset_path": str(dataset_path), "dataset_hash": dhash, "n_cases": len(cases),
-        "case_ids_json": dumps([c.id for c in cases]), "seed": subset_seed,
-        "evalkit_version": __version__, "python_version": platform.python_version(),
-        "host": socket.gethostname(), "platform": platform.platform(), "host_id": host_id,
-        "argv": " ".join(redact_args(sys.argv)),
-        "load_json": dumps({**load.record(), "repeats": repeats}), "pid": os.getpid(), **(extra or {}),
-    })
-    return run_id
+    time_budget_s: float | None = None  # --time-budget: the run keeps as many cases as fit...
+    stop_reason: str | None = None  # why the run ended early (a failed variant with --stop-on-failure, a signal)
+    sized: int | None = None  # ...this many, decided from the first variant's probes (`cases` is cut to them)
 
 
 def open_variants(ctx: RunContext, group: list[str], replicas: list[int] | None = None) -> dict[str, LiveVariant]:
@@ -194,15 +141,13 @@ def _send_warmups(ctx: RunContext, sender: Sender, warm: list, main: Work, live:
         ctx.summary.stages.setdefault(name, {})["warm-up"] = time.monotonic() - t0
     est = estimate_variant(got.rows, warm, main, ctx.matrix, ctx.load, remaining_variants=variants_after,
                            server_start_s=max((s.stage_s.get("start", 0.0) for s in servers.values()), default=0.0))
-    sizing = bool(ctx.summary.time_budget_s and ctx.summary.sized is None)
+    sizing = bool(ctx.time_budget_s and ctx.sized is None)
     if est is not None:
         ctx.summary.estimates["+".join(live)] = est
         if not sizing:  # a budgeted run says what it will send instead of what all cases would take
             ctx.progress.say(est.line("+".join(live)))
     if sizing:
-        kept = size_to_budget(ctx.ledger, ctx.run_id, ctx.matrix, ctx.cases, ctx.repeats, ctx.summary, est,
-                              variants_after, servers, ctx.progress.say)
-        main = main.only(kept)
+        main = main.only(size_to_budget(ctx, est, variants_after, servers))
     return main
 
 
@@ -330,89 +275,5 @@ def pending(ctx: RunContext, group: list[str]) -> dict[str, dict[str, int]]:
                                           level.concurrency, skip=ctx.skip)))
         out[name] = {"n": n, "up_to": up_to}
     return {k: v for k, v in out.items() if v["n"]}
-
-
-def start_run(ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: Path, *, repeats: int, subset_seed: int,
-              load: Load, progress: Progress, resume_run: str | None, extra: dict | None = None
-              ) -> tuple[RunSummary, set]:
-    """Create the run (or reopen it for --resume) and say what will be sent."""
-    if resume_run:
-        run_id = resume_run
-        ledger.update_run(run_id, {"status": "running", "finished_at": None, "pid": os.getpid(), "host": socket.gethostname(),
-                                   "stop_reason": None})
-    else:
-        run_id = create_run(ledger, matrix, cases, dataset_path, subset_seed, load, repeats, extra)
-    skip = ledger.done_keys(run_id) if resume_run else set()
-    floor = matrix.generation.baseline_passes(repeats)
-    progress.say(f"run {run_id}: {len(matrix.variants)} variants x {len(cases)} cases x {repeats} repeats"
-                 + (f" (baseline x{floor}: the extra pass is drift's noise floor)" if floor > repeats else "")
-                 + (f" (resuming: {len(skip)} requests already in the ledger)" if resume_run else ""))
-    return RunSummary(run_id), skip
-
-
-def finish_run(ledger: Ledger, matrix: Matrix, summary: RunSummary, ok: bool, reason: str | None = None) -> None:
-    """The run ends `complete` (every variant complete), `failed` (a variant failed) or
-    `interrupted` (stopped before the end: a signal, a full disk, a crash); never `running`. A
-    ledger that cannot be written any more (a full disk) leaves the status as it is: a run
-    `running` whose process is gone reads as stale."""
-    failed = bool(summary.failed_variants)
-    status = ("failed" if failed else "complete") if ok else "interrupted"
-    try:
-        left = ledger.close_open_variants(summary.run_id, "failed" if ok else "interrupted",
-                                          reason or ("the run ended before this variant did" if ok else
-                                                     "the run was interrupted"))
-        for name in left:
-            summary.failed_variants.setdefault(name, reason or "left running when the run ended")
-        ledger.update_run(summary.run_id, {"status": status, "finished_at": utcnow(), "stop_reason": reason})
-    except LedgerWriteError as e:
-        summary.unrecorded = str(e).splitlines()[0]
-
-
-def run_matrix(
-    ledger: Ledger, matrix: Matrix, cases: list[Case], dataset_path: Path, *,
-    repeats: int = 1, subset_seed: int = 0, progress: Progress | None = None, load: Load | None = None,
-    log_dir: Path | None = None, resume_run: str | None = None, time_budget_s: float | None = None,
-    run_extra: dict | None = None,
-) -> RunSummary:
-    progress = progress or SilentProgress()
-    load = (load or Load()).for_matrix(matrix.generation.quality_under_load)
-    if load.policy.interleave and any(v.n_replicas > 1 for v in matrix.variants):
-        raise UsageError("--interleave alternates single servers: it does not combine with replicated variants")
-    if time_budget_s is not None and not resume_run and (load.pattern.saturates or any(lv.open_loop for lv in load.levels())):
-        raise UsageError("--time-budget sizes sequential and fixed-concurrency runs; a sweep or --rate takes --limit")
-    memory = plan_memory(matrix, progress.say)  # a memory budget that cannot fit stops here, before anything is written
-    summary, skip = start_run(ledger, matrix, cases, dataset_path, repeats=repeats, subset_seed=subset_seed, load=load,
-                              progress=progress, resume_run=resume_run, extra=run_extra)
-    if time_budget_s is not None and not resume_run:
-        summary.time_budget_s = time_budget_s
-        cases = list(cases)  # sized in place once the first variant's probes are in
-    ctx = RunContext(ledger, summary.run_id, matrix, cases, repeats, load, skip, progress, log_dir or cache_dir() / "logs",
-                     summary, memory)
-    seq = ledger.max_seq(summary.run_id)
-    names = [v.name for v in matrix.ordered_variants()]
-    ok, reason = False, None
-    try:
-        groups = [names] if load.policy.interleave else [[n] for n in names]
-        for gi, group in enumerate(groups):
-            seq = run_group(ctx, group, seq, variants_after=0 if load.policy.interleave else len(groups) - gi - 1)
-            if load.policy.stop_on_failure and summary.failed_variants:
-                reason = f"stopped after a failed variant ({', '.join(summary.failed_variants)})"
-                progress.say(reason)
-                break
-        ok = True
-    except BaseException as e:
-        reason = stop_reason(e)
-        if isinstance(e, (EvalkitError,)):
-            e.run_id = summary.run_id  # type: ignore[attr-defined]
-        raise
-    finally:
-        finish_run(ledger, matrix, summary, ok, reason)
-    return summary
-
-
-def stop_reason(e: BaseException) -> str:
-    if isinstance(e, KeyboardInterrupt):
-        return "stopped by SIGINT"
-    return str(e).splitlines()[0] if str(e) else type(e).__name__
 
 

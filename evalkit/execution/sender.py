@@ -30,7 +30,7 @@ from .conversation import send_conversation
 from .live import LiveVariant
 from .load import Load, Work, WorkItem
 from .patterns import Level
-from .procs import ChildWork, Job, Posted, run_children, split
+from .procs import LEAD_MS, SenderPool
 from .rows import request_row
 from .settle import Settler
 from .signals import STOP, gather_or_cancel
@@ -60,6 +60,7 @@ class Sender:
         self.n = self.n_err = 0
         self.in_flight = self.max_in_flight = 0
         self.wire: WireClient | None = None
+        self.pool: SenderPool | None = None  # the sending processes of this level (--client-procs), else None
         self.sending: set[asyncio.Future[RequestResult]] = set()
         self.dead: dict[str, str] = {}  # target -> why its server is gone
         self.probes: dict[int, LagProbe] = {}  # sending process (0: this one) -> its loop-lag windows
@@ -87,11 +88,12 @@ class Sender:
             top_p=gen.top_p, schema_name=item.case.schema_name, schema=schema, extra_body=extra,
         )
 
-    async def _one(self, http: aiohttp.ClientSession, item: WorkItem, attribute_now: bool,
-                   scheduled_ms: float | None = None, messages: list[dict[str, str]] | None = None,
-                   extra: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """Send one item (with retries per the matrix); returns the rows it wrote (with their ledger
-        ids). A conversation sends its turns in order, each with the variant's own earlier replies."""
+    async def send_item(self, http: aiohttp.ClientSession, item: WorkItem, attribute_now: bool,
+                        scheduled_ms: float | None = None, messages: list[dict[str, str]] | None = None,
+                        extra: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Send one item with the matrix's retry policy, whatever transport carries the bytes (this
+        process, or a sending process of `--client-procs`); returns the rows it wrote. A
+        conversation sends its turns in order, each with the variant's own earlier replies."""
         if item.case.turns and messages is None:
             return await send_conversation(self, http, item, attribute_now, scheduled_ms)
         lv = self.servers[item.target]
@@ -102,29 +104,18 @@ class Sender:
         if STOP.requested and not item.warmup:
             return rows  # stopping: not sent, not a row; a resume sends it
         if item.target in self.dead:  # its server is gone: recorded, never silently dropped
-            r = RequestResult(started_at=utcnow(), error_class="not_sent", error=self.dead[item.target])
-            self.seq += 1
-            rows.append(self._write({**request_row(self.run_id, item, self.seq, item.attempt0, True, payload, r,
-                                                   scheduled_ms), **(extra or {})}))
-            self._count(item, r)
-            return rows
+            return [self.not_sent(item, self.dead[item.target], payload, extra)]
         for attempt in range(item.attempt0, item.attempt0 + retry.max_retries + 1):
             before = await scraper.scrape(http) if (attribute_now and scraper) else None
             token = object()
             self.opened[token] = self._now_ms()
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
-            url = f"{lv.base_url}/v1/chat/completions"
-            if self.wire is not None and url.startswith("http://"):  # kernel receive times
-                send = asyncio.ensure_future(stream_chat_wire(self.wire, url, payload, headers=lv.headers,
-                                                              timeout_s=self.matrix.generation.timeout_s,
-                                                              epoch=self.epoch))
-            else:  # TLS, or no kernel stamps here: user-space stamps, recorded as such
-                send = asyncio.ensure_future(stream_chat(http, url, payload, headers=lv.headers,
-                                                         timeout_s=self.matrix.generation.timeout_s, epoch=self.epoch))
+            send = asyncio.ensure_future(self._transport(http, lv, payload, scheduled_ms if attempt == item.attempt0
+                                                         else None))
             self.sending.add(send)
             try:
-                r = await send
+                r, proc = await send
             except asyncio.CancelledError:
                 if not (send.cancelled() and STOP.requested):
                     raise
@@ -147,6 +138,8 @@ class Sender:
             self.seq += 1
             row = request_row(self.run_id, item, self.seq, attempt, not will_retry, payload, r,
                               scheduled_ms if attempt == item.attempt0 else None)
+            if proc:
+                row["client_proc"] = proc
             row.update(extra or {})
             if before is not None and scraper is not None and r.ok:  # a refused request is not in the histograms
                 key = "e2e_request_latency_seconds_count"
@@ -164,6 +157,33 @@ class Sender:
             await asyncio.sleep(r.retry_after_s if r.retry_after_s is not None else
                                 retry.backoff_s * 2 ** (attempt - item.attempt0))
         return rows
+
+    async def _transport(self, http: aiohttp.ClientSession, lv: LiveVariant, payload: dict[str, Any],
+                         due_ms: float | None) -> tuple[RequestResult, int]:
+        """The bytes of one attempt, sent when due: by a sending process (`--client-procs`), or here
+        (kernel receive times where the platform has them; TLS or none: user-space stamps, recorded
+        as such). Returns the result and the sending process (0: this one)."""
+        url = f"{lv.base_url}/v1/chat/completions"
+        timeout_s = self.matrix.generation.timeout_s
+        if self.pool is not None:
+            return await self.pool.send(url, payload, lv.headers, due_ms)
+        if due_ms is not None and (delay := (due_ms - self._now_ms()) / 1000.0) > 0:
+            await asyncio.sleep(delay)
+        if self.wire is not None and url.startswith("http://"):
+            return await stream_chat_wire(self.wire, url, payload, headers=lv.headers, timeout_s=timeout_s,
+                                          epoch=self.epoch), 0
+        return await stream_chat(http, url, payload, headers=lv.headers, timeout_s=timeout_s, epoch=self.epoch), 0
+
+    def not_sent(self, item: WorkItem, why: str, payload: dict[str, Any] | None = None,
+                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The one row of a request that was never sent (its server died, an earlier turn of its
+        conversation failed): final, counted, never silently dropped."""
+        r = RequestResult(started_at=utcnow(), error_class="not_sent", error=why)
+        self.seq += 1
+        row = self._write({**request_row(self.run_id, item, self.seq, item.attempt0, True, payload or {}, r),
+                           **(extra or {})})
+        self._count(item, r)
+        return row
 
     def _write(self, row: dict[str, Any]) -> dict[str, Any]:
         """One finished attempt: settled and written with the next batch (`Settler`)."""
@@ -251,85 +271,49 @@ class Sender:
 
     async def _send_all(self, http: aiohttp.ClientSession, items: Iterable[WorkItem], level: Level,
                         sent: asyncio.Event) -> None:
+        n = self.load.policy.client_procs
+        if n > 1 and not level.sequential:  # one request at a time gains nothing from other processes
+            self.pool = SenderPool(n, self.epoch, self.matrix.generation.timeout_s,
+                                   self.matrix.telemetry.kernel_timestamps, self._on_lag)
+            for k in range(n):
+                self.probes[k + 1] = LagProbe(self.epoch)
         try:
-            targets = items.target_names() if isinstance(items, Work) else \
-                list(dict.fromkeys(it.target for it in items))
-            if any("#" in t for t in targets) and not self.load.policy.interleave:
-                # replicated variants: each server runs its shard under the load, side by side
-                await gather_or_cancel(*(self._pipeline(http, _for_target(items, t), level) for t in targets))
-            else:
-                await self._pipeline(http, items, level)
+            if self.pool is not None:
+                await self.pool.start()
+            await self._send_targets(http, items, level)
+            if self.pool is not None:
+                errors = await self.pool.close()
+                if errors:
+                    raise EngineError("; ".join(errors))
+        except BaseException:
+            if self.pool is not None:
+                await self.pool.abort()
+            raise
         finally:
+            self.pool = None
             sent.set()
+
+    def _on_lag(self, proc: int, windows: list[tuple[float, float]]) -> None:
+        probe = self.probes[proc]
+        probe.times += [t for t, _ in windows]
+        probe.lags += [lag for _, lag in windows]
+
+    async def _send_targets(self, http: aiohttp.ClientSession, items: Iterable[WorkItem], level: Level) -> None:
+        targets = items.target_names() if isinstance(items, Work) else list(dict.fromkeys(it.target for it in items))
+        if any("#" in t for t in targets) and not self.load.policy.interleave:
+            # replicated variants: each server runs its shard under the load, side by side
+            await gather_or_cancel(*(self._pipeline(http, _for_target(items, t), level) for t in targets))
+        else:
+            await self._pipeline(http, items, level)
 
     async def _pipeline(self, http: aiohttp.ClientSession, items: Iterable[WorkItem], level: Level) -> None:
         if level.sequential:
             for item in items:
-                await self._one(http, item, attribute_now=True)
-        elif self.load.policy.client_procs > 1:
-            await self._in_procs(items, level)
+                await self.send_item(http, item, attribute_now=True)
         elif level.open_loop:
             await self._open_loop(http, items, level)
         else:
             await self._closed_loop(http, items, level.concurrency)
-
-    async def _in_procs(self, items: Iterable[WorkItem], level: Level) -> None:
-        """The same load, sent by `--client-procs` processes. Items go to them as they can take
-        them (a closed loop: a few more than each one's streams; an open loop: a moment before
-        they are due), so neither side ever holds the whole level; rows are made here as results
-        arrive, and each process's loop-lag windows arrive as they close."""
-        n = self.load.policy.client_procs
-        retry = self.matrix.retry
-        tel = self.matrix.telemetry
-        streams = split(level.concurrency, n) if not level.open_loop else [0] * n
-        caps = split(level.max_in_flight, n) if level.open_loop and level.max_in_flight else [None] * n
-        plans = [ChildWork(k + 1, [], streams[k], self.epoch, self.matrix.generation.timeout_s,
-                           tel.kernel_timestamps and kernel_stamps_supported(), retry.max_retries,
-                           list(retry.on_errors), retry.backoff_s, caps[k]) for k in range(n)]
-        for k in range(n):
-            self.probes[k + 1] = LagProbe(self.epoch)
-        out: dict[int, tuple[WorkItem, dict[str, Any], float | None]] = {}  # job index -> what its rows need
-
-        def job(i: int, item: WorkItem, due_ms: float | None) -> Job:
-            payload = self._payload(item)
-            out[i] = (item, payload, due_ms)
-            self.opened[("job", i)] = self._now_ms()
-            lv = self.servers[item.target]
-            return Job(i, f"{lv.base_url}/v1/chat/completions", payload, lv.headers, due_ms)
-
-        async def on_result(p: Posted) -> None:
-            item, payload, due_ms = out[p.index]
-            r = p.result
-            fill_token_counts(r, payload["messages"], self.servers[item.target].model_path)
-            self.seq += 1
-            row = request_row(self.run_id, item, self.seq, p.attempt, not p.retry, payload, r,
-                              due_ms if p.attempt == 0 else None)
-            row["client_proc"] = p.proc
-            row.update(response_timing({}, r.server_timing))
-            self._write(row)
-            if not p.retry:
-                del out[p.index]
-                self.opened.pop(("job", p.index), None)
-                self.n += 1
-                self.n_err += 0 if r.ok else 1
-                self.progress.request_done(item.variant, item.case, r)
-
-        def on_lag(proc: int, windows: list[tuple[float, float]]) -> None:
-            probe = self.probes[proc]
-            probe.times += [t for t, _ in windows]
-            probe.lags += [lag for _, lag in windows]
-
-        async def feed(children: Any, start_ms: float) -> None:
-            if level.open_loop:
-                await children.feed_schedule(
-                    ((job(i, it, start_ms + off * 1000.0) for i, (it, off) in
-                      enumerate(zip(items, level.arrivals(), strict=False)))), self._now_ms)
-            else:
-                await children.feed_pull((job(i, it, None) for i, it in enumerate(items)), streams)
-
-        errors = await run_children(plans, on_result, self.epoch, feed, on_lag)
-        if errors:
-            raise EngineError("; ".join(errors))
 
     async def _closed_loop(self, http: aiohttp.ClientSession, items: Iterable[WorkItem], concurrency: int) -> None:
         """N workers, each sending its next request when the last one finished (the items are
@@ -338,7 +322,7 @@ class Sender:
 
         async def worker() -> None:
             for item in source:
-                await self._one(http, item, attribute_now=False)
+                await self.send_item(http, item, attribute_now=False)
                 if STOP.requested:
                     return
 
@@ -347,19 +331,21 @@ class Sender:
     async def _open_loop(self, http: aiohttp.ClientSession, items: Iterable[WorkItem], level: Level) -> None:
         """Arrivals on the level's schedule, whatever the server does. Each request is due at its
         scheduled time on the run's clock and becomes a task only then (a million arrivals are
-        never a million waiting tasks); a cap (`max_in_flight`) may hold it back, and that wait
-        is stored (`client_wait_ms`), as is any lateness of the event loop itself."""
+        never a million waiting tasks) — a moment earlier (`LEAD_MS`) when sending processes carry
+        it, so this loop's lag never delays a send; a cap (`max_in_flight`) may hold it back, and
+        that wait is stored (`client_wait_ms`), as is any lateness of the event loop itself."""
         cap = asyncio.Semaphore(level.max_in_flight) if level.max_in_flight else None
+        lead = LEAD_MS if self.pool is not None and cap is None else 0.0  # a capped request waits for room here
         start_ms = self._now_ms() + 5.0  # a common origin a moment ahead, so the first is not late
         live: set[asyncio.Task[Any]] = set()
         failed: list[BaseException] = []
 
         async def arrive(item: WorkItem, due_ms: float) -> None:
             if cap is None:
-                await self._one(http, item, attribute_now=False, scheduled_ms=due_ms)
+                await self.send_item(http, item, attribute_now=False, scheduled_ms=due_ms)
                 return
             async with cap:
-                await self._one(http, item, attribute_now=False, scheduled_ms=due_ms)
+                await self.send_item(http, item, attribute_now=False, scheduled_ms=due_ms)
 
         def finished(t: asyncio.Task[Any]) -> None:
             live.discard(t)
@@ -369,7 +355,7 @@ class Sender:
         try:
             for item, off in zip(items, level.arrivals(), strict=False):
                 due = start_ms + off * 1000.0
-                delay = (due - self._now_ms()) / 1000.0
+                delay = (due - lead - self._now_ms()) / 1000.0
                 if delay > 0:
                     await asyncio.sleep(delay)
                 if failed or STOP.requested:

@@ -15,9 +15,7 @@ import time
 from typing import Any
 
 from ..errors import UsageError
-from ..ledger import Ledger, dumps
-from ..spec.dataset import Case
-from ..spec.matrix import Matrix
+from ..ledger import dumps
 from ..stats import Z_DETECT, pairs_for_a_verdict
 from .estimate import RunEstimate
 
@@ -166,27 +164,28 @@ def buys(n: int, spreads: dict[str, tuple[float, int]], source: str, n_hypothese
     return line
 
 
-def size_to_budget(ledger: Ledger, run_id: str, matrix: Matrix, cases: list[Case], repeats: int, summary: Any,
-                   est: RunEstimate | None, variants_after: int, servers: dict[str, Any],
-                   say: Any) -> set[str]:
+def size_to_budget(ctx: Any, est: RunEstimate | None, variants_after: int, servers: dict[str, Any]) -> set[str]:
     """`--time-budget`: keep the stratified prefix of cases that fits what is left of the time on
-    this machine (from the first variant's timing probes), for every variant; say what it buys."""
-    assert summary.time_budget_s is not None
+    this machine (from the first variant's timing probes), for every variant; say what it buys.
+    The decision lives in the run's context (``ctx``: `runner.RunContext`): its cases are cut to the
+    ones kept and ``ctx.sized`` says how many."""
+    ledger, run_id, matrix, cases, repeats, summary = ctx.ledger, ctx.run_id, ctx.matrix, ctx.cases, ctx.repeats, ctx.summary
+    budget_s = ctx.time_budget_s
+    assert budget_s is not None
     start_s = max((s.stage_s.get("start", 0.0) for s in servers.values()), default=0.0)
     warm_s = max((summary.stages.get(n, {}).get("warm-up", 0.0) for n in summary.stages), default=0.0)
     reqs_per_case = sum(matrix.generation.baseline_passes(repeats) if v.name == matrix.baseline else repeats
                         for v in matrix.variants)
     per_req = (est.measure_s / est.n_requests) if est is not None and est.n_requests else 10.0
     per_req += 0.03  # grading, per output
-    n = fit_time(summary.time_budget_s, time.monotonic() - summary.t0, per_req, reqs_per_case,
+    n = fit_time(budget_s, time.monotonic() - summary.t0, per_req, reqs_per_case,
                    variants_after * (start_s + warm_s), len(cases))
-    kept = cases[:n]
-    cases[:] = kept  # the later variants send the same cases
+    kept = ctx.cases = cases[:n]  # the later variants send the same cases
     ledger.update_run(run_id, {"n_cases": n, "case_ids_json": dumps([c.id for c in kept])})
     spreads, pilot = earlier_spread(ledger, matrix.name, run_id)
-    summary.sized = n
+    ctx.sized = n
     speeds = f", {est.basis}" if est is not None else ""
-    say(f"time budget {mmss(summary.time_budget_s)}: {n} cases fit on this machine "
+    ctx.progress.say(f"time budget {mmss(budget_s)}: {n} cases fit on this machine "
                      f"(at most {mmss(per_req * reqs_per_case)} per case across {len(matrix.variants)} variants{speeds}); "
                      + buys(n, spreads, f"spread from run {pilot}" if pilot else "shipped priors; `evalkit plan` "
                             "refines them from this run", margin_hypotheses(matrix.margins)))

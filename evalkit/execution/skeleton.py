@@ -1,0 +1,191 @@
+"""The one run skeleton: start a run (or reopen it for `--resume`) with every extra it carries,
+let an executor send its variants, finish it whatever happened. Executors plug in under it —
+this process (`InProcess`, with or without `--client-procs` sending processes) and Ray
+(`cluster.OnRay`) — and refuse, in one line before anything is written, what they cannot carry
+(docs/architecture.md has the executors x features table)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import sys
+import uuid
+from pathlib import Path
+from typing import Protocol
+
+from .. import __version__
+from ..engines.memory import plan_memory
+from ..errors import EvalkitError, LedgerWriteError, UsageError
+from ..host import this_host
+from ..ledger import Ledger, dumps, utcnow
+from ..paths import cache_dir
+from ..redact import redact, redact_args
+from ..spec.dataset import Case, dataset_hash
+from ..spec.matrix import Matrix
+from .inputs import RunInputs
+from .load import Load, warmup_cases
+from .runner import Progress, RunContext, RunSummary, SilentProgress, run_group
+
+
+def new_run_id() -> str:
+    return utcnow()[:10].replace("-", "") + "-" + uuid.uuid4().hex[:8]
+
+
+def case_rows(cases: list[Case], dhash: str) -> list[dict]:
+    """The cases as the ledger keeps them: their attributes whole, and the shipped resume
+    workload's attributes also in columns of their own (Datasette facets on them)."""
+    out = []
+    for c in cases:
+        a = c.attributes
+        ck = a.get("context_keys")
+        out.append({
+            "id": c.id, "dataset_hash": dhash, "task": a.get("task"), "persona": a.get("persona"),
+            "persona_title": a.get("persona_title"), "persona_description": a.get("persona_description"),
+            "candidate": a.get("candidate"), "complexity": c.complexity,
+            "formality": a.get("formality") if isinstance(a.get("formality"), int) else None,
+            "schema_name": c.schema_name, "context_keys_json": dumps(ck) if ck is not None else None,
+            "messages_json": dumps([m.model_dump() for m in c.messages]), "attributes_json": dumps(a),
+            "reference": c.reference, "schema_json": dumps(c.schema_doc) if c.schema_doc is not None else None,
+        })
+    return out
+
+
+def create_run(ledger: Ledger, inp: RunInputs, load: Load) -> str:
+    """The run's record: its matrix, cases, load and every extra the inputs carry (graders,
+    workload, trace), whichever executor sends it."""
+    matrix, cases, dataset_path, repeats = inp.matrix, inp.cases, inp.dataset_path, inp.repeats
+    run_id = new_run_id()
+    dhash = dataset_hash(dataset_path)
+    gen = matrix.generation
+    host = this_host()  # first: a bad EVALKIT_EMULATE_CPU stops the run before anything is written
+    turns = [c.turn_case(k) for c in cases for k in range(1, len(c.turns) + 1)]  # each turn is graded as a case
+    ledger.record_cases(case_rows(cases + turns + warmup_cases(cases, gen.warmup, gen.structured_output), dhash))
+    host_id = ledger.record_host(host)
+    ledger.create_run({
+        "id": run_id, "created_at": utcnow(), "finished_at": None, "status": "running",
+        "matrix_name": matrix.name, "matrix_json": redact(matrix.model_dump_json()),
+        "dataset_path": str(dataset_path), "dataset_hash": dhash, "n_cases": len(cases),
+        "case_ids_json": dumps([c.id for c in cases]), "seed": inp.opts.subset_seed,
+        "evalkit_version": __version__, "python_version": platform.python_version(),
+        "host": socket.gethostname(), "platform": platform.platform(), "host_id": host_id,
+        "argv": " ".join(redact_args(sys.argv)),
+        "load_json": dumps({**load.record(), "repeats": repeats}), "pid": os.getpid(), **(inp.run_extra or {}),
+    })
+    return run_id
+
+
+def start_run(ledger: Ledger, inp: RunInputs, load: Load, progress: Progress) -> tuple[RunSummary, set]:
+    """Create the run (or reopen it for --resume) and say what will be sent."""
+    resume_run, matrix, repeats = inp.opts.resume_id, inp.matrix, inp.repeats
+    if resume_run:
+        run_id = resume_run
+        ledger.update_run(run_id, {"status": "running", "finished_at": None, "pid": os.getpid(), "host": socket.gethostname(),
+                                   "stop_reason": None})
+    else:
+        run_id = create_run(ledger, inp, load)
+    skip = ledger.done_keys(run_id) if resume_run else set()
+    floor = matrix.generation.baseline_passes(repeats)
+    progress.say(f"run {run_id}: {len(matrix.variants)} variants x {len(inp.cases)} cases x {repeats} repeats"
+                 + (f" (baseline x{floor}: the extra pass is drift's noise floor)" if floor > repeats else "")
+                 + (f" (resuming: {len(skip)} requests already in the ledger)" if resume_run else ""))
+    return RunSummary(run_id), skip
+
+
+def finish_run(ledger: Ledger, matrix: Matrix, summary: RunSummary, ok: bool, reason: str | None = None) -> None:
+    """The run ends `complete` (every variant complete), `failed` (a variant failed) or
+    `interrupted` (stopped before the end: a signal, a full disk, a crash); never `running`. A
+    ledger that cannot be written any more (a full disk) leaves the status as it is: a run
+    `running` whose process is gone reads as stale."""
+    failed = bool(summary.failed_variants)
+    status = ("failed" if failed else "complete") if ok else "interrupted"
+    try:
+        left = ledger.close_open_variants(summary.run_id, "failed" if ok else "interrupted",
+                                          reason or ("the run ended before this variant did" if ok else
+                                                     "the run was interrupted"))
+        for name in left:
+            summary.failed_variants.setdefault(name, reason or "left running when the run ended")
+        ledger.update_run(summary.run_id, {"status": status, "finished_at": utcnow(), "stop_reason": reason})
+    except LedgerWriteError as e:
+        summary.unrecorded = str(e).splitlines()[0]
+
+
+class Executor(Protocol):
+    """Where a run's variants are sent from. The skeleton (`run_matrix`) starts the run, records its
+    extras and finishes it; an executor only runs the variants' groups under it, and refuses, in
+    one line before anything is written, a feature it cannot carry."""
+
+    name: str
+
+    def refuse(self, inp: RunInputs, load: Load) -> str | None: ...
+    def execute(self, ctx: RunContext) -> None: ...
+
+
+class InProcess:
+    """Every variant from this process, one after another (or all at once, interleaved); its
+    requests from this event loop or from `--client-procs` sending processes."""
+
+    name = "this process"
+
+    def refuse(self, inp: RunInputs, load: Load) -> str | None:
+        if load.policy.interleave and any(v.n_replicas > 1 for v in inp.matrix.variants):
+            return "--interleave alternates single servers: it does not combine with replicated variants"
+        return None
+
+    def execute(self, ctx: RunContext) -> None:
+        load, seq = ctx.load, ctx.ledger.max_seq(ctx.run_id)
+        names = [v.name for v in ctx.matrix.ordered_variants()]
+        groups = [names] if load.policy.interleave else [[n] for n in names]
+        for gi, group in enumerate(groups):
+            seq = run_group(ctx, group, seq, variants_after=0 if load.policy.interleave else len(groups) - gi - 1)
+            if load.policy.stop_on_failure and ctx.summary.failed_variants:
+                ctx.stop_reason = f"stopped after a failed variant ({', '.join(ctx.summary.failed_variants)})"
+                ctx.progress.say(ctx.stop_reason)
+                break
+
+
+def executor_for(inp: RunInputs) -> Executor:
+    if inp.opts.ray_address is not None:
+        from .cluster import OnRay
+
+        return OnRay(inp.opts.ray_address)
+    return InProcess()
+
+
+def run_matrix(ledger: Ledger, inp: RunInputs, progress: Progress | None = None, *, executor: Executor | None = None,
+               log_dir: Path | None = None) -> RunSummary:
+    """The one run skeleton: refuse what the executor cannot carry, plan memory, start (or reopen)
+    the run with its extras, let the executor send, finish the run whatever happened."""
+    progress = progress or SilentProgress()
+    executor = executor or executor_for(inp)
+    load = inp.load.for_matrix(inp.matrix.generation.quality_under_load)
+    resume_run, budget = inp.opts.resume_id, inp.time_budget_s
+    if budget is not None and not resume_run and (load.pattern.saturates or any(lv.open_loop for lv in load.levels())):
+        raise UsageError("--time-budget sizes sequential and fixed-concurrency runs; a sweep or --rate takes --limit")
+    if (why := executor.refuse(inp, load)) is not None:
+        raise UsageError(why)
+    memory = plan_memory(inp.matrix, progress.say)  # a memory budget that cannot fit stops here, before anything is written
+    summary, skip = start_run(ledger, inp, load, progress)
+    ctx = RunContext(ledger, summary.run_id, inp.matrix, list(inp.cases), inp.repeats, load, skip, progress,
+                     log_dir or cache_dir() / "logs", summary, memory,
+                     time_budget_s=budget if not resume_run else None)
+    ok = False
+    try:
+        executor.execute(ctx)
+        ok = True
+    except BaseException as e:
+        ctx.stop_reason = stop_reason(e)
+        if isinstance(e, (EvalkitError,)):
+            e.run_id = summary.run_id  # type: ignore[attr-defined]
+        raise
+    finally:
+        finish_run(ledger, inp.matrix, summary, ok, ctx.stop_reason)
+    return summary
+
+
+def stop_reason(e: BaseException) -> str:
+    if isinstance(e, KeyboardInterrupt):
+        return "stopped by SIGINT"
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
