@@ -60,12 +60,6 @@ def prefix_payload(model: str, messages: list[dict[str, Any]]) -> dict[str, Any]
     return {"model": model, "messages": messages, "add_generation_prompt": True}
 
 
-def regen_payload(model: str, messages: list[dict[str, Any]], max_tokens: int, seed: int) -> dict[str, Any]:
-    """A greedy regeneration (not streamed: it is never timed as a measured request)."""
-    return {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0.0, "seed": seed,
-            "stream": False}
-
-
 async def post_json(http: aiohttp.ClientSession, url: str, body: dict[str, Any], headers: dict[str, str],
                     timeout_s: float, epoch: float) -> tuple[ScoreResult, dict[str, Any] | None]:
     """One POST; the result carries timing and any transport or HTTP error, the body when JSON."""

@@ -10,7 +10,6 @@ vLLM ones where the meaning matches. Series of unknown engines are kept under th
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import re
 import time
@@ -401,6 +400,3 @@ def engine_config(samples: list[Sample]) -> dict[str, Any]:
     labels = info_labels(samples, "vllm:cache_config_info")
     return {k: v for k, v in labels.items() if k not in IDENTITY_LABELS}
 
-
-def dumps_compact(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"))

@@ -101,10 +101,6 @@ class PairedTest:
                 lo, hi = min(lo, d), max(hi, d)
         return lo, hi
 
-    def rejects(self, delta: float, a: float) -> bool:
-        iv = self.interval(a, (delta,))
-        return iv is not None and not iv[0] <= delta <= iv[1]
-
     def min_p(self) -> float:
         """The smallest two-sided p these pairs can give at all."""
         return 0.0
