@@ -22,7 +22,10 @@ border:1px solid #ccc;padding:0.6em;background:#fafafa}.ek-text del{background:#
 .ek-text ins{background:#d4f7d4;text-decoration:none}.ek-tok{border-radius:2px}
 .ek-tok.ek-first{outline:2px solid #000;outline-offset:0}.ek-first-mark{font-weight:bold;color:#000}
 .ek-grades td,.ek-grades th{padding:2px 8px;vertical-align:top;border-bottom:1px solid #eee}
-.ek-pass{color:#0a6b0a}.ek-fail{color:#a40000}.ek-review label{margin-right:1em}
+.ek-pass{color:#0a6b0a}.ek-fail{color:#a40000}.ek-review label,.ek-filters label{width:auto;display:inline-block;
+margin:0 1.2em 0.4em 0;white-space:nowrap;font-weight:normal}.ek-filters select{max-width:14em}
+.ek-legend{display:inline-block;width:8em;height:0.9em;vertical-align:middle;
+background:linear-gradient(to right,rgba(220,40,20,0),rgba(220,40,20,0.85))}
 """
 
 
@@ -57,7 +60,7 @@ def list_page(data: dict[str, Any], db_name: str, review: bool) -> str:
                     for k, vals in data["facets"].items())
     form = (f"<form class='ek-filters' method='get' action='{BASE}'><input type='hidden' name='run' "
             f"value='{escape(data['run_id'])}'>"
-            f"<label>candidate {_select('candidate', data['candidates'], f.candidate)}</label> "
+            f"<label>variant {_select('candidate', data['candidates'], f.candidate)}</label> "
             f"<label>grader {_select('grader', data['graders'], f.grader)}</label> "
             f"<label>result {_select('result', ['pass', 'fail'], f.result)}</label> "
             f"<label><input type='checkbox' name='flips' value='1'{' checked' if f.flips_only else ''}> flips only"
@@ -81,7 +84,7 @@ def list_page(data: dict[str, Any], db_name: str, review: bool) -> str:
             f"<p>Each candidate's answer to a case against the baseline's (<b>{escape(data['baseline'])}</b>), "
             f"most interesting first: a pass/fail flip, then the largest teacher-forced KL, then drift. {mode}. "
             f"<a href='/{escape(db_name)}/reviews'>reviews table</a></p>{form}{counts}"
-            "<table class='ek-pairs'><thead><tr><th>#</th><th>case</th><th>candidate</th><th>flips</th>"
+            "<table class='ek-pairs'><thead><tr><th>#</th><th>case</th><th>variant</th><th>flips</th>"
             "<th>KL/token</th><th>drift</th><th>identical</th><th>attributes</th><th>reviews</th></tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table>")
 
@@ -168,7 +171,8 @@ def case_page(v: dict[str, Any], db_name: str, review: str | None, csrftoken: st
             f"{_diff_side(v['diff'], 0)}</div></div><div><h2>candidate: {escape(c['variant'])}</h2>"
             f"<div class='ek-text ek-cand'>{_diff_side(v['diff'], 1)}</div></div></div>"
             "<h2>The baseline's answer, each token shaded by the candidate's KL there</h2><p>Teacher-forced: both "
-            "servers scored the baseline's answer; darker is a larger KL (scaled to this answer's largest); ▶ marks "
-            f"where the answers first diverge.</p>{heat_html(v['heat'])}"
+            "servers scored the baseline's answer; darker is a larger KL, scaled to this answer's largest "
+            f"(0 <span class='ek-legend'></span> {_fmt(kl.get('kl_max'), '.3g')} nats); ▶ marks where the answers first "
+            f"diverge; hover a token for its KL.</p>{heat_html(v['heat'])}"
             "<h2>Graders</h2><table class='ek-grades'><tr><th>grader</th><th>baseline</th><th>candidate</th></tr>"
             f"{grades}</table><h2>Reviews</h2><ul>{past or '<li>none yet</li>'}</ul>{form}")
