@@ -82,7 +82,7 @@ def test_the_ratio_carries_the_interval_of_both_brackets():
 
 def test_an_over_saturated_probe_aims_the_next_probe_under_what_the_server_finished():
     b = Bisection("rate", 10.0, 8)
-    for p in (Probe(10.0, True), Probe(20.0, True), Probe(40.0, False, achieved=25.0, signals=("rate",))):
+    for p in (Probe(10.0, True), Probe(20.0, True), Probe(80.0, False, achieved=25.0, signals=("rate",))):
         b.add(p)
     assert b.next_load() == pytest.approx((20.0 * 27.5) ** 0.5)
 
@@ -178,7 +178,7 @@ def test_a_search_refuses_an_unknown_axis():
 
 # --- against a server of known capacity ----------------------------------------------------------
 
-K, TTFT_MS, ITL_MS, TOKENS = 4, 40.0, 20.0, 4  # 4 slots, 100 ms a request: 40 requests/s at most
+K, TTFT_MS, ITL_MS, TOKENS = 6, 60.0, 30.0, 4  # 6 slots, 150 ms a request: 40 requests/s at most
 TRUTH = K / ((TTFT_MS + (TOKENS - 1) * ITL_MS) / 1000.0)
 
 
@@ -248,7 +248,7 @@ def _frontier_line(lines: list[str]) -> str:
 
 def test_the_rate_search_reports_the_max_rate_within_15_percent(rate_search):
     best = float(_frontier_line(rate_search[1]).split("sustains ")[1].split(" req/s")[0])
-    assert TRUTH / 1.15 <= best <= TRUTH * 1.15
+    assert TRUTH / 1.15 <= best <= TRUTH * 1.15, "\n".join(rate_search[1])
 
 
 def test_the_rate_search_takes_at_most_8_levels(rate_search):
@@ -267,5 +267,21 @@ def test_every_probe_is_a_level_in_the_ledger(rate_search):
 
 
 def test_a_concurrency_search_finds_the_slots_at_a_relative_slo(slots_server, tmp_path):
-    _, lines = _search_run(tmp_path, slots_server, "concurrency", "ttft=2x", 24)
-    assert "sustains 4 in flight" in _frontier_line(lines)
+    _, lines = _search_run(tmp_path, slots_server, "concurrency", "ttft=3x", 24)
+    assert f"sustains {K} in flight" in _frontier_line(lines)
+
+
+def test_the_report_derives_the_same_frontier_and_names_the_signal(rate_search):
+    from evalkit.reporting.findings import findings
+
+    db, lines = rate_search
+    notes = findings(open_ledger(Path(db.conn.execute("pragma database_list").fetchone()[2]), create=False))["notes"]
+    assert _frontier_line(lines).split("frontier base: ")[1].split(" at ")[0] in " ".join(notes)
+
+
+def test_the_load_curve_marks_the_first_saturated_level_with_its_signal(rate_search):
+    from evalkit.reporting.findings import findings
+
+    db, _ = rate_search
+    notes = findings(open_ledger(Path(db.conn.execute("pragma database_list").fetchone()[2]), create=False))["notes"]
+    assert any(n.startswith("load curve base:") and "first saturated at r=" in n and "[queue]" in n for n in notes)

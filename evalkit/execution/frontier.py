@@ -70,7 +70,7 @@ class Frontier:
                             "signals": list(p.signals)} for p in self.probes]}
 
 
-def frontier(axis: str, probes: list[Probe], tolerance: float = 0.15) -> Frontier:
+def frontier(axis: str, probes: list[Probe], tolerance: float = 0.1) -> Frontier:
     """The answer so far: the highest load that passed every time, below the lowest that failed."""
     failed = [p.load for p in probes if not p.passed]
     hi = min(failed) if failed else None
@@ -96,8 +96,8 @@ class Bisection:
     axis: str  # "rate" or "concurrency"
     start: float
     max_probes: int = 8
-    tolerance: float = 0.15
-    growth: float = 2.0
+    tolerance: float = 0.1
+    growth: float = 4.0  # a rate search climbs fast: its first over-saturated probe shows the ceiling
     spent: int = 0  # probes used before the search (the unloaded reference, for a rate search)
     probes: list[Probe] = field(default_factory=list)
 
@@ -126,9 +126,11 @@ class Bisection:
             return lo if knee_again else None  # the knee once more: the answer carries an interval
         if hi is None:  # still climbing
             assert lo is not None
-            return self._round(lo * self.growth)
-        if lo is None:  # nothing passed yet: step down
-            nxt = self._round(hi / self.growth)
+            return self._round(lo * (2.0 if self.axis == "concurrency" else self.growth))
+        if lo is None:  # nothing passed yet: step down (under what an over-saturated probe finished at)
+            last = self.probes[-1]
+            aim = 0.9 * last.achieved if last.oversaturated and last.achieved else hi / self.growth
+            nxt = self._round(min(aim, hi / 1.05))
             floor = 1.0 if self.axis == "concurrency" else self.start / self.growth ** 4
             return nxt if nxt < hi and nxt >= floor else None
         if self.axis == "concurrency":

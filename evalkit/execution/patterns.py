@@ -233,7 +233,7 @@ class Search(Pattern):
 
     axis: Literal["rate", "concurrency"] = "rate"
     max_probes: int = 8  # every level counts, the reference and the knee's second probe too
-    tolerance: float = 0.15  # the bracket closes when its top is within this of its bottom
+    tolerance: float = 0.1  # the bracket closes when its top is within this of its bottom
     arrival: Arrival = "constant"  # constant gaps: a queue grows only when the server falls behind
     arrival_seed: int = 0
     start: float | None = None  # the first loaded probe [a rate search: the reference's one-at-a-time pace]
@@ -321,7 +321,7 @@ def pattern_from_record(d: dict[str, Any], trace_offsets: list[float] | None = N
         raise UsageError(f"the run's load pattern '{kind}' is not one this evalkit knows: resume it with the "
                          "version that started it")
     if kind == "search":
-        return Search(d.get("search") or "rate", int(d.get("max_probes") or 8), float(d.get("tolerance") or 0.15),
+        return Search(d.get("search") or "rate", int(d.get("max_probes") or 8), float(d.get("tolerance") or 0.1),
                       d.get("arrival") or "constant", int(d.get("arrival_seed") or 0), d.get("search_start"))
     if kind == "trace" or (kind is None and trace_offsets is not None):
         return TraceReplay(tuple(trace_offsets or ()), d.get("max_concurrency"))

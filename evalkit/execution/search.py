@@ -37,7 +37,7 @@ def parse_search_slo(text: str | None, flag: str = "--slo") -> Slo:
 
 
 def search_load(axis: str, slo: str | None, *, base: Load | None = None, max_probes: int = 8,
-                tolerance: float = 0.15, arrival: str | None = None, arrival_seed: int = 0,
+                tolerance: float = 0.1, arrival: str | None = None, arrival_seed: int = 0,
                 start: float | None = None, max_error_rate: float = 0.5) -> Load:
     """The load of a frontier search: the `Search` pattern, its SLOs, over-saturation and the error
     rate as its probes' rules; the run policy of ``base`` (the options' load) kept."""

@@ -13,6 +13,7 @@ from ..execution.stops import SLO_METRICS, reference_latencies, slowdowns
 from ..ledger import Ledger
 from ..spec.sizes import human
 from ..stats import mean, percentile, wilson
+from .load_curve import curve_lines, level_signals, mark_curve
 from .selection import by_variant
 
 
@@ -67,6 +68,8 @@ def load_levels(rows: list[dict[str, Any]], load: dict[str, Any], ledger: Ledger
         p99_rel = {k: percentile(slowdowns(ok, ref, k), 99) for k in relative}
         slo = bool(absolute or relative)
         good = sum(meets(r, absolute, relative, ref) for r in rs)
+        preempted = ledger.level_counter_delta(run_id, v, spans[(v, level)], "num_preemptions_total", until) \
+            if ledger and run_id else None
 
         out.append({
             "variant": v, "level": level, "concurrency": max((r["concurrency"] or 1) for r in rs), "n": len(rs),
@@ -74,17 +77,21 @@ def load_levels(rows: list[dict[str, Any]], load: dict[str, Any], ledger: Ledger
             "output_tps": out_tok / wall_s if wall_s else None, "requests_per_s": len(ok) / wall_s if wall_s else None,
             "kv_peak": _peak(rs, "srv_kv_cache_usage_peak"), "running_peak": _peak(rs, "srv_running_peak"),
             "waiting_peak": _peak(rs, "srv_waiting_peak"),
-            "preemptions": ledger.level_counter_delta(run_id, v, spans[(v, level)], "num_preemptions_total", until)
-            if ledger and run_id
-            else None,
+            "preemptions": preempted,
             "slowdown_p99": p99_rel or None,
             "meets_slo": (not (len(rs) - len(ok)) and all(p99[k] is not None and p99[k] <= absolute[k] for k in absolute)
                           and all(p99_rel[k] is not None and p99_rel[k] <= relative[k] for k in relative))
             if slo else None,
             "goodput_pct": 100.0 * good / len(rs) if slo and rs else None,
             "goodput_ci95_pct": [100 * x for x in ci] if slo and (ci := wilson(good, len(rs))) else None,
+            # the search's rule: p99 within each limit (errors are the error-rate rule's)
+            "slo_p99_ok": (all(p99[k] is None or p99[k] <= absolute[k] for k in absolute)
+                           and all(p99_rel[k] is None or p99_rel[k] <= relative[k] for k in relative)) if slo else None,
+            **level_signals(rs, preempted, load.get("stop_kv") or 0.9),
         })
-    return sorted(out, key=lambda x: (x["variant"], x["concurrency"], x["level"]))
+    out.sort(key=lambda x: (x["variant"], x["concurrency"], x["level"]))
+    mark_curve(out)
+    return out
 
 
 def _spans(rows: list[dict[str, Any]]) -> dict[Any, tuple[float, float]]:
@@ -156,6 +163,11 @@ def capacity(variants: list[dict[str, Any]], rows: list[dict[str, Any]], levels:
 def capacity_statement(variants: list[dict[str, Any]], levels: list[dict[str, Any]], baseline: str | None,
                        load: dict[str, Any]) -> list[str]:
     """The study's claim in its own shape, one line per candidate that shares the baseline's budget."""
+    return _kv_statement(variants, levels, baseline, load) + curve_lines(levels, load, baseline)
+
+
+def _kv_statement(variants: list[dict[str, Any]], levels: list[dict[str, Any]], baseline: str | None,
+                  load: dict[str, Any]) -> list[str]:
     by = {v["name"]: v for v in variants}
     base = by.get(baseline or "")
     if not base or not base.get("kv_blocks"):

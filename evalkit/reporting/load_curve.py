@@ -1,0 +1,97 @@
+"""The load curve per variant: each level's over-saturation signals (`execution.stops`), the
+first saturated level and which signal fired, the knee (the highest load below it that kept the
+SLOs), and for a frontier search (`--search`) the answer derived again from the ledger's
+levels: the highest load that passed every time, its interval, and the ratio between variants."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..execution.frontier import Frontier, Probe, frontier, ratio_line
+from ..execution.patterns import REFERENCE, probe_load
+from ..execution.stops import LevelOutcome, rates, saturation_signals
+
+
+def level_signals(rows: list[dict[str, Any]], preemptions: float | None, kv_ceiling: float = 0.9) -> dict[str, Any]:
+    """One level's over-saturation as the stop rule saw it: its signals, offered and achieved rates."""
+    o = LevelOutcome(keep_latencies=False, keep_cases=False)
+    for r in rows:
+        o.add(r)
+    o.preemptions = preemptions
+    offered, achieved = rates(o)
+    return {"oversaturated": saturation_signals(o, kv_ceiling), "offered_rps": offered, "achieved_rps": achieved}
+
+
+def load_of(lv: dict[str, Any]) -> tuple[str, float]:
+    """(axis, load) of a level: a probe's rate or concurrency, else its concurrency."""
+    return probe_load(lv["level"]) or ("concurrency", float(lv["concurrency"]))
+
+
+def mark_curve(levels: list[dict[str, Any]]) -> None:
+    """Per variant, in load order: `first_saturated` on the lowest level that over-saturated, `knee`
+    on the last level before the first one that over-saturated or missed the SLOs (none when the
+    curve never bent)."""
+    for v in dict.fromkeys(lv["variant"] for lv in levels):
+        mine = sorted((lv for lv in levels if lv["variant"] == v and lv["level"] != "warm-up"),
+                      key=lambda lv: (load_of(lv)[1], lv["level"]))
+        if len(mine) < 2:
+            continue
+        sat = next((lv for lv in mine if lv["oversaturated"]), None)
+        if sat is not None:
+            sat["first_saturated"] = True
+        knee = None
+        for lv in mine:  # the knee: the last level before the first that over-saturated or missed the SLOs
+            if lv["oversaturated"] or lv["meets_slo"] is False:
+                if knee is not None:
+                    knee["knee"] = True
+                break
+            knee = lv
+
+
+def search_frontiers(levels: list[dict[str, Any]], load: dict[str, Any]) -> dict[str, Frontier]:
+    """A search run's answer per variant, from its levels (the reference is not a probe of a rate search)."""
+    if load.get("kind") != "search":
+        return {}
+    axis = load.get("search") or "rate"
+    out = {}
+    for v in dict.fromkeys(lv["variant"] for lv in levels):
+        probes = []
+        for lv in levels:
+            if lv["variant"] != v or (axis == "rate" and lv["level"] == REFERENCE):
+                continue
+            passed = not lv["oversaturated"] and lv["slo_p99_ok"] is not False
+            why = "; ".join(f"[{k}] {t}" for k, t in lv["oversaturated"].items()) or (None if passed else "SLO missed")
+            probes.append(Probe(load_of(lv)[1], passed, why, lv["achieved_rps"], tuple(lv["oversaturated"]), lv["level"]))
+        out[v] = frontier(axis, probes, float(load.get("tolerance") or 0.1))
+    return out
+
+
+def slo_text(load: dict[str, Any]) -> str:
+    absolute = [f"{k} p99 ≤ {load[f'slo_{k}_ms']:g} ms" for k in ("ttft", "tpot", "e2e") if load.get(f"slo_{k}_ms")]
+    relative = [f"{k} p99 ≤ {f:g}x unloaded" for k, f in (load.get("slo_relative") or {}).items()]
+    return ", ".join(absolute + relative) or "no SLO (over-saturation only)"
+
+
+def curve_lines(levels: list[dict[str, Any]], load: dict[str, Any], baseline: str | None) -> list[str]:
+    """The knee and first saturated level per variant; a search's frontier and ratios."""
+    out = []
+    for v in dict.fromkeys(lv["variant"] for lv in levels):
+        knee = next((lv for lv in levels if lv["variant"] == v and lv.get("knee")), None)
+        sat = next((lv for lv in levels if lv["variant"] == v and lv.get("first_saturated")), None)
+        if knee is None and sat is None:
+            continue
+        parts = []
+        if knee is not None:
+            tps = f", {knee['output_tps']:,.0f} output tok/s" if knee.get("output_tps") else ""
+            rps = knee.get("achieved_rps") or knee.get("requests_per_s") or 0.0
+            parts.append(f"knee at {knee['level']} ({rps:.3g} req/s finished{tps})")
+        if sat is not None:
+            parts.append(f"first saturated at {sat['level']}: "
+                         + "; ".join(f"[{k}] {t}" for k, t in sat["oversaturated"].items()))
+        out.append(f"load curve {v}: " + "; ".join(parts))
+    fr = search_frontiers(levels, load)
+    slo = slo_text(load)
+    out += [f.line(v, slo) for v, f in fr.items()]
+    if baseline in fr:
+        out += [line for v, f in fr.items() if v != baseline and (line := ratio_line(v, baseline or "", f, fr[baseline]))]
+    return out
