@@ -285,3 +285,22 @@ def test_the_load_curve_marks_the_first_saturated_level_with_its_signal(rate_sea
     db, _ = rate_search
     notes = findings(open_ledger(Path(db.conn.execute("pragma database_list").fetchone()[2]), create=False))["notes"]
     assert any(n.startswith("load curve base:") and "first saturated at r=" in n and "[queue]" in n for n in notes)
+
+
+def test_search_refuses_a_load_shape_of_its_own(runner, tmp_path):
+    from evalkit.cli import cli
+
+    r = runner.invoke(cli, ["run", "--search", "rate", "--sweep", "1,2", "--ledger", str(tmp_path / "l.db")])
+    assert (r.exit_code, r.output.strip().splitlines()[-1]) == (2, "Error: --search chooses its own load levels: drop --sweep")
+
+
+def test_evalkit_run_search_prints_the_frontier(runner, slots_server, tmp_path):
+    from evalkit.cli import cli
+
+    m = tmp_path / "m.yaml"
+    m.write_text(f"name: frontier\nbaseline: base\ngeneration:\n  warmup: 0\n  baseline_repeats: 1\n"
+                 f"  max_tokens: {TOKENS}\n  temperature: 0\n  extra_body: {{ignore_eos: true}}\n"
+                 f"  structured_output: false\nvariants:\n  - name: base\n    endpoint: {slots_server}\n")
+    r = runner.invoke(cli, ["run", "--matrix", str(m), "--search", "concurrency", "--slo", "ttft_p99=1s",
+                            "--max-probes", "4", "--limit", "12", "--no-grade", "--ledger", str(tmp_path / "l.db")])
+    assert "frontier base: sustains" in r.output, r.output

@@ -4,6 +4,9 @@ SLOs, parsed at the edge. A search's SLOs are percentile goals over each probe (
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from ..errors import UsageError
 from .load import Load, RunPolicy
 from .patterns import Search
@@ -58,3 +61,37 @@ def search_load(axis: str, slo: str | None, *, base: Load | None = None, max_pro
     stops = (ErrorRate(max_error_rate), OverSaturated()) + ((SloBreached(limits),) if limits else ())
     pattern = Search(axis, max_probes, tolerance, arrival or "constant", arrival_seed, start)  # type: ignore[arg-type]
     return Load(pattern, stops, limits, policy)
+
+
+CONFLICTS = {"sweep": "--sweep", "rate": "--rate", "concurrency": "--concurrency", "mode": "--mode",
+             "max_concurrency": "--max-concurrency", "time_budget": "--time-budget", "resume_id": "--resume",
+             "ray_address": "--ray", "interleave": "--interleave"}
+
+
+@dataclass
+class SearchRequest:
+    """`--search` and the options it takes over from `evalkit run` (its SLOs, its arrivals)."""
+
+    axis: str
+    slo: str | None
+    arrival: str | None
+    max_probes: int
+
+    @classmethod
+    def take(cls, options: dict[str, Any]) -> SearchRequest | None:
+        """Pop the search's options from the command's (the rest build the run as usual); refuse,
+        in one line, the options that give the run another shape."""
+        axis, probes = options.pop("search", None), options.pop("max_probes", None) or 8
+        if axis is None:
+            return None
+        given = [flag for key, flag in CONFLICTS.items() if options.get(key)]
+        if given:
+            raise UsageError(f"--search chooses its own load levels: drop {', '.join(given)}")
+        return cls(axis, options.pop("slo", None), options.pop("arrival", None), probes)
+
+    def load(self, base: Load, matrix_slo: str | None, arrival_seed: int = 0) -> Load:
+        """The search's load; its SLOs from --slo, else the matrix's `load.slo`."""
+        rule = base.rule(ErrorRate)
+        return search_load(self.axis, self.slo if self.slo is not None else matrix_slo, base=base,
+                           max_probes=self.max_probes, arrival=self.arrival, arrival_seed=arrival_seed,
+                           max_error_rate=rule.max_rate if isinstance(rule, ErrorRate) else 0.5)
