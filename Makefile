@@ -54,6 +54,9 @@ $(QVENV)/.stamp:
 browser:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
+	@# tmux: a real terminal for the live view's test (tests/test_liveview.py)
+	@command -v tmux >/dev/null 2>&1 || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null)
 
 run: setup quant-env
 	$(VENV)/bin/evalkit run $(if $(LIMIT),--limit $(LIMIT),--time-budget $(TIME_BUDGET)) --ledger $(LEDGER)
