@@ -161,6 +161,9 @@ def plan_memory(matrix: Any, say: Any = lambda s: None) -> dict[str, MemoryPlan]
     from ..spec.matrix import arg_value
     from ..spec.sizes import budget_bytes
     from .bundled import resolve_model
+    from .kv_dtype import refuse_kv_dtypes
+
+    refuse_kv_dtypes(matrix)  # an fp8 KV cache this processor cannot serve: one line, before anything starts
 
     budgeted = [v for v in matrix.variants if v.memory_budget]
     if not budgeted:

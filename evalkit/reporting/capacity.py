@@ -13,7 +13,7 @@ from ..execution.stops import SLO_METRICS, reference_latencies, slowdowns
 from ..ledger import Ledger
 from ..spec.sizes import human
 from ..stats import mean, percentile, wilson
-from .load_curve import curve_lines, level_signals, mark_curve
+from .load_curve import curve_lines, dtype_lines, kv_dtype_of, level_signals, mark_curve
 from .selection import by_variant
 
 
@@ -148,6 +148,7 @@ def capacity(variants: list[dict[str, Any]], rows: list[dict[str, Any]], levels:
         sat = [r["concurrency"] for r in vrows if (r["srv_kv_cache_usage_peak"] or 0) >= stop_kv
                or (r["srv_preemptions"] or 0) > 0]
         out.append({"variant": v["name"], "kv_tokens": blocks * bs, "block_size": bs, "blocks": blocks,
+                    "kv_cache_dtype": kv_dtype_of(v),
                     "memory_budget_bytes": v.get("memory_budget_bytes"), "weight_bytes": v.get("weight_bytes"),
                     "weight_bytes_reported": v.get("weight_bytes_reported"), "kv_bytes": v.get("kv_bytes"),
                     "engine_max_concurrency": cfg.get("kv_cache_max_concurrency"),
@@ -163,7 +164,9 @@ def capacity(variants: list[dict[str, Any]], rows: list[dict[str, Any]], levels:
 def capacity_statement(variants: list[dict[str, Any]], levels: list[dict[str, Any]], baseline: str | None,
                        load: dict[str, Any]) -> list[str]:
     """The study's claim in its own shape, one line per candidate that shares the baseline's budget."""
-    return _kv_statement(variants, levels, baseline, load) + curve_lines(levels, load, baseline)
+    held = {v["name"]: slo_held_up_to(levels, v["name"]) for v in variants}
+    return (_kv_statement(variants, levels, baseline, load) + curve_lines(levels, load, baseline)
+            + dtype_lines(variants, levels, load, held))
 
 
 def _kv_statement(variants: list[dict[str, Any]], levels: list[dict[str, Any]], baseline: str | None,

@@ -5,11 +5,13 @@ levels: the highest load that passed every time, its interval, and the ratio bet
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ..execution.frontier import Frontier, Probe, frontier, ratio_line
 from ..execution.patterns import REFERENCE, probe_load
 from ..execution.stops import LevelOutcome, rates, saturation_signals
+from ..spec.matrix import arg_value
 
 
 def level_signals(rows: list[dict[str, Any]], preemptions: float | None, kv_ceiling: float = 0.9) -> dict[str, Any]:
@@ -70,6 +72,27 @@ def slo_text(load: dict[str, Any]) -> str:
     absolute = [f"{k} p99 ≤ {load[f'slo_{k}_ms']:g} ms" for k in ("ttft", "tpot", "e2e") if load.get(f"slo_{k}_ms")]
     relative = [f"{k} p99 ≤ {f:g}x unloaded" for k, f in (load.get("slo_relative") or {}).items()]
     return ", ".join(absolute + relative) or "no SLO (over-saturation only)"
+
+
+def kv_dtype_of(variant: dict[str, Any]) -> str:
+    """The KV-cache dtype a variant was served with ('auto': its served dtype's)."""
+    args = json.loads(variant.get("server_args_json") or "[]")
+    return str(arg_value(args, "--kv-cache-dtype") or "auto")
+
+
+def dtype_lines(variants: list[dict[str, Any]], levels: list[dict[str, Any]], load: dict[str, Any],
+                held: dict[str, int | None]) -> list[str]:
+    """When a variant sets its KV-cache dtype: blocks, requests that fit at once and max load, per dtype."""
+    if all(kv_dtype_of(v) == "auto" for v in variants):
+        return []
+    fr = search_frontiers(levels, load)
+    parts = []
+    for v in variants:
+        f = fr.get(v["name"])
+        top = f.unit(f.best) if f else (f"concurrency {held[v['name']]}" if held.get(v["name"]) else "-")
+        parts.append(f"{v['name']} (KV {kv_dtype_of(v)}): {v.get('kv_blocks') or '-'} blocks, "
+                     f"{v.get('max_concurrency_predicted') or '-'} streams fit, max load {top}")
+    return ["capacity by KV-cache dtype: " + "; ".join(parts)]
 
 
 def curve_lines(levels: list[dict[str, Any]], load: dict[str, Any], baseline: str | None) -> list[str]:
