@@ -284,7 +284,8 @@ def test_the_load_curve_marks_the_first_saturated_level_with_its_signal(rate_sea
 
     db, _ = rate_search
     notes = findings(open_ledger(Path(db.conn.execute("pragma database_list").fetchone()[2]), create=False))["notes"]
-    assert any(n.startswith("load curve base:") and "first saturated at r=" in n and "[queue]" in n for n in notes)
+    assert any(n.startswith("load curve base:") and "first saturated at r=" in n
+               and any(f"[{sig}]" in n for sig in ("queue", "rate", "kv")) for n in notes), notes
 
 
 def test_search_refuses_a_load_shape_of_its_own(runner, tmp_path):
