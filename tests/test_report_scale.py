@@ -13,10 +13,12 @@ from typing import Any
 
 import pytest
 
+from evalkit.grading.registry import use_run
 from evalkit.ledger import open_ledger
 from evalkit.reporting.document import findings_blocks
-from evalkit.reporting.findings import full_report, request_rows
+from evalkit.reporting.findings import build_report, findings, full_report, request_rows
 from evalkit.reporting.report import to_json
+from evalkit.reporting.rows import Column, Rows
 from evalkit.reporting.spike_summary import SPIKES_TOP
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,3 +100,71 @@ def test_the_json_report_counts_every_spike_per_slice_and_cause():
 def test_the_text_report_counts_spikes_per_slice_and_cause():
     lines = findings_blocks({"spikes": _spikes(500), "paired": [], "verdicts": [], "notes": []}, None)
     assert "  a long c=3 TTFT: 67 queued, 16 preemption" in lines  # k = 2 mod 6: 83, of which k = 20 mod 30: 16
+
+
+def _dict_rows(db: Any, run_id: str) -> list[dict[str, Any]]:
+    """The report rows as dicts, built the way the report built them before columns (one dict a row)."""
+    grades, cases, out = db.latest_grades(run_id), db.case_fields(run_id, lean=True), []
+    for r in db.iter_measured(run_id, lean=True, with_cases=False):
+        del r["_case"]
+        r.update(cases[r["case_id"]])
+        r["grades"] = grades.get(r["id"], {})
+        raw = r.get("attributes_json")
+        r["attributes"] = json.loads(raw) if raw else \
+            {k: r[k] for k in ("task", "persona", "candidate", "formality") if r.get(k) is not None}
+        r["out_tps"] = r["completion_tokens"] / (r["e2e_ms"] / 1000.0) \
+            if r["completion_tokens"] and r["e2e_ms"] and r["error_class"] is None else None
+        out.append(r)
+    return out
+
+
+def test_rows_read_as_columns_equal_rows_read_as_dicts(synth_ledger):
+    path, info = synth_ledger
+    db = open_ledger(path, create=False)
+    assert [dict(r) for r in request_rows(db, info["run_id"])] == _dict_rows(db, info["run_id"])
+
+
+def test_rows_read_as_columns_keep_each_value_s_type(synth_ledger):
+    path, info = synth_ledger
+    db = open_ledger(path, create=False)
+    new = request_rows(db, info["run_id"])
+    assert [{k: type(v) for k, v in r.items()} for r in new] == \
+        [{k: type(v) for k, v in r.items()} for r in _dict_rows(db, info["run_id"])]
+
+
+def test_the_report_from_columns_is_the_report_from_dicts(synth_ledger):
+    path, info = synth_ledger
+    db = open_ledger(path, create=False)
+    use_run(db.require_run(info["run_id"]))
+    dicts = Rows(_dict_rows(db, info["run_id"]))
+    old = build_report(db, info["run_id"], rows=dicts)
+    old_json = to_json({**old, "findings": findings(db, info["run_id"], report=old, rows=dicts)})
+    rep, fnd, _ = full_report(db, info["run_id"])
+    assert to_json({**rep, "findings": fnd}) == old_json
+
+
+def test_a_row_is_a_mapping_like_the_dict_it_replaces(synth_ledger):
+    path, info = synth_ledger
+    r = request_rows(open_ledger(path, create=False), info["run_id"])[0]
+    assert (r.get("no such column"), r.get("no such column", 7), "ttft_ms" in r, "no such column" in r) == \
+        (None, 7, True, False)
+
+
+def test_a_row_raises_key_error_for_an_unknown_column(synth_ledger):
+    path, info = synth_ledger
+    r = request_rows(open_ledger(path, create=False), info["run_id"])[0]
+    with pytest.raises(KeyError):
+        r["no such column"]
+
+
+@pytest.mark.parametrize("values", [
+    [1.5, None, 2.25], [3, None, -(2**40)], ["a", None, "b", "a"], [None, None], [1, 2.5, None, "x", b"y"],
+    [None, 4, 5], [2**62, 1],
+])
+def test_a_column_reads_back_every_value_as_it_was(values):
+    c = Column()
+    c.extend(values[:2])
+    c.extend(values[2:])
+    c.compact()
+    get = c.getter()
+    assert [(get(i), type(get(i))) for i in range(len(values))] == [(v, type(v)) for v in values]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from sqlite_utils import Database
@@ -20,6 +21,30 @@ class ReportReads:
         return [r[0] for r in self._db.execute(
             "select id from requests where run_id = ? and seq between ? and ? order by seq, id",
             [run_id, first_seq, last_seq])]
+
+    def measured_chunks(self, run_id: str, size: int = 20_000) -> Iterator[tuple[list[str], list[tuple[Any, ...]]]]:
+        """The lean measured rows of `Ledger.iter_measured` (``lean=True, with_cases=False``: the same
+        rows, columns and order) as (column names, a chunk of tuples): no dict per row."""
+        from .store import HEAVY_FIELDS, UNREPORTED
+
+        cols = [c for c in self._db["requests"].columns_dict if c not in HEAVY_FIELDS | UNREPORTED]
+        cur = self._db.execute(
+            f"""select {', '.join(f'r.[{c}]' for c in cols)} from requests r join runs u on u.id = r.run_id
+                join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
+                where r.run_id = ? and r.is_warmup = 0 and r.final = 1 order by r.seq, r.id""", [run_id])
+        while chunk := cur.fetchmany(size):
+            yield cols, chunk
+
+    def latest_grade_chunks(self, run_id: str, size: int = 20_000) -> Iterator[list[tuple[Any, ...]]]:
+        """`Ledger.latest_grades` as chunks of (request id, grader, version, value, passed,
+        explanation, detail JSON) tuples: the newest grade without an error per request and grader."""
+        cur = self._db.execute(
+            """select g.request_id, g.grader, g.grader_version, g.value, g.passed, g.explanation, g.detail_json
+               from grades g join (select max(id) as id from grades where run_id = ? and error_class is null
+                                   group by request_id, grader) m
+               on m.id = g.id""", [run_id])
+        while chunk := cur.fetchmany(size):
+            yield chunk
 
     @_write
     def insert_grade_rows(self, rows: list[dict[str, Any]]) -> None:

@@ -1,18 +1,27 @@
 """The rows a report reads: each measured request (final attempt, not a warm-up) with its case's
-fields, its newest grades and its output rate, read once per report and without the texts or the
-columns no report reads (a million rows of them would not fit)."""
+fields, its newest grades and its output rate, without the texts or the columns no report reads.
+
+A million rows as dicts are gigabytes (~2.6 kB a row, twice that with grades), so the rows are read
+in chunks into columns (`Table`: doubles, 64-bit integers, codes into each column's distinct
+strings) and each row is a `Row`: a read-only mapping onto its place in the columns (~40 bytes).
+Every reader indexes a row as it did a dict and gets the same values, of the same types."""
 
 from __future__ import annotations
 
 import gc
 import json
+import math
+from array import array
+from collections.abc import Iterator, Mapping
 from typing import Any
+
+import numpy as np
 
 from ..ledger import Ledger
 
 _NO_GRADES: dict[str, Any] = {}  # shared by every ungraded row: a large run's are most
-# Request text columns with few distinct values: one string object per value, not one per row.
-_SHARED = ("run_id", "variant", "case_id", "level", "finish_reason", "error_class", "srv_method", "timestamp_source")
+_NULL_INT = -(2**63)  # an integer column's NULL (SQLite has no NaN: a double column's NULL is NaN)
+_EMPTY: dict[str, Any] = {}
 
 
 class Rows(list):  # type: ignore[type-arg]
@@ -26,41 +35,268 @@ class Rows(list):  # type: ignore[type-arg]
         self.memo = {}
 
 
+class Column:
+    """One column, compact: floats as doubles (NaN: NULL), ints as int64 (`_NULL_INT`: NULL),
+    strings as int32 codes (-1: NULL) into their distinct values; a column whose values mix types
+    keeps Python objects, so every value reads back as it was."""
+
+    __slots__ = ("kind", "data", "values", "codes", "n")
+
+    def __init__(self) -> None:
+        self.kind, self.data, self.n = "null", None, 0
+        self.values: list[Any] = []
+        self.codes: dict[Any, int] = {}
+
+    def extend(self, vals: list[Any]) -> None:
+        types = set(map(type, vals)) - {type(None)}
+        if self.kind == "null" and types:
+            t = next(iter(types))
+            kind = "float" if t is float else "int" if t is int else "str" if t is str else "obj"
+            self._start(kind)
+        if self.kind == "null":
+            self.n += len(vals)
+            return
+        want = {"float": float, "int": int, "str": str}.get(self.kind)
+        if want is None or not types <= {want}:
+            self._to_objects()
+        if self.kind == "float":
+            self.data.extend([math.nan if v is None else v for v in vals])
+        elif self.kind == "int":
+            self.data.extend([_NULL_INT if v is None else v for v in vals])
+        elif self.kind == "str":
+            codes = self.codes
+            for v in set(vals) - codes.keys() - {None}:
+                codes[v] = len(self.values)
+                self.values.append(v)
+            self.data.extend([-1 if v is None else codes[v] for v in vals])
+        else:
+            self.data.extend(vals)
+        self.n += len(vals)
+
+    def compact(self) -> None:
+        """Integers that fit in 32 bits kept in 32 (ids, counts, levels: half the memory)."""
+        if self.kind == "int" and self.n:
+            a = np.frombuffer(self.data, dtype=np.int64)
+            real = a[a != _NULL_INT]
+            if real.size == 0 or (real.min() > -(2**31) and real.max() < 2**31):
+                self.kind, self.data = "int32", array("i", np.where(a == _NULL_INT, -(2**31), a).astype(np.int32).tobytes())
+
+    def _start(self, kind: str) -> None:
+        self.kind = kind
+        self.data = {"float": lambda: array("d", [math.nan]) * self.n, "int": lambda: array("q", [_NULL_INT]) * self.n,
+                     "str": lambda: array("i", [-1]) * self.n, "obj": lambda: [None] * self.n}[kind]()
+
+    def _to_objects(self) -> None:
+        get = self.getter()
+        old = [get(i) for i in range(self.n)] if self.kind != "obj" else self.data
+        self.kind, self.data, self.values, self.codes = "obj", old, [], {}
+
+    def getter(self) -> Any:
+        """The fastest function from a row's index to its value (one per column, bound once)."""
+        d, k = self.data, self.kind
+        if k == "null":
+            return lambda i: None
+        if k == "float":
+            return lambda i: None if (v := d[i]) != v else v  # NaN is the one value unequal to itself
+        if k == "int":
+            return lambda i: None if (v := d[i]) == _NULL_INT else v
+        if k == "int32":
+            return lambda i: None if (v := d[i]) == -(2**31) else v
+        if k == "str":
+            vals = self.values
+            return lambda i: None if (c := d[i]) < 0 else vals[c]
+        return d.__getitem__
+
+    def floats(self) -> np.ndarray:
+        """The column as doubles, NaN for NULL (numeric columns; for vectorised readers)."""
+        if self.kind == "float":
+            return np.frombuffer(self.data, dtype=np.float64).copy()
+        if self.kind in ("int", "int32"):
+            a = np.frombuffer(self.data, dtype=np.int64 if self.kind == "int" else np.int32)
+            return np.where(a == (_NULL_INT if self.kind == "int" else -(2**31)), np.nan, a.astype(np.float64))
+        get = self.getter()
+        return np.array([get(i) for i in range(self.n)], dtype=float)
+
+
+class Table:
+    """A run's report rows as columns, and a `Row` per row."""
+
+    def __init__(self) -> None:
+        self.columns: dict[str, Column] = {}
+        self.get: dict[str, Any] = {}  # key -> function(row index) -> value
+        self.keys: list[str] = []
+        self.n = 0
+
+    def finish(self, extra: dict[str, Any]) -> None:
+        self.get = {name: c.getter() for name, c in self.columns.items()}
+        self.get.update(extra)
+        self.keys = list(self.get)
+
+
+class Row(Mapping[str, Any]):
+    """One report row: a read-only mapping onto its place in the `Table`."""
+
+    __slots__ = ("_g", "_t", "_i")
+
+    def __init__(self, table: Table, i: int) -> None:
+        self._g, self._t, self._i = table.get, table, i
+
+    def __getitem__(self, key: str) -> Any:
+        return self._g[key](self._i)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        f = self._g.get(key)
+        return default if f is None else f(self._i)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._g
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._t.keys)
+
+    def __len__(self) -> int:
+        return len(self._t.keys)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
+
+
 def request_rows(ledger: Ledger, run_id: str) -> Rows:
-    """Measured requests joined with their case and latest grades, lean (see `Ledger.iter_measured`)."""
-    grades = ledger.latest_grades(run_id)
-    # each case's fields once, attached to its rows: a million rows share a few hundred values
-    # instead of each carrying its own copy of the case's strings (its attributes JSON is ~500 bytes)
-    cases = ledger.case_fields(run_id, lean=True)
-    parsed: dict[str | None, dict[str, Any]] = {}  # one attributes dict per case, shared by its rows
-    # A million acyclic dicts trigger the cyclic collector again and again while they are made and
-    # every later pass pays for scanning them: collect once, then leave them out of collections.
+    """Measured requests joined with their case and latest grades, lean (see `Ledger.iter_measured`),
+    read a chunk at a time into columns."""
+    t = Table()
     enabled = gc.isenabled()
-    gc.disable()
+    gc.disable()  # chunks of tuples are acyclic: no collection while they come and go
     try:
-        rows = Rows(ledger.iter_measured(run_id, lean=True, with_cases=False))
-        canon: dict[str, str] = {}
-        shared = [k for k in _SHARED if rows and k in rows[0]]
-        for r in rows:
-            del r["_case"]
-            r.update(cases[r["case_id"]])
-            for k in shared:
-                if (v := r[k]) is not None:
-                    r[k] = canon.setdefault(v, v)
-            r["grades"] = grades.get(r["id"], _NO_GRADES)
-            raw = r.get("attributes_json")
-            if raw:
-                attrs = parsed.get(raw)
-                if attrs is None:
-                    attrs = parsed[raw] = json.loads(raw)
-            else:
-                attrs = {k: r[k] for k in ("task", "persona", "candidate", "formality") if r.get(k) is not None}
-            r["attributes"] = attrs
-            r["out_tps"] = (r["completion_tokens"] / (r["e2e_ms"] / 1000.0)
-                            if r["completion_tokens"] and r["e2e_ms"] and r["error_class"] is None else None)
+        for names, chunk in ledger.measured_chunks(run_id):
+            if not t.columns:
+                t.columns = {name: Column() for name in names}
+            for j, c in enumerate(t.columns.values()):
+                c.extend([r[j] for r in chunk])
+            t.n += len(chunk)
+        if not t.columns:
+            return Rows()
+        for c in t.columns.values():
+            c.compact()
+        extra = _case_getters(ledger, run_id, t)
+        extra["grades"] = _grade_getter(ledger, run_id, t)
+        extra["attributes"] = _attributes_getter(t, extra)
+        extra["out_tps"] = _out_tps_getter(t)
+        t.finish(extra)
+        return Rows(Row(t, i) for i in range(t.n))
     finally:
         if enabled:
             gc.enable()
-    if len(rows) > 50_000:
-        gc.freeze()  # the rows live as long as the report (refcounts still free them): later passes skip them
-    return rows
+
+
+def _case_getters(ledger: Ledger, run_id: str, t: Table) -> dict[str, Any]:
+    """Each case field, through the row's case: a million rows share a few hundred cases."""
+    cases = ledger.case_fields(run_id, lean=True)
+    col = t.columns["case_id"]
+    names = next(iter(cases.values())).keys() if cases else []
+    # the case id's code -> its case's fields (case ids are a string column: codes index `values`)
+    by_code = [cases.get(cid, _EMPTY) for cid in col.values] if col.kind == "str" else None
+    codes = col.data
+
+    def field(k: str) -> Any:
+        if by_code is None:
+            get = col.getter()
+            return lambda i: cases[get(i)][k]
+        return lambda i: by_code[codes[i]][k]
+
+    return {k: field(k) for k in names}
+
+
+def _attributes_getter(t: Table, case_get: dict[str, Any]) -> Any:
+    """The case's attributes dict, parsed once per case and shared by its rows."""
+    parsed: dict[Any, dict[str, Any]] = {}
+    raw_get = case_get.get("attributes_json")
+    fields = [(k, case_get[k]) for k in ("task", "persona", "candidate", "formality") if k in case_get]
+
+    def attrs(i: int) -> dict[str, Any]:
+        raw = raw_get(i) if raw_get else None
+        key = raw if raw else ("fields", t.get["case_id"](i))
+        hit = parsed.get(key)
+        if hit is None:
+            hit = parsed[key] = json.loads(raw) if raw else {k: v for k, f in fields if (v := f(i)) is not None}
+        return hit
+
+    return attrs
+
+
+def _out_tps_getter(t: Table) -> Any:
+    tokens, e2e, err = (t.columns[k].getter() for k in ("completion_tokens", "e2e_ms", "error_class"))
+
+    def out_tps(i: int) -> float | None:
+        c, e = tokens(i), e2e(i)
+        return c / (e / 1000.0) if c and e and err(i) is None else None
+
+    return out_tps
+
+
+def _grade_getter(ledger: Ledger, run_id: str, t: Table) -> Any:
+    """Each row's newest grade per grader, as `Ledger.latest_grades` gives them, made when read:
+    per grader its columns (version, value, passed, explanation; the detail parsed once per
+    distinct text while few are distinct) and each row's place in them."""
+    ids = t.columns["id"].floats().astype(np.int64)
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+    graders: dict[str, _Graded] = {}
+    details: dict[str | None, Any] = {}
+    for chunk in ledger.latest_grade_chunks(run_id):
+        rid = np.fromiter((g[0] for g in chunk), dtype=np.int64, count=len(chunk))
+        pos = np.minimum(np.searchsorted(sorted_ids, rid), len(sorted_ids) - 1)
+        found = (sorted_ids[pos] == rid).tolist()
+        rows = order[pos].tolist()
+        new: dict[str, list[tuple[int, tuple[Any, ...]]]] = {}
+        for g, i, ok in zip(chunk, rows, found, strict=True):
+            if ok:  # else a warm-up's or an earlier attempt's grade: not a report row
+                new.setdefault(g[1], []).append((i, g))
+        for name, items in new.items():
+            graded = graders.get(name) or graders.setdefault(name, _Graded(t.n))
+            graded.add(items, details)
+    if not graders:
+        return lambda i: _NO_GRADES
+    made = [(name, g.at, *(c.getter() for c in g.cols), g.detail) for name, g in graders.items()]
+    id_of = t.columns["id"].getter()
+
+    last: list[Any] = [-1, None]  # readers ask a row's grades several times in a row: made once
+
+    def grades(i: int) -> dict[str, dict[str, Any]]:
+        if last[0] == i:
+            return last[1]  # type: ignore[no-any-return]
+        out = {}
+        for name, at, version, value, passed, explanation, detail in made:
+            k = at[i]
+            if k >= 0:
+                out[name] = {"request_id": id_of(i), "grader": name, "grader_version": version(k), "value": value(k),
+                             "passed": passed(k), "explanation": explanation(k), "detail": detail[k]}
+        last[0], last[1] = i, out or _NO_GRADES
+        return last[1]  # type: ignore[no-any-return]
+
+    return grades
+
+
+class _Graded:
+    """One grader's grades of the report rows: ``at[row]`` is the row's place in the columns (-1: none)."""
+
+    SHARED_DETAILS = 50_000  # distinct detail texts parsed once and shared; past that, each its own
+
+    def __init__(self, n: int) -> None:
+        self.at = array("i", [-1]) * n
+        self.cols = [Column() for _ in range(4)]  # version, value, passed, explanation
+        self.detail: list[dict[str, Any]] = []
+
+    def add(self, items: list[tuple[int, tuple[Any, ...]]], details: dict[str | None, Any]) -> None:
+        base = len(self.detail)
+        for k, (i, _) in enumerate(items):
+            self.at[i] = base + k
+        for j, c in enumerate(self.cols, start=2):
+            c.extend([g[j] for _, g in items])
+        for _, g in items:
+            d = details.get(g[6])
+            if d is None:
+                d = json.loads(g[6] or "{}")
+                if len(details) < self.SHARED_DETAILS:
+                    details[g[6]] = d
+            self.detail.append(d)
