@@ -357,3 +357,36 @@ def test_the_page_says_the_review_was_saved(served, chromium):
 def test_browse_review_needs_a_reviewer(runner, compared):
     r = runner.invoke(cli, ["browse", "--ledger", str(compared[0]), "--review"])
     assert r.exit_code == 2
+
+
+def plugin_module():
+    import importlib.util
+
+    from evalkit.sharing.browse import PLUGINS
+
+    spec = importlib.util.spec_from_file_location("evalkit_compare_plugin", PLUGINS / "evalkit_compare.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class FakeDatasette:
+    def __init__(self, review: bool) -> None:
+        self.review = review
+
+    def plugin_config(self, name: str) -> dict:
+        return {"ledger": "unused.db", "db": "l", "review": self.review, "reviewer": "alice" if self.review else None}
+
+
+class FakeRequest:
+    method = "POST"
+
+    async def post_vars(self) -> dict:
+        raise AssertionError("a read-only server never reads the form")
+
+
+def test_a_read_only_server_refuses_a_posted_review():
+    import asyncio
+
+    r = asyncio.run(plugin_module().compare_review(FakeRequest(), FakeDatasette(review=False)))
+    assert r.status == 403
