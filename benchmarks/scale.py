@@ -12,6 +12,12 @@ the rows should cost at most about 10x the time, and the run's peak RSS should b
 The workload is the default dataset repeated (`--repeats`), two endpoint variants on the same
 stub (`--ttft-ms 20 --itl-ms 2 --fixed-chunks 16`), concurrency 256, `--no-grade`, teacher-forced
 scoring off (it costs the same per case at any size), `--quiet` (the report is timed on its own).
+
+`--synth` writes each ledger with benchmarks/synth_ledger.py instead (three variants, a sweep of
+three levels, grades, spikes of each cause; no server, a million rows in a minute or two), so the
+report can be measured at sizes no run here reaches; `--no-browse` leaves Datasette out:
+
+    .venv/bin/python benchmarks/scale.py --synth --no-browse --sizes 200000,2000000
 """
 
 from __future__ import annotations
@@ -80,7 +86,8 @@ def get_s(url: str) -> tuple[float, int]:
 def timed(cmd: list[str], **kw: Any) -> tuple[float, int]:
     """Wall seconds and peak RSS (KB) of one command, from /usr/bin/time -v."""
     t0 = time.monotonic()
-    p = subprocess.run(["/usr/bin/time", "-v", *cmd], cwd=ROOT, capture_output=True, text=True, **kw)
+    p = subprocess.run(["/usr/bin/time", "-v", *cmd], cwd=ROOT, text=True, **{"stdout": subprocess.PIPE, **kw},
+                       stderr=subprocess.PIPE)
     wall = time.monotonic() - t0
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}): {p.stderr[-2000:]}")
@@ -94,6 +101,29 @@ def matrix_yaml(url: str) -> str:
         "  max_tokens: 64", "divergence:", "  enabled: false",  # per-case scoring: constant, not what grows
         "variants:", f"  - name: base\n    endpoint: {url}", f"  - name: cand\n    endpoint: {url}",
     ]) + "\n"
+
+
+def synth_size(n: int, work: Path, browse: bool) -> dict[str, Any]:
+    """A synthesized ledger of n rows (benchmarks/synth_ledger.py), then the report timed on it."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from synth_ledger import synthesize
+
+    ledger = work / f"synth{n}.db"
+    ledger.unlink(missing_ok=True)
+    info = synthesize(ledger, n, ["base", "w8a8", "fp8"], [1, 4, 16])
+    out: dict[str, Any] = {"requests": info["rows"], "run_s": info["seconds"], "run_rss_mb": 0.0,
+                           "rows_per_s": info["rows"] / info["seconds"], "ledger_mb": info["mb"]}
+    return out | reports(ledger, work, n) | (_browse(ledger) if browse else {})
+
+
+def reports(ledger: Path, work: Path, n: int) -> dict[str, Any]:
+    """`report`, `report --json` (its size too) and `report --html`: wall seconds and peak RSS each."""
+    out: dict[str, Any] = {}
+    for key, extra in (("report_s", []), ("json_s", ["--json"]), ("html_s", ["--html", str(work / f"r{n}.html")])):
+        out[key], out[key.replace("_s", "_rss_mb")] = _report(ledger, extra, work / f"r{n}.{key}.out")
+    out["json_mb"] = (work / f"r{n}.json_s.out").stat().st_size / 2**20
+    out["html_mb"] = (work / f"r{n}.html").stat().st_size / 2**20
+    return out
 
 
 def one_size(n: int, work: Path, concurrency: int) -> dict[str, Any]:
@@ -123,15 +153,14 @@ def one_size(n: int, work: Path, concurrency: int) -> dict[str, Any]:
             rows = c.execute("select count(*) from requests").fetchone()[0]
     out: dict[str, Any] = {"requests": rows, "run_s": run_s, "run_rss_mb": rss_kb / 1024,
                            "rows_per_s": rows / run_s, "ledger_mb": ledger.stat().st_size / 2**20}
-    for key, extra in (("report_s", []), ("json_s", ["--json"]), ("html_s", ["--html", str(work / f"r{n}.html")])):
-        out[key], out[key.replace("_s", "_rss_mb")] = _report(ledger, extra)
-    out["html_mb"] = (work / f"r{n}.html").stat().st_size / 2**20
+    out.update(reports(ledger, work, n))
     out.update(_browse(ledger))
     return out
 
 
-def _report(ledger: Path, extra: list[str]) -> tuple[float, float]:
-    wall, kb = timed([*pin(0), *EVALKIT, "report", "--ledger", str(ledger), *extra])
+def _report(ledger: Path, extra: list[str], stdout: Path) -> tuple[float, float]:
+    with stdout.open("w") as f:
+        wall, kb = timed([*pin(0), *EVALKIT, "report", "--ledger", str(ledger), *extra], stdout=f)
     return wall, kb / 1024
 
 
@@ -165,7 +194,8 @@ def _browse(ledger: Path) -> dict[str, Any]:
 COLS = [("requests", "requests", "{:,}"), ("run_s", "run wall s", "{:.1f}"), ("run_rss_mb", "run peak RSS MB", "{:.0f}"),
         ("rows_per_s", "rows/s", "{:.0f}"), ("ledger_mb", "ledger MB", "{:.0f}"), ("report_s", "report s", "{:.1f}"),
         ("json_s", "--json s", "{:.1f}"), ("html_s", "--html s", "{:.1f}"), ("report_rss_mb", "report peak RSS MB", "{:.0f}"),
-        ("html_mb", "HTML MB", "{:.1f}"),
+        ("json_rss_mb", "--json peak RSS MB", "{:.0f}"), ("html_rss_mb", "--html peak RSS MB", "{:.0f}"),
+        ("json_mb", "JSON MB", "{:.2f}"), ("html_mb", "HTML MB", "{:.1f}"),
         ("browse_first_s", "browse 1st page s", "{:.1f}"), ("requests_page_s", "requests+facets s", "{:.2f}"),
         ("canned_worst_s", "slowest canned s", "{:.2f}")]
 
@@ -173,10 +203,10 @@ COLS = [("requests", "requests", "{:,}"), ("run_s", "run wall s", "{:.1f}"), ("r
 def table(results: list[dict[str, Any]]) -> str:
     lines = ["| " + " | ".join(c[1] for c in COLS) + " |", "|" + "---|" * len(COLS)]
     for r in results:
-        lines.append("| " + " | ".join(fmt.format(r[k]) for k, _, fmt in COLS) + " |")
+        lines.append("| " + " | ".join(fmt.format(r[k]) if k in r else "-" for k, _, fmt in COLS) + " |")
     for a, b in zip(results, results[1:], strict=False):
         x = b["requests"] / a["requests"]
-        cells = [f"growth x{x:.0f}"] + [f"x{b[k] / a[k]:.1f}" if a[k] else "-" for k, _, _ in COLS[1:]]
+        cells = [f"growth x{x:.0f}"] + [f"x{b[k] / a[k]:.1f}" if a.get(k) and k in b else "-" for k, _, _ in COLS[1:]]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -187,6 +217,8 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=256)
     ap.add_argument("--keep", type=Path, default=None, help="write ledgers and HTML here and keep them")
     ap.add_argument("--json", type=Path, default=None, help="also write the results as JSON")
+    ap.add_argument("--synth", action="store_true", help="synthesize each ledger (benchmarks/synth_ledger.py), no run")
+    ap.add_argument("--no-browse", action="store_true", help="leave Datasette out")
     a = ap.parse_args()
     work = a.keep or Path(tempfile.mkdtemp(prefix="evalkit-scale-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -194,14 +226,14 @@ def main() -> None:
     results = []
     try:
         for n in (int(x) for x in a.sizes.split(",")):
-            r = one_size(n, work, a.concurrency)
+            r = synth_size(n, work, not a.no_browse) if a.synth else one_size(n, work, a.concurrency)
             results.append(r)
             print(json.dumps(r), flush=True)
     finally:
         if a.keep is None:
             shutil.rmtree(work, ignore_errors=True)
     print(table(results))
-    if any(r["canned_errors"] for r in results):
+    if any(r.get("canned_errors") for r in results):
         print("canned queries that failed:", {r["requests"]: r["canned_errors"] for r in results})
     if a.json:
         a.json.write_text(json.dumps({"host": host_line(this_host()), "results": results}, indent=2), encoding="utf-8")
