@@ -178,7 +178,7 @@ def test_a_search_refuses_an_unknown_axis():
 
 # --- against a server of known capacity ----------------------------------------------------------
 
-K, TTFT_MS, ITL_MS, TOKENS = 6, 60.0, 30.0, 4  # 6 slots, 150 ms a request: 40 requests/s at most
+K, TTFT_MS, ITL_MS, TOKENS = 6, 120.0, 60.0, 4  # 6 slots, 300 ms a request: 20 requests/s at most
 TRUTH = K / ((TTFT_MS + (TOKENS - 1) * ITL_MS) / 1000.0)
 
 
@@ -305,3 +305,11 @@ def test_evalkit_run_search_prints_the_frontier(runner, slots_server, tmp_path):
     r = runner.invoke(cli, ["run", "--matrix", str(m), "--search", "concurrency", "--slo", "ttft_p99=1s",
                             "--max-probes", "4", "--limit", "12", "--no-grade", "--ledger", str(tmp_path / "l.db")])
     assert "frontier base: sustains" in r.output, r.output
+
+
+def test_the_html_report_draws_the_load_curve_with_its_marks(rate_search):
+    from evalkit.reporting.html import render_html
+
+    db, _ = rate_search
+    html = render_html(open_ledger(Path(db.conn.execute("pragma database_list").fetchone()[2]), create=False))
+    assert "Load curve: finished vs offered load" in html and "base saturated" in html

@@ -118,3 +118,22 @@ def curve_lines(levels: list[dict[str, Any]], load: dict[str, Any], baseline: st
     if baseline in fr:
         out += [line for v, f in fr.items() if v != baseline and (line := ratio_line(v, baseline or "", f, fr[baseline]))]
     return out
+
+
+def curve_plots(levels: list[dict[str, Any]], variants: list[str], cols: dict[str, str]) -> list[tuple[str, str]]:
+    """The load curve: requests/s finished against the load each level offered (a rate, or requests
+    in flight), every variant on one chart; dotted: each variant's knee and first saturated level."""
+    from . import svgplot
+
+    axes = {load_of(lv)[0] for lv in levels if lv["level"] != REFERENCE}
+    if len(axes) != 1 or len({load_of(lv)[1] for lv in levels}) <= 1:
+        return []
+    axis = axes.pop()
+    mine = [lv for lv in levels if lv["level"] != REFERENCE or axis == "concurrency"]
+    series = {v: sorted((load_of(lv)[1], lv.get("achieved_rps") or lv.get("requests_per_s") or 0.0)
+                        for lv in mine if lv["variant"] == v) for v in variants}
+    marks = [(load_of(lv)[1], f"{lv['variant']} {'knee' if lv.get('knee') else 'saturated'}", lv["variant"])
+             for lv in mine if lv.get("knee") or lv.get("first_saturated")]
+    xlabel = "offered rate (requests/s)" if axis == "rate" else "requests in flight"
+    title = "Load curve: finished vs offered load (dotted: knee, first saturated level)"
+    return [(title, svgplot.lines(title, xlabel, "finished requests/s", series, colors=cols, vlines=marks))]

@@ -10,6 +10,7 @@ from ..grading.registry import available
 from ..ledger import Ledger
 from ..stats import mean, percentile
 from . import svgplot
+from .load_curve import curve_plots
 from .token_plots import divergence_plots
 
 # the graders whose pass/fail makes the quality score of the quality-vs-speed/price charts
@@ -87,6 +88,7 @@ def plots(ledger: Ledger, run_id: str, rows: list[dict[str, Any]], f: dict[str, 
             out.append((f"{label} timeline", svgplot.lines(f"{label} over the run", "seconds since the variant's start",
                                                            label, dict(ts), step=True, colors=cols)))
     out += capacity_plots(ok, f, report, variants, cols)
+    out += curve_plots(f["load_levels"], variants, cols)  # the knee and first saturated level marked
     out += quality_plots(ok, f, report, variants, cols)
     out += divergence_plots(ok, variants, cols)  # KL along the answer (reporting/token_plots.py)
     return out
