@@ -148,3 +148,11 @@ def test_graders_calibrate_takes_a_ledgers_reviews(reviewed, runner):
 def test_graders_calibrate_without_reviews_says_how_to_make_them(stub_ledger, runner):
     r = runner.invoke(cli, ["graders", "calibrate", "--grader", "schema", "--reviews", "--ledger", str(stub_ledger)])
     assert "browse --review" in r.output
+
+
+@pytest.mark.integration
+def test_the_dataset_card_says_what_people_said(reviewed, tmp_path):
+    db, run_id, n, k = reviewed
+    export(db, tmp_path / "ds", run_id)
+    card = (tmp_path / "ds" / "README.md").read_text(encoding="utf-8")
+    assert f"- reviews: {k + 1} of {n} pairs reviewed" in card.split("## Human review", 1)[1]

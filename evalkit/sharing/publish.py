@@ -21,6 +21,7 @@ from ..paths import PROJECT_DIR
 from ..redact import SECRET_ENV_HINT, SECRET_PATTERNS
 from ..reporting.findings import full_report
 from ..reporting.report import markdown_table, quality_columns
+from ..reporting.reviews import review_lines
 
 TOKEN_ENVS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 
@@ -57,6 +58,9 @@ def _card(ledger: Ledger, run_id: str, configs: dict[str, int], rep: dict[str, A
         f"- **{name}** v{cls.version}: {cls.description}. Columns: "
         + "; ".join(f"`{c.key}` ({c.label}): {c.describe() or '-'}" for c in cls.aggregate.columns)
         for name, cls in available().items() if name in rep["graders"])
+    review_section = ("## Human review\n\nPeople's verdicts on baseline/candidate pairs (`evalkit browse --review`; the "
+                      "`reviews` config):\n\n" + "\n".join(f"- {x}" for x in review_lines(f.get("reviews")))
+                      if f.get("reviews") else "")
     metrics_doc = (PROJECT_DIR / "docs" / "measuring.md").read_text(encoding="utf-8") \
         if (PROJECT_DIR / "docs" / "measuring.md").exists() else ""
     return f"""---
@@ -89,6 +93,8 @@ Rows per config: {", ".join(f"{k} {v}" for k, v in configs.items())}.
 {grader_lines}
 
 {cost_section}
+
+{review_section}
 
 ## Latency per variant and complexity
 
