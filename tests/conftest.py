@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -80,24 +81,34 @@ def stub_ledger(runner, stub_pair, endpoint_matrix, tmp_path) -> Path:
 
 
 # The unit tier (`make test-fast`): library functions with no server, no subprocess and no
-# embedding model. Everything else is the integration tier (`integration`), and the real engine
-# is `vllm` (pyproject.toml). A test is integration when it uses a fixture that starts something,
-# or its body starts or calls something that does.
+# embedding model. Everything else is marked: `integration` (a stub server, a subprocess, Ray or the
+# embedding model), `vllm` (the real engine), each declared on the test or its module, or implied by
+# a fixture below that starts something. A unit-tier test that starts one anyway fails at once and
+# says which mark it lacks (`_unit_tier_starts_nothing`): nothing lands in the fast tier by accident.
 INTEGRATION_FIXTURES = {"stub", "stub_pair", "stub_ledger", "slow_candidate_ledger", "two_candidate_run",
                         "swept_ledger", "fake_vllm", "fake_models", "local_ray", "plugin_site", "end_stall",
                         "stub_matrix", "real_run", "soak"}
-INTEGRATION_CALLS = ("StubServer", "runner.invoke", "subprocess", "run_matrix", "FakeVllm", "browse(", "embed(",
-                     "grade_run", "Popen", "make_graders", "_blocked(", "_stalled(", "_sweep(", "_sweep_stop(",
-                     "_run_faulty_stub(", "_jittered_run(", "resolve_model(", "load(\"evalkit_", "onnx")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    import inspect
-
     for item in items:
-        if item.get_closest_marker("vllm") or item.get_closest_marker("integration"):
-            continue
-        fn = getattr(item, "function", None)
-        src = inspect.getsource(fn) if fn is not None else ""
-        if INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ())) or any(c in src for c in INTEGRATION_CALLS):
+        if not (item.get_closest_marker("vllm") or item.get_closest_marker("integration")) \
+                and INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(autouse=True)
+def _unit_tier_starts_nothing(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if request.node.get_closest_marker("integration") or request.node.get_closest_marker("vllm"):
+        return
+    import asyncio
+    import subprocess
+
+    def refuse(what: str) -> Callable[..., Any]:
+        def _refuse(*args: Any, **kwargs: Any) -> Any:
+            raise AssertionError(f"a unit-tier test started {what}: mark it @pytest.mark.integration")
+        return _refuse
+
+    monkeypatch.setattr(StubServer, "__enter__", refuse("a stub server"))
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse("a subprocess"))
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", refuse("a subprocess"))

@@ -176,6 +176,7 @@ def short_dataset(write) -> Path:
     return write("short.jsonl", "\n".join(json.dumps(r) for r in rows if r["complexity"] == "short") + "\n")
 
 
+@pytest.mark.integration
 def test_the_same_stop_level_on_a_fast_and_a_4x_slower_server(runner, write, endpoint_matrix, tmp_path):
     fast = _sweep_stop(runner, write, endpoint_matrix, tmp_path, 2.0, "ttft=3x,e2e=3x", "fast")
     slow = _sweep_stop(runner, write, endpoint_matrix, tmp_path, 8.0, "ttft=3x,e2e=3x", "slow")
@@ -188,6 +189,7 @@ def test_the_same_stop_level_on_a_fast_and_a_4x_slower_server(runner, write, end
     assert fast_abs is None or slow_abs < fast_abs
 
 
+@pytest.mark.integration
 def test_response_timing_and_the_metrics_join_agree_on_the_same_rows(runner, endpoint_matrix, tmp_path):
     with StubServer(StubConfig(ttft_ms=30, itl_ms=2, per_request_metrics=True)) as s:
         ledger = tmp_path / "l.db"

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from sqlite_utils import Database
 
 from evalkit.cli import cli
 from evalkit.engines.vllm_server import free_port
 
 
+@pytest.mark.integration
 def test_help_explains_commands(runner):
     r = runner.invoke(cli, ["--help"])
     assert r.exit_code == 0
@@ -75,6 +77,7 @@ def test_run_two_endpoints_writes_one_row_per_request(runner, stub_pair, endpoin
     assert "0 new grades" in r.output
 
 
+@pytest.mark.integration
 def test_failed_requests_are_rows_and_counted(runner, endpoint_matrix, ledger_path):
     from evalkit.testing.stub_server import StubConfig, StubServer
 
@@ -107,6 +110,7 @@ def test_unreachable_endpoint_is_a_one_line_runtime_error(runner, endpoint_matri
     assert db["requests"].count == 5  # the reachable variant still ran (1 warmup + 2 probes + 2)
 
 
+@pytest.mark.integration
 def test_bad_inputs_exit_2_with_one_line(runner, write, shipped_rows, tmp_path):
     bad_ds = write("bad.jsonl", json.dumps({**shipped_rows[0], "formality": 7}) + "\n")
     r = runner.invoke(cli, ["dataset", "validate", str(bad_ds)])
@@ -136,6 +140,7 @@ def test_bad_inputs_exit_2_with_one_line(runner, write, shipped_rows, tmp_path):
     assert r.exit_code == 2
 
 
+@pytest.mark.integration
 def test_validate_commands_on_shipped_files(runner):
     r = runner.invoke(cli, ["dataset", "validate"])
     assert r.exit_code == 0
@@ -145,6 +150,7 @@ def test_validate_commands_on_shipped_files(runner):
     assert "base (baseline), w8a8" in r.output
 
 
+@pytest.mark.integration
 def test_ledger_path(runner, tmp_path: Path):
     r = runner.invoke(cli, ["ledger", "path", "--ledger", str(tmp_path / "a.db")])
     assert r.exit_code == 0

@@ -27,6 +27,7 @@ def _send(url: str, timeout_s: float = 10.0, headers: dict | None = None):
     [("http_500", "http_500"), ("http_503", "http_503"), ("http_429", "http_429"),
      ("cut", "stream_cut"), ("empty", "empty_completion")],
 )
+@pytest.mark.integration
 def test_faults_become_error_classes(fault: str, error_class: str):
     with StubServer(StubConfig(fault=fault, itl_ms=0, ttft_ms=0)) as s:
         r = _send(f"{s.base_url}/v1/chat/completions")
@@ -34,6 +35,7 @@ def test_faults_become_error_classes(fault: str, error_class: str):
     assert r.e2e_ms is not None
 
 
+@pytest.mark.integration
 def test_malformed_lines_are_counted_and_content_kept():
     with StubServer(StubConfig(fault="malformed", itl_ms=0, ttft_ms=0)) as s:
         r = _send(f"{s.base_url}/v1/chat/completions")
@@ -48,6 +50,7 @@ def test_connection_refused():
     assert r.http_status is None
 
 
+@pytest.mark.integration
 def test_stall_after_first_token_times_out():
     with StubServer(StubConfig(fault="stall", itl_ms=0, ttft_ms=0)) as s:
         r = _send(f"{s.base_url}/v1/chat/completions", timeout_s=0.5)

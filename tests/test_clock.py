@@ -74,6 +74,7 @@ def _blocked(s: StubServer, use_wire: bool) -> tuple[float, float | None, object
     return (r.mono_start_ms + r.ttft_ms) / 1000, ((r.mono_start_ms + r.ttft_user_ms) / 1000 if r.ttft_user_ms else None), r
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(not wire_mod.kernel_stamps_ready(), reason="this kernel does not stamp TCP reads")
 def test_a_blocked_loop_does_not_bend_the_kernel_stamp_and_the_user_column_shows_the_lag():
     # the next chunk comes 250 ms after the first, well after the 50 ms stall: nothing merges the first
@@ -121,6 +122,7 @@ def test_tpot_follows_the_kernel_stamped_e2e(end_stall):
     assert r.tpot_ms == pytest.approx((r.e2e_ms - r.ttft_ms) / (r.completion_tokens - 1))
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(not wire_mod.kernel_stamps_ready(), reason="this kernel does not stamp TCP reads")
 def test_chunks_merged_while_the_loop_was_late_are_counted_so_the_row_is_marked():
     # chunks 5 ms apart during a 50 ms stall: TCP merges what the client did not read, and the merged
@@ -163,6 +165,7 @@ def test_the_stamp_probe_keeps_a_socket_that_holds_stamping_on():
     assert len(wire_mod._KEEPER) == 1
 
 
+@pytest.mark.integration
 def test_the_user_space_path_is_bent_by_the_same_stall_and_says_which_clock_it_used():
     with StubServer(StubConfig(ttft_ms=60, itl_ms=5, role_chunk=False, stamp=True)) as s:
         first, _, r = _blocked(s, use_wire=False)
@@ -171,6 +174,7 @@ def test_the_user_space_path_is_bent_by_the_same_stall_and_says_which_clock_it_u
     assert (first - sent) * 1000 > 25
 
 
+@pytest.mark.integration
 def test_keep_alive_chunked_bodies_and_every_fault_class_on_the_kernel_path():
     async def many(url: str, n: int, w: WireClient):
         return [await stream_chat_wire(w, url, PAYLOAD, timeout_s=1.0) for _ in range(n)]
@@ -197,6 +201,7 @@ def test_keep_alive_chunked_bodies_and_every_fault_class_on_the_kernel_path():
     assert r.http_status is None
 
 
+@pytest.mark.integration
 def test_fallbacks_record_their_source(runner, endpoint_matrix, tmp_path, monkeypatch):
     from evalkit.engines.vllm_server import free_port
 
@@ -222,6 +227,7 @@ class Blocking(SilentProgress):
         time.sleep(0.06)
 
 
+@pytest.mark.integration
 def test_the_self_check_marks_a_run_whose_loop_was_blocked(runner, tmp_path, write):
     with StubServer(StubConfig(ttft_ms=30, itl_ms=10)) as s:
         m = write("m.yaml", "name: lag\nbaseline: base\ngeneration:\n  warmup: 0\n  baseline_repeats: 1\n"
@@ -249,6 +255,7 @@ def test_the_self_check_marks_a_run_whose_loop_was_blocked(runner, tmp_path, wri
     assert summary.n_requests == 12
 
 
+@pytest.mark.integration
 def test_two_sending_processes_one_writer_one_schedule(runner, endpoint_matrix, tmp_path):
     with StubServer(StubConfig(ttft_ms=5, itl_ms=1)) as s:
         m = endpoint_matrix(s.base_url, warmup=0, structured=False)
@@ -300,6 +307,7 @@ def test_the_lag_takes_every_window_a_request_overlapped():
     assert p.max_between(150.0, 250.0) == pytest.approx(80.0)
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(not wire_mod.kernel_stamps_ready(), reason="this kernel does not stamp TCP reads")
 def test_the_realtime_offset_is_taken_per_request_on_a_pooled_connection(monkeypatch):
     taken = []

@@ -36,6 +36,7 @@ def test_long_prompts_are_much_longer_than_short():
     assert words["long"] > 6 * words["short"]  # ~1.5k vs ~250 prompt tokens
 
 
+@pytest.mark.integration
 def test_builder_is_deterministic_and_committed_file_is_current():
     r = subprocess.run([sys.executable, str(PROJECT_DIR / "data" / "build_dataset.py"), "--check"],
                        capture_output=True, text=True)

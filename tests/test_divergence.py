@@ -316,6 +316,7 @@ def test_a_kl_margin_is_decided_like_the_others(greedy):
     assert next(e for e in vs if e["variant"] == "noisy")["verdict"] == "inferior"
 
 
+@pytest.mark.integration
 def test_scoring_again_skips_what_is_scored(greedy, tmp_path):
     db = open_ledger(greedy[0])
     cfg = StubConfig(ttft_ms=0, logit_noise=0.4)

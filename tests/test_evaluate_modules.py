@@ -15,6 +15,7 @@ def load(name: str):
     return evaluate.load(str(PROJECT_DIR / "evaluate_modules" / name))
 
 
+@pytest.mark.integration
 def test_formality_metric():
     r = load("evalkit_formality").compute(
         predictions=["hey!! wanna chat? lol", "Dear Members of the Hiring Committee, I respectfully submit my "
@@ -23,6 +24,7 @@ def test_formality_metric():
     assert r["predicted_levels"] == [1, 5]
 
 
+@pytest.mark.integration
 def test_schema_metric():
     good = json.dumps({"subject": "Hello there", "body": "x" * 50, "sign_off": "Best, M"})
     r = load("evalkit_schema").compute(predictions=[good, "{"], references=["outreach_email", "outreach_email"])
@@ -30,6 +32,7 @@ def test_schema_metric():
     assert r["passed"] == [True, False]
 
 
+@pytest.mark.integration
 def test_drift_metric():
     r = load("evalkit_drift").compute(predictions=["I build payment systems.", "Bananas are yellow."],
                                       references=["I build payment systems.", "The committee met on Tuesday."])
@@ -38,6 +41,7 @@ def test_drift_metric():
     assert 0 < r["drift_mean"] < 1
 
 
+@pytest.mark.integration
 def test_modules_and_graders_agree_on_the_same_inputs():
     """The evaluate modules wrap the graders, so both give the same answer for every input."""
     from evalkit.grading import GradedRequest, make_graders

@@ -49,6 +49,7 @@ variants:
 """)
 
 
+@pytest.mark.integration
 def test_a_launched_server_that_dies_fails_its_variant_leaves_no_process_and_retry_completes(
         runner, launched, tmp_path, monkeypatch):
     ledger = tmp_path / "l.db"
@@ -88,6 +89,7 @@ def test_a_launched_server_that_dies_fails_its_variant_leaves_no_process_and_ret
     assert set(engine_children()) == before
 
 
+@pytest.mark.integration
 def test_resume_starts_only_the_variants_with_something_to_send(runner, launched, tmp_path, monkeypatch):
     ledger = tmp_path / "l.db"
     monkeypatch.setenv("EVALKIT_FAKE_EXIT_AFTER", "2")
@@ -107,6 +109,7 @@ def test_resume_starts_only_the_variants_with_something_to_send(runner, launched
     assert "starting vLLM" not in r.output
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
 def test_a_signal_mid_run_interrupts_gracefully_and_resume_completes(sig, code, endpoint_matrix, ledger_path):
     with StubServer(StubConfig(ttft_ms=40, itl_ms=2)) as s:
@@ -146,6 +149,7 @@ def tiny_fs(tmp_path: Path):
     subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
+@pytest.mark.integration
 def test_a_full_disk_is_one_line_and_resume_completes_once_there_is_room(tiny_fs, endpoint_matrix, tmp_path):
     ledger = tiny_fs / "l.db"
     with StubServer(StubConfig(ttft_ms=1, itl_ms=0, chars_per_chunk=1)) as s:
@@ -201,6 +205,7 @@ def test_browse_stops_datasette_on_sigterm(tmp_path, stub_ledger):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1)  # nothing left serving the ledger
 
 
+@pytest.mark.integration
 def test_a_ledger_that_cannot_be_created_for_lack_of_room_is_one_line(endpoint_matrix, tmp_path):
     import resource
 

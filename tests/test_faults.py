@@ -69,6 +69,7 @@ def test_killed_mid_run_then_resume_completes_exactly_the_missing(sig, stub_pair
     assert db.execute("pragma integrity_check").fetchone()[0] == "ok"
 
 
+@pytest.mark.integration
 def test_launched_server_dies_with_evalkit_even_on_kill_9(tmp_path: Path):
     fake = tmp_path / "fake-python"
     fake.write_text("#!/bin/sh\nexec sleep 300\n")
@@ -124,6 +125,7 @@ def _run_faulty_stub(runner, endpoint_matrix, ledger_path, fault: str, limit: in
                                    "-q", "--no-grade"])
 
 
+@pytest.mark.integration
 def test_retry_policy_adds_rows_per_attempt(runner, endpoint_matrix, ledger_path):
     r = _run_faulty_stub(runner, endpoint_matrix, ledger_path, "http_503", 4,
                          "retry:\n  max_retries: 2\n  backoff_s: 0\n")
@@ -138,6 +140,7 @@ def test_retry_policy_adds_rows_per_attempt(runner, endpoint_matrix, ledger_path
     assert all(x["error_class"] == "http_503" for x in retried)
 
 
+@pytest.mark.integration
 def test_retries_are_off_by_default(runner, endpoint_matrix, ledger_path):
     r = _run_faulty_stub(runner, endpoint_matrix, ledger_path, "http_429", 4)
     assert r.exit_code == 0, r.output
@@ -195,6 +198,7 @@ RUBRIC_BODIES = {
 }
 
 
+@pytest.mark.integration
 def test_bad_inputs_table_one_line_exit_2_nothing_written(runner, tmp_path: Path, shipped_rows):
     cases = _bad_inputs(tmp_path, shipped_rows[0])
     assert len(cases) >= 15
@@ -212,6 +216,7 @@ def test_bad_inputs_table_one_line_exit_2_nothing_written(runner, tmp_path: Path
         assert not ledger.exists(), name  # nothing half written
 
 
+@pytest.mark.integration
 def test_planted_secret_reaches_no_output(runner, write, tmp_path, monkeypatch):
     secret = "sk-evalkit-PLANTED-0123456789abcdef"
     monkeypatch.setenv("EVALKIT_TEST_API_KEY", secret)
@@ -241,6 +246,7 @@ def test_planted_secret_reaches_no_output(runner, write, tmp_path, monkeypatch):
     assert any("[REDACTED]" in (x["error"] or "") for x in db["requests"].rows)
 
 
+@pytest.mark.integration
 def test_soak_2000_requests_concurrency_64_with_known_fault_rate(runner, endpoint_matrix, ledger_path):
     with StubServer(StubConfig(fault="http_500", fault_every=10, ttft_ms=2, itl_ms=0, chars_per_chunk=64)) as s:
         m = endpoint_matrix(s.base_url, warmup=0, extra="telemetry:\n  scrape: false\n")
@@ -261,6 +267,7 @@ def test_soak_2000_requests_concurrency_64_with_known_fault_rate(runner, endpoin
     print(f"soak: {sent} requests, {injected} faults, {wall:.1f} s wall")
 
 
+@pytest.mark.integration
 def test_server_dies_mid_run_every_request_still_a_row(tmp_path, endpoint_matrix):
     import socket as _s
 
@@ -301,6 +308,7 @@ def test_server_dies_mid_run_every_request_still_a_row(tmp_path, endpoint_matrix
     assert str(len(errs)) in out
 
 
+@pytest.mark.integration
 def test_reply_that_is_not_json_fails_the_schema_grade(runner, endpoint_matrix, ledger_path):
     with StubServer(StubConfig(fault="not_json", ttft_ms=1, itl_ms=0)) as s:
         r = runner.invoke(cli, ["run", "--matrix", str(endpoint_matrix(s.base_url, warmup=0)), "--limit", "2",
@@ -313,6 +321,7 @@ def test_reply_that_is_not_json_fails_the_schema_grade(runner, endpoint_matrix, 
     assert all(x["passed"] == 0 and x["explanation"].startswith("not valid JSON") for x in g)
 
 
+@pytest.mark.integration
 def test_token_counts_fall_back_and_say_so(runner, endpoint_matrix, ledger_path):
     with StubServer(StubConfig(usage=False, ttft_ms=1, itl_ms=0)) as s:
         runner.invoke(cli, ["run", "--matrix", str(endpoint_matrix(s.base_url, warmup=0)), "--limit", "2",
@@ -324,6 +333,7 @@ def test_token_counts_fall_back_and_say_so(runner, endpoint_matrix, ledger_path)
         assert r["completion_tokens"] == len(json.loads(r["chunk_offsets_ms_json"])) > 0
 
 
+@pytest.mark.integration
 def test_tokenizer_fallback_for_local_models(tmp_path):
     from evalkit.engines.bundled import resolve_model
     from evalkit.measure.client import RequestResult
@@ -337,6 +347,7 @@ def test_tokenizer_fallback_for_local_models(tmp_path):
     assert r.prompt_tokens > 5
 
 
+@pytest.mark.integration
 def test_retry_honours_retry_after(runner, endpoint_matrix, ledger_path):
     from datetime import datetime
 

@@ -196,6 +196,7 @@ def test_html_report_renders_every_plot(runner, stub_ledger, tmp_path):
     assert blue > 200
 
 
+@pytest.mark.integration
 def test_generated_text_is_escaped_in_html(runner, endpoint_matrix, tmp_path):
     evil = '<script>alert("x")</script><img src=x onerror=alert(1)>'
     ledger = tmp_path / "l.db"

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from evalkit.grading import GradedRequest, make_graders
 from evalkit.grading.schema import SchemaGrader
 from evalkit.spec.dataset import load_cases
@@ -55,6 +57,7 @@ def test_profile_schema_array_bounds():
     assert s.detail["errors"][0]["path"] == "/skills"
 
 
+@pytest.mark.integration
 def test_unknown_grader_is_a_usage_error():
     import pytest
 

@@ -123,6 +123,7 @@ def test_emulating_an_avx2_only_processor_is_recorded_and_reaches_the_server(mon
         describe_host((FIX / "cpuinfo_avx512_bf16.txt").read_text(), "", [])
 
 
+@pytest.mark.integration
 def test_the_emulation_shim_caps_torchs_isa_probes(tmp_path):
     """The shim itself, in a fresh interpreter as vLLM's server would load it."""
     import os

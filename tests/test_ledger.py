@@ -81,6 +81,7 @@ def test_missing_ledger_when_not_creating(tmp_path: Path):
         open_ledger(tmp_path / "nope.db", create=False)
 
 
+@pytest.mark.integration
 def test_ledger_from_before_the_ledger_package_opens_reports_and_resumes(tmp_path: Path, runner):
     p = tmp_path / "old.db"
     p.write_bytes(LEGACY.read_bytes())
@@ -100,7 +101,7 @@ def test_ledger_from_before_the_ledger_package_opens_reports_and_resumes(tmp_pat
     assert "host: not recorded" in runner.invoke(cli, ["report", "--run", old_run, "--ledger", str(p)]).output
 
     # resume the cut run against live stubs (its stored endpoints are long gone) and the shipped data
-    before = ledger.done_keys(cut_run)
+    before = len(ledger.done_keys(cut_run))  # asked of the ledger now, before the resume
     with StubServer(StubConfig(ttft_ms=5, itl_ms=1)) as a, StubServer(StubConfig(ttft_ms=25, itl_ms=1)) as b:
         m = json.loads(ledger.require_run(cut_run)["matrix_json"])
         for v, s in zip(m["variants"], (a, b), strict=True):
@@ -110,8 +111,8 @@ def test_ledger_from_before_the_ledger_package_opens_reports_and_resumes(tmp_pat
     assert r.exit_code == 0, r.output
     assert "2 already" not in r.output
     assert "skipped" in r.output
-    after = ledger.done_keys(cut_run)
-    assert len(after) == len(before) + 2  # exactly the two missing requests
+    after = len(ledger.done_keys(cut_run))
+    assert after == before + 2  # exactly the two missing requests
     finals = ledger.measured_requests(cut_run)
     keys = [(x["variant"], x["case_id"], x["repeat"], x["level"]) for x in finals]
     assert len(keys) == len(set(keys))  # no duplicates

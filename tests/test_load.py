@@ -39,6 +39,7 @@ def _open_loop_run(runner, endpoint_matrix, ledger_path, stub: StubServer, *args
     return list(Database(ledger_path).query("select * from requests where is_warmup = 0 order by scheduled_ms"))
 
 
+@pytest.mark.integration
 def test_rate_is_open_loop_requests_overlap_with_a_slow_server(runner, endpoint_matrix, ledger_path):
     # TTFT 200 ms at 20 req/s: a closed loop of one would send 5/s; an open loop keeps 20/s and overlaps.
     with StubServer(StubConfig(ttft_ms=200, itl_ms=1, max_chunks=4)) as s:
@@ -65,6 +66,7 @@ def test_rate_is_open_loop_requests_overlap_with_a_slow_server(runner, endpoint_
     assert "(uncapped)" in out
 
 
+@pytest.mark.integration
 def test_max_concurrency_caps_in_flight_and_records_the_wait(runner, endpoint_matrix, ledger_path):
     with StubServer(StubConfig(ttft_ms=200, itl_ms=1, max_chunks=4)) as s:
         rows = _open_loop_run(runner, endpoint_matrix, ledger_path, s, "--rate", "20", "--max-concurrency", "2")
@@ -87,6 +89,7 @@ def test_max_concurrency_caps_in_flight_and_records_the_wait(runner, endpoint_ma
     (["--arrival", "constant"], "--rate"),
     (["--rate", "2", "--max-concurrency", "0"], "--max-concurrency"),
 ])
+@pytest.mark.integration
 def test_open_loop_flags_that_contradict_exit_2(runner, args, expected, tmp_path):
     r = runner.invoke(cli, ["run", "--ledger", str(tmp_path / "l.db"), *args])
     assert r.exit_code == 2, r.output
@@ -114,6 +117,7 @@ def _sweep(runner, endpoint_matrix, ledger_path, cfg: StubConfig, *args: str):
     return r
 
 
+@pytest.mark.integration
 def test_sweep_stops_when_kv_cache_fills(runner, endpoint_matrix, ledger_path):
     # each running request holds 20 % of the cache: 1 -> 20 %, 2 -> 40 %, 4 -> 80 %, 8 -> 100 %
     r = _sweep(runner, endpoint_matrix, ledger_path, StubConfig(ttft_ms=60, itl_ms=2, kv_per_request=0.2))
@@ -127,6 +131,7 @@ def test_sweep_stops_when_kv_cache_fills(runner, endpoint_matrix, ledger_path):
     assert cap["max_concurrency_tested"] == 8
 
 
+@pytest.mark.integration
 def test_stop_kv_moves_the_saturation_point(runner, endpoint_matrix, ledger_path):
     r = _sweep(runner, endpoint_matrix, ledger_path, StubConfig(ttft_ms=60, itl_ms=2, kv_per_request=0.2),
                "--stop-kv", "0.75")
@@ -137,6 +142,7 @@ def test_stop_kv_moves_the_saturation_point(runner, endpoint_matrix, ledger_path
     assert rep["findings"]["capacity"][0]["measured_saturation_concurrency"] == 4  # judged by the run's --stop-kv
 
 
+@pytest.mark.integration
 def test_sweep_stops_on_preemptions_and_attributes_them(runner, endpoint_matrix, ledger_path):
     r = _sweep(runner, endpoint_matrix, ledger_path, StubConfig(ttft_ms=60, itl_ms=2, preempt_over=2))
     assert "saturated at concurrency 4:" in r.output

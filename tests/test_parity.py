@@ -172,3 +172,23 @@ def test_a_resumed_run_sends_the_same_requests_again_on_every_executor(runner, t
                              if k[4] and k[5] is None)  # the final, successful rows
     assert all(c == firsts["procs1"] for c in firsts.values()), firsts
     assert sum(firsts["procs1"].values()) == 12  # every request of both variants ends answered
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--time-budget", "5m"], "--time-budget sizes the run from the first variant's probes"),
+    (["--interleave"], "--interleave needs every variant on one machine"),
+    (["--grader", "divergence"], "teacher-forced scoring (the divergence grader)"),
+])
+def test_ray_refuses_what_it_cannot_carry_before_anything_is_written(runner, tmp_path, stubs, args, says):
+    a, b = stubs
+    m = tmp_path / "m.yaml"
+    m.write_text(f"name: r\nbaseline: base\nvariants:\n  - name: base\n    endpoint: {a.base_url}\n"
+                 f"  - name: cand\n    endpoint: {b.base_url}\n", encoding="utf-8")
+    ledger = tmp_path / "l.db"
+    served = a.cfg.counters["requests"]
+    r = runner.invoke(cli, ["run", "--matrix", str(m), "--limit", "2", "--ledger", str(ledger), "-q", "--ray", *args])
+    assert r.exit_code == 2, r.output
+    assert says in r.output
+    assert len(r.output.strip().splitlines()) == 1  # one line, no traceback
+    assert a.cfg.counters["requests"] == served  # nothing sent
+    assert not ledger.exists() or Database(ledger)["runs"].count == 0  # nothing written

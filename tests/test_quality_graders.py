@@ -165,6 +165,7 @@ def test_formality_with_both_estimators_flags_disagreement():
 TEST_FLOOR = {"markers": (0.73, 0.99), "embeddings": (0.85, 0.99)}
 
 
+@pytest.mark.integration
 def test_formality_test_file_figures_are_pinned(runner):
     r = calibrate()
     assert r["file"].endswith("formality_test.jsonl")
@@ -182,6 +183,7 @@ def test_formality_test_file_figures_are_pinned(runner):
     assert len(js["markers"]["recall_by_level"]) == 5
 
 
+@pytest.mark.integration
 def test_formality_fit_uses_the_tune_file_only():
     """The split is disjoint and complete; every lexical marker is derived from the tune file (no
     marker occurs only in the test file); refitting from the tune file reproduces the rubric."""
@@ -211,6 +213,7 @@ def test_formality_fit_uses_the_tune_file_only():
     assert "up to date" in r.stdout, r.stdout + r.stderr
 
 
+@pytest.mark.integration
 def test_calibrate_bad_file_is_a_usage_error(runner, write):
     p = write("lab.jsonl", '{"text": "hi", "level": 3}\n{"text": "x", "level": 9}\n')
     r = runner.invoke(cli, ["graders", "calibrate", "--file", str(p)])
@@ -218,6 +221,7 @@ def test_calibrate_bad_file_is_a_usage_error(runner, write):
     assert f"{p}:2: field 'level'" in r.output
 
 
+@pytest.mark.integration
 def test_rubrics_validate(runner, tmp_path: Path):
     r = runner.invoke(cli, ["rubrics", "validate"])
     assert r.exit_code == 0
@@ -373,6 +377,7 @@ def test_unseen_persona_and_candidate_are_graded_from_the_requested_formality(ru
     assert applied == [False, True]
 
 
+@pytest.mark.integration
 def test_persona_rules_measured_against_labelled_outputs(runner):
     """rubrics/persona_labels.jsonl: 63 real SmolLM2 outputs and 20 targeted written cases, labelled
     per rule. The figures are pinned so a change that lowers them fails; docs/graders.md, "Persona rules"."""
@@ -393,6 +398,7 @@ def test_persona_rules_measured_against_labelled_outputs(runner):
     assert "precision" in out.output
 
 
+@pytest.mark.integration
 def test_onnx_embeddings_match_torch_on_the_calibration_texts():
     """The fast path (the shipped MiniLM weights exported to ONNX Runtime) keeps every cosine
     within 0.001 of the torch reference on the labelled texts."""

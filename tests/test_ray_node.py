@@ -162,6 +162,7 @@ def test_the_resumed_run_is_complete(node_killed):
     assert node_killed["run_after"] == "complete"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("when", ["while Ray starts", "while sending"])
 def test_a_killed_evalkit_leaves_no_ray_process(tmp_path, when):
     """SIGKILL to `evalkit run --ray`: its driver process dies with it and takes the Ray processes

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import pytest
 from sqlite_utils import Database
 
 from evalkit.cli import cli
@@ -13,6 +14,7 @@ from evalkit.spec.matrix import Variant
 from evalkit.testing.stub_server import StubConfig, StubServer
 
 
+@pytest.mark.integration
 def test_endpoints_shard_cases_over_two_servers(runner, write, ledger_path):
     with StubServer(StubConfig(ttft_ms=5, itl_ms=1)) as a, StubServer(StubConfig(ttft_ms=5, itl_ms=1)) as b, \
             StubServer(StubConfig(ttft_ms=20, itl_ms=1)) as c:

@@ -234,6 +234,7 @@ def test_open_loop_arrivals_become_tasks_only_when_due():
     async def go() -> float:
         s = Sender.__new__(Sender)
         s.epoch = time.perf_counter()
+        s.pool = None  # sent from this process
 
         async def one(http: Any, item: Any, attribute_now: bool, scheduled_ms: float | None = None) -> list:
             sent.append(item)
@@ -245,7 +246,7 @@ def test_open_loop_arrivals_become_tasks_only_when_due():
                 pulled.append(time.perf_counter() - t0)
                 yield i
 
-        s._one = one  # type: ignore[method-assign]
+        s.send_item = one  # type: ignore[method-assign]
         t0 = time.perf_counter()
         await s._open_loop(None, items(), Level("main", rate=rate, arrival="constant"))  # type: ignore[arg-type]
         return t0

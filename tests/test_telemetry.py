@@ -97,6 +97,7 @@ def _run(runner, matrix: Path, ledger: Path, *args: str):
     return Database(ledger)
 
 
+@pytest.mark.integration
 def test_sequential_run_attributes_server_phases_per_request(runner, endpoint_matrix, ledger_path):
     with StubServer(StubConfig(ttft_ms=40, itl_ms=1)) as s:
         db = _run(runner, endpoint_matrix(s.base_url), ledger_path, "--limit", "4")
@@ -116,6 +117,7 @@ def test_sequential_run_attributes_server_phases_per_request(runner, endpoint_ma
     assert json.loads(v["cache_config_json"])["num_gpu_blocks"] == "1024"
 
 
+@pytest.mark.integration
 def test_concurrency_mode_uses_window_attribution(runner, endpoint_matrix, ledger_path):
     with StubServer(StubConfig(ttft_ms=30, itl_ms=2)) as s:
         m = endpoint_matrix(s.base_url, extra="telemetry:\n  interval_s: 0.02\n")
@@ -131,6 +133,7 @@ def test_concurrency_mode_uses_window_attribution(runner, endpoint_matrix, ledge
     assert first6[-1]["mono_start_ms"] < min(r["mono_start_ms"] + r["e2e_ms"] for r in first6)
 
 
+@pytest.mark.integration
 def test_failed_scrapes_leave_a_gap_not_an_end(runner, endpoint_matrix, ledger_path):
     """/metrics answering 500 now and then: the scraper keeps sampling, every row still gets its
     window's samples counted, and the failures are on the variant row and on the console."""
@@ -152,6 +155,7 @@ def test_failed_scrapes_leave_a_gap_not_an_end(runner, endpoint_matrix, ledger_p
     assert max(x["srv_kv_cache_usage_peak"] for x in rows) > 1 / 64  # sampled while 3 ran
 
 
+@pytest.mark.integration
 def test_rate_mode_poisson_arrivals_are_seeded(runner, endpoint_matrix, tmp_path):
     from evalkit.execution.patterns import arrival_offsets
 
@@ -169,6 +173,7 @@ def test_rate_mode_poisson_arrivals_are_seeded(runner, endpoint_matrix, tmp_path
     assert early == []  # nothing left before it was due
 
 
+@pytest.mark.integration
 def test_sweep_stops_at_slo_breach(runner, endpoint_matrix, ledger_path):
     # TTFT is 30 ms, so an SLO of 10 ms is breached at the first level: the sweep stops there.
     with StubServer(StubConfig(ttft_ms=30, itl_ms=0)) as s:
@@ -180,6 +185,7 @@ def test_sweep_stops_at_slo_breach(runner, endpoint_matrix, ledger_path):
     assert {x["level"] for x in db["requests"].rows_where("is_warmup = 0")} == {"c=1"}
 
 
+@pytest.mark.integration
 def test_sweep_runs_all_levels_when_nothing_saturates(runner, endpoint_matrix, ledger_path):
     with StubServer(StubConfig(ttft_ms=1, itl_ms=0)) as s:
         db = _run(runner, endpoint_matrix(s.base_url), ledger_path, "--limit", "4", "--sweep", "1,2,4")
@@ -198,6 +204,7 @@ def test_interleave_alternates_variants(runner, stub_pair, endpoint_matrix, ledg
     assert len({tuple(seq[i:i + 2]) for i in range(0, 12, 2)}) == 2  # order randomised, not always A first
 
 
+@pytest.mark.integration
 def test_goodput_in_report(runner, endpoint_matrix, ledger_path):
     with StubServer(StubConfig(ttft_ms=20, itl_ms=0)) as s:
         _run(runner, endpoint_matrix(s.base_url), ledger_path, "--limit", "3", "--slo", "ttft=1000")
@@ -221,6 +228,7 @@ def test_goodput_in_report(runner, endpoint_matrix, ledger_path):
     (["--concurrency", "0"], "--concurrency"),
     (["--resume", "x", "--limit", "3"], "--resume"),
 ])
+@pytest.mark.integration
 def test_conflicting_or_bad_load_flags_exit_2(runner, args, expected, tmp_path):
     r = runner.invoke(cli, ["run", "--ledger", str(tmp_path / "l.db"), *args])
     assert r.exit_code == 2, r.output

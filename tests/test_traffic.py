@@ -45,6 +45,7 @@ def test_the_shipped_sample_traces_load(name, fmt, rows):
     assert all(b.offset_s >= a.offset_s for a, b in zip(got, got[1:], strict=False))
 
 
+@pytest.mark.integration
 def test_the_samples_are_current():
     import subprocess
     import sys
@@ -112,6 +113,7 @@ def test_prompts_are_exactly_the_recorded_length_by_the_tokenizer():
         assert c.attributes["task"] == "trace"
 
 
+@pytest.mark.integration
 @needs_tokenizer
 def test_replay_sends_every_row_once_at_its_offset_with_its_lengths_and_shared_prefixes(runner, endpoint_matrix,
                                                                                         tmp_path):
@@ -147,6 +149,7 @@ def test_replay_sends_every_row_once_at_its_offset_with_its_lengths_and_shared_p
     assert db["grades"].count == 0  # synthetic prompts: timing only, nothing to grade
 
 
+@pytest.mark.integration
 def test_an_evalkit_request_log_replays_its_messages(runner, endpoint_matrix, tmp_path):
     with StubServer(StubConfig(ttft_ms=2, itl_ms=0, keep_bodies=True)) as s:
         ledger = tmp_path / "e.db"
@@ -160,6 +163,7 @@ def test_an_evalkit_request_log_replays_its_messages(runner, endpoint_matrix, tm
     assert {x["case_id"] for x in Database(ledger)["requests"].rows} == {x["id"] for x in logged}
 
 
+@pytest.mark.integration
 def test_conversations_send_each_turn_with_the_variants_own_replies_and_grade_each_turn(runner, endpoint_matrix,
                                                                                          tmp_path):
     with StubServer(StubConfig(model="a", ttft_ms=1, itl_ms=0, keep_bodies=True, numbered=True)) as a, \
@@ -209,6 +213,7 @@ def load_dataset_rows() -> list[dict]:
     return [json.loads(x) for x in CONVERSATIONS.read_text().splitlines()]
 
 
+@pytest.mark.integration
 def test_a_turn_without_content_is_a_dataset_error(runner, write):
     row = load_dataset_rows()[0]
     row["turns"][0]["content"] = ""

@@ -67,26 +67,31 @@ def test_the_run_ends_with_a_verdict(workload):
     assert "verdict: candidate vs current:" in workload[3].output
 
 
+@pytest.mark.integration
 def test_only_the_graders_that_apply_ran(runner, workload):
     rep = json.loads(runner.invoke(cli, ["report", "--ledger", str(workload[1]), "--json"]).output)
     assert rep["graders"] == ["drift", "replylen", "schema"]
 
 
+@pytest.mark.integration
 def test_its_own_schema_file_checked_every_answer(runner, workload):
     rep = json.loads(runner.invoke(cli, ["report", "--ledger", str(workload[1]), "--json"]).output)
     assert {r["variant"]: r["schema_pass_pct"] for r in rep["rows"]} == {"current": 100.0, "candidate": 100.0}
 
 
+@pytest.mark.integration
 def test_the_report_slices_by_an_attribute(runner, workload):
     out = runner.invoke(cli, ["report", "--ledger", str(workload[1]), "--by", "category", "--markdown"]).output
     assert "| current | billing |" in out
 
 
+@pytest.mark.integration
 def test_check_gates_on_the_matrix_s_margins(runner, workload):
     r = runner.invoke(cli, ["check", "--ledger", str(workload[1])])
     assert "FAIL candidate: e2e_mean: inferior" in r.output  # 40 ms against 2 ms: far past +10 %
 
 
+@pytest.mark.integration
 def test_the_html_report_builds(runner, workload, tmp_path):
     r = runner.invoke(cli, ["report", "--ledger", str(workload[1]), "--html", str(tmp_path / "r.html")])
     assert "reply words" in (tmp_path / "r.html").read_text(encoding="utf-8"), r.output

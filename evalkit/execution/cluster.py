@@ -26,7 +26,7 @@ from typing import Any
 
 from ..engines.memory import MemoryPlan
 from ..host import this_host
-from ..ledger import Ledger, utcnow
+from ..ledger import HeldKeys, Ledger, utcnow
 from ..ledger.mirror import MirroredLedger, Replay
 from ..measure.client import RequestResult
 from ..paths import cache_dir
@@ -116,7 +116,7 @@ def run_shard(shard: Shard) -> Iterator[tuple[Any, ...]]:
             local.seed_run(shard.run_row, shard.case_rows, shard.variant_rows)
             load = Load.from_record(shard.load, shard.trace_offsets)
             ctx = RunContext(local, summary.run_id, matrix, cases, shard.repeats, load,
-                             {tuple(k) for k in shard.skip}, QueueProgress(events), cache_dir() / "logs",  # type: ignore[misc]
+                             HeldKeys(tuple(k) for k in shard.skip), QueueProgress(events), cache_dir() / "logs",  # type: ignore[misc]
                              summary, {k: MemoryPlan(**v) for k, v in (shard.memory or {}).items()})
             run_group(ctx, [shard.variant], 0, replicas=None if shard.replica is None else [shard.replica])
         except BaseException as e:  # reported to the driver, which records it on the variant
@@ -208,11 +208,15 @@ class OnRay:
         if inp.time_budget_s is not None:
             return ("--time-budget sizes the run from the first variant's probes, and Ray starts every variant at "
                     "once: give --limit N with --ray")
+        if inp.matrix.divergence.enabled and len(inp.matrix.variants) > 1 and "divergence" in inp.graders:
+            return ("teacher-forced scoring (the divergence grader) scores the baseline's answers on each "
+                    "candidate's live server, and Ray runs the variants at once: drop --ray, or set "
+                    "`divergence: {enabled: false}` in the matrix")
         if importlib.util.find_spec("ray") is None:
             return "--ray needs Ray: pip install 'evalkit[ray]'"
         return None
 
-    def execute(self, ctx: RunContext) -> None:
+    def run_variants(self, ctx: RunContext) -> None:
         _drive_on_ray(ctx, self.address)
 
 
@@ -233,7 +237,8 @@ def _drive_on_ray(ctx: RunContext, address: str | None) -> None:
             if env:  # evalkit's own settings (and fault tests) reach the workers through their runtime env
                 opts["runtime_env"] = {"env_vars": env}
             shard = Shard(run_row, crow, matrix.model_dump_json(), v.name, rep,
-                          [c.model_dump(by_alias=True) for c in ctx.cases], ctx.repeats, load.record(), sorted(ctx.skip),
+                          [c.model_dump(by_alias=True) for c in ctx.cases], ctx.repeats, load.record(),
+                          sorted(ctx.skip.of_variant(v.name)),
                           {k: p.to_dict() for k, p in ctx.memory.items()},
                           [r for r in ledger.variants(summary.run_id) if r["name"] == v.name],
                           list(getattr(load.pattern, "offsets", ())) or None)

@@ -14,7 +14,7 @@ from typing import Protocol
 from ..engines.memory import MemoryPlan
 from ..engines.vllm_server import engine_version
 from ..errors import EngineError
-from ..ledger import Ledger
+from ..ledger import DoneKeys, HeldKeys, Ledger
 from ..measure.client import RequestResult
 from ..measure.telemetry import MetricsScraper
 from ..spec.dataset import Case
@@ -77,7 +77,7 @@ class RunContext:
     cases: list[Case]
     repeats: int
     load: Load
-    skip: set[tuple[str, str, int, str]]
+    skip: DoneKeys | HeldKeys  # what a resume skips: asked of the ledger, not held (ledger/done.py)
     progress: Progress
     log_dir: Path
     summary: RunSummary
@@ -122,7 +122,7 @@ def record_scrape_errors(servers: dict[str, LiveVariant], scrapers: dict[str, Me
 def level_outcome(ctx: RunContext, name: str, level: Level, fresh: LevelOutcome) -> LevelOutcome:
     """One variant's outcome of a level for the stop rules: what this process sent, or, when a
     resume finishes a level begun earlier, the level's every row in the ledger."""
-    if any(k[0] == name and k[3] == level.name for k in ctx.skip):
+    if ctx.skip.count(name, level.name):
         fresh = LevelOutcome(keep_latencies=fresh.keep_latencies, keep_cases=fresh.keep_cases)
         for r in ctx.ledger.iter_measured(ctx.run_id, level=level.name, variant=name):
             fresh.add(r)
@@ -199,7 +199,7 @@ def run_group(ctx: RunContext, group: list[str], seq0: int, variants_after: int 
                     if it.target in servers] if i == 0 else []
             main = Work(ctx.matrix, live, ctx.cases, ctx.repeats, load, level.name, level.concurrency,
                         targets=set(servers), skip=ctx.skip, attempts=attempts)
-            summary.n_skipped += sum(1 for k in ctx.skip if k[0] in live and k[3] == level.name)
+            summary.n_skipped += sum(ctx.skip.count(name, level.name) for name in live)
             if warm:
                 main = _send_warmups(ctx, sender, warm, main, live, servers, variants_after)
             stage = f"measure {level.name}" if multi else "measure"

@@ -18,7 +18,7 @@ from .. import __version__
 from ..engines.memory import plan_memory
 from ..errors import EvalkitError, LedgerWriteError, UsageError
 from ..host import this_host
-from ..ledger import Ledger, dumps, utcnow
+from ..ledger import DoneKeys, HeldKeys, Ledger, dumps, utcnow
 from ..paths import cache_dir
 from ..redact import redact, redact_args
 from ..spec.dataset import Case, dataset_hash
@@ -75,7 +75,7 @@ def create_run(ledger: Ledger, inp: RunInputs, load: Load) -> str:
     return run_id
 
 
-def start_run(ledger: Ledger, inp: RunInputs, load: Load, progress: Progress) -> tuple[RunSummary, set]:
+def start_run(ledger: Ledger, inp: RunInputs, load: Load, progress: Progress) -> tuple[RunSummary, DoneKeys | HeldKeys]:
     """Create the run (or reopen it for --resume) and say what will be sent."""
     resume_run, matrix, repeats = inp.opts.resume_id, inp.matrix, inp.repeats
     if resume_run:
@@ -84,7 +84,7 @@ def start_run(ledger: Ledger, inp: RunInputs, load: Load, progress: Progress) ->
                                    "stop_reason": None})
     else:
         run_id = create_run(ledger, inp, load)
-    skip = ledger.done_keys(run_id) if resume_run else set()
+    skip = ledger.done_keys(run_id) if resume_run else HeldKeys()
     floor = matrix.generation.baseline_passes(repeats)
     progress.say(f"run {run_id}: {len(matrix.variants)} variants x {len(inp.cases)} cases x {repeats} repeats"
                  + (f" (baseline x{floor}: the extra pass is drift's noise floor)" if floor > repeats else "")
@@ -118,7 +118,7 @@ class Executor(Protocol):
     name: str
 
     def refuse(self, inp: RunInputs, load: Load) -> str | None: ...
-    def execute(self, ctx: RunContext) -> None: ...
+    def run_variants(self, ctx: RunContext) -> None: ...
 
 
 class InProcess:
@@ -132,7 +132,7 @@ class InProcess:
             return "--interleave alternates single servers: it does not combine with replicated variants"
         return None
 
-    def execute(self, ctx: RunContext) -> None:
+    def run_variants(self, ctx: RunContext) -> None:
         load, seq = ctx.load, ctx.ledger.max_seq(ctx.run_id)
         names = [v.name for v in ctx.matrix.ordered_variants()]
         groups = [names] if load.policy.interleave else [[n] for n in names]
@@ -171,7 +171,7 @@ def run_matrix(ledger: Ledger, inp: RunInputs, progress: Progress | None = None,
                      time_budget_s=budget if not resume_run else None)
     ok = False
     try:
-        executor.execute(ctx)
+        executor.run_variants(ctx)
         ok = True
     except BaseException as e:
         ctx.stop_reason = stop_reason(e)

@@ -7,8 +7,10 @@ May import: the root modules only (errors). Everything else imports it.
 """
 
 from . import lean_import  # noqa: F401  (first: sqlite_utils without pandas)
+from .done import DoneKeys, HeldKeys
 from .migrations import MIGRATION_NAMES, MIGRATION_SET, migrations
 from .store import CASE_FIELDS, Ledger, RunRecord, dumps, open_ledger, utcnow
 
-__all__ = ["CASE_FIELDS", "MIGRATION_NAMES", "MIGRATION_SET", "Ledger", "RunRecord", "dumps", "migrations", "open_ledger",
+__all__ = ["CASE_FIELDS", "DoneKeys", "HeldKeys",
+           "MIGRATION_NAMES", "MIGRATION_SET", "Ledger", "RunRecord", "dumps", "migrations", "open_ledger",
            "utcnow"]

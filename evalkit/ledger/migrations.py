@@ -352,6 +352,15 @@ def m019_grade_sample(db: Database) -> None:
     db["runs"].add_column("grade_sample_json", str)
 
 
+@migration("m020_grade_errors")
+def m020_grade_errors(db: Database) -> None:
+    # A grader that raised on a request leaves a row saying so (its exception's class and message),
+    # value and pass empty: the request is accounted for, never silently ungraded, and
+    # `evalkit grade --retry-failed` grades exactly those again. Reports read only grades without one.
+    db["grades"].add_column("error_class", str)
+    db["grades"].add_column("error", str)
+
+
 @migration("m021_reviews")
 def m021_reviews(db: Database) -> None:
     # Human review of a baseline/candidate pair (`evalkit browse --review`, issue 35): one row per
@@ -362,12 +371,3 @@ def m021_reviews(db: Database) -> None:
         "candidate_request_id": int, "reviewer": str, "verdict": str, "comment": str, "created_at": str,
     }, pk="id", foreign_keys=[("run_id", "runs", "id")])
     db["reviews"].create_index(["run_id", "candidate", "case_id"])
-
-
-@migration("m020_grade_errors")
-def m020_grade_errors(db: Database) -> None:
-    # A grader that raised on a request leaves a row saying so (its exception's class and message),
-    # value and pass empty: the request is accounted for, never silently ungraded, and
-    # `evalkit grade --retry-failed` grades exactly those again. Reports read only grades without one.
-    db["grades"].add_column("error_class", str)
-    db["grades"].add_column("error", str)

@@ -21,6 +21,7 @@ from sqlite_utils import Database
 from ..errors import LedgerError, LedgerWriteError, UsageError
 from .aggregate import ReportReads
 from .derived import DerivedTables
+from .done import DoneKeys
 from .migrations import MIGRATION_NAMES, MIGRATION_SET, migrations
 from .reviews import ReviewsMixin
 from .series import SeriesReads
@@ -222,15 +223,10 @@ class Ledger(SeriesReads, TokenScoresMixin, DerivedTables, ReviewsMixin, ReportR
     def max_seq(self, run_id: str) -> int:
         return int(self._db.execute("select coalesce(max(seq), 0) from requests where run_id = ?", [run_id]).fetchone()[0])
 
-    def done_keys(self, run_id: str) -> set[tuple[str, str, int, str]]:
-        """(variant, case, repeat, level) already measured in a run: a resume skips exactly these.
-        One string object per distinct value (a million keys share a few thousand strings)."""
-        canon: dict[str, str] = {}
-        return {
-            (canon.setdefault(v, v), canon.setdefault(c, c), rep, canon.setdefault(lv or "main", lv or "main"))
-            for v, c, rep, lv in self._db.execute("select variant, case_id, repeat, level from requests "
-                                                  "where run_id = ? and is_warmup = 0 and final = 1", [run_id])
-        }
+    def done_keys(self, run_id: str) -> DoneKeys:
+        """(variant, case, repeat, level) already measured in a run: a resume skips exactly these,
+        each looked up in SQL when asked (ledger/done.py), never all held at once."""
+        return DoneKeys(self._db, run_id)
 
     def measured_requests(self, run_id: str, *, ok_only: bool = False, level: str | None = None,
                           variant: str | None = None, lean: bool = False) -> list[dict[str, Any]]:
@@ -296,7 +292,8 @@ class Ledger(SeriesReads, TokenScoresMixin, DerivedTables, ReviewsMixin, ReportR
         out: dict[int, dict[str, dict[str, Any]]] = defaultdict(dict)
         for g in self._db.query(
             """select g.request_id, g.grader, g.grader_version, g.value, g.passed, g.explanation, g.detail_json
-               from grades g join (select max(id) as id from grades where run_id = ? group by request_id, grader) m
+               from grades g join (select max(id) as id from grades where run_id = ? and error_class is null
+                                   group by request_id, grader) m
                on m.id = g.id""",
             [run_id],
         ):
@@ -304,11 +301,16 @@ class Ledger(SeriesReads, TokenScoresMixin, DerivedTables, ReviewsMixin, ReportR
             out[g["request_id"]][g["grader"]] = g
         return out
 
-    def grader_names(self, run_id: str | None = None) -> list[str]:
-        sql, params = "select distinct grader from grades", []
-        if run_id:
-            sql, params = sql + " where run_id = ?", [run_id]
-        return [r["grader"] for r in self._db.query(sql + " order by grader", params)]
+    def grade_errors(self, run_id: str) -> list[dict[str, Any]]:
+        """The requests whose grader raised and that no later grade of that grader and version
+        replaced: request id, grader, version, the exception's class and message, the case."""
+        return list(self._db.query(
+            """select g.request_id, g.grader, g.grader_version, g.error_class, g.error, r.case_id, r.variant
+               from grades g join requests r on r.id = g.request_id
+               where g.run_id = ? and g.error_class is not null and not exists (
+                 select 1 from grades h where h.request_id = g.request_id and h.grader = g.grader
+                   and h.grader_version = g.grader_version and h.id > g.id)
+               order by g.id""", [run_id]))
 
     # --- export ---------------------------------------------------------------------------------
 
