@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from array import array
 from collections import defaultdict
 from typing import Any
 
@@ -18,7 +19,7 @@ from ..ledger import Ledger
 from ..spec.dataset import COMPLEXITIES
 from ..stats import SignFlipRatio, mean, pct_delta, percentile
 from .columns import Columns, slice_metrics, source_columns
-from .rows import request_rows
+from .rows import grades_by_grader, request_rows, row_index
 from .selection import by_variant, first_level, is_swept, level_note, sweep_levels
 from .spike_summary import bounded
 from .verdicts import apply_holm, case_means, flag, multiplicity_notes
@@ -27,7 +28,10 @@ SLICES = (*COMPLEXITIES, "all")
 
 
 def _grades_by_grader(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Each grader's grades over the rows, with their case: one pass, whatever the graders."""
+    """Each grader's grades over the rows, with their case: one pass, whatever the graders. Rows
+    read from the ledger give them as views onto the grade columns (`rows.grades_by_grader`)."""
+    if (viewed := grades_by_grader(rows)) is not None:
+        return viewed  # type: ignore[return-value]
     out: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         for name, g in r["grades"].items():
@@ -65,6 +69,25 @@ def _slice_stats(rows: list[dict[str, Any]], cols: Columns, idx: np.ndarray, slo
     out = slice_metrics(cols, idx)
     out["goodput_pct"] = 100.0 * sum(_meets(rows[i], slo) for i in idx) / idx.size if slo and idx.size else None
     out["srv_methods"] = sorted({rows[i]["srv_method"] for i in idx if rows[i]["srv_method"]})
+    return out
+
+
+def columns(rows: list[dict[str, Any]], names: list[str]) -> Columns:
+    """`Columns` of the rows; of rows read from the ledger, straight from its columns (no tuple a
+    row: at a million rows that list alone is a gigabyte)."""
+    hit = row_index(rows)
+    if hit is None:
+        return Columns(rows, names)
+    t, idx = hit
+    out = Columns([], [])
+    out.n = len(rows)
+    out.ok = t.columns["error_class"].nulls()[idx]
+    for name in dict.fromkeys(names):
+        if name in t.columns:
+            out.cols[name] = np.ascontiguousarray(t.columns[name].floats()[idx])
+        else:  # computed per row (out_tps): its values, None as NaN
+            get = t.get[name]
+            out.cols[name] = np.array([get(i) for i in idx.tolist()], dtype=float).reshape(len(rows))
     return out
 
 
@@ -125,8 +148,8 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
     repeats = run.repeats
     cases = [r for r in first if r["variant"] != baseline or r["repeat"] < repeats]
     floor_n = len(first) - len(cases)
-    cols = Columns(cases, source_columns())
-    index: dict[tuple[str, str], list[int]] = defaultdict(list)
+    cols = columns(cases, source_columns())
+    index: dict[tuple[str, str], array[int]] = defaultdict(lambda: array("q"))  # 8 bytes a row, not 36
     for i, r in enumerate(cases):
         index[(r["variant"], r["complexity"])].append(i)
         index[(r["variant"], "all")].append(i)
@@ -135,7 +158,7 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
         for s in SLICES:
             if (v["name"], s) not in index:
                 continue
-            idx = np.asarray(index[(v["name"], s)], dtype=np.int64)
+            idx = np.frombuffer(index[(v["name"], s)], dtype=np.int64)
             entry = {"variant": v["name"], "complexity": s, **_slice_stats(cases, cols, idx, slo)}
             # the server's preemption counter over the run: per variant, so on its "all" row only
             entry["preemptions"] = ledger.series_delta(run_id, v["name"], "num_preemptions_total") \

@@ -107,8 +107,19 @@ class Column:
             return lambda i: None if (c := d[i]) < 0 else vals[c]
         return d.__getitem__
 
+    def nulls(self) -> np.ndarray:
+        """Which rows are NULL in this column."""
+        if self.kind == "null":
+            return np.ones(self.n, dtype=bool)
+        if self.kind == "str":
+            return np.frombuffer(self.data, dtype=np.int32) < 0
+        get = self.getter()
+        return np.fromiter((get(i) is None for i in range(self.n)), dtype=bool, count=self.n)
+
     def floats(self) -> np.ndarray:
         """The column as doubles, NaN for NULL (numeric columns; for vectorised readers)."""
+        if self.kind == "null":
+            return np.full(self.n, np.nan)
         if self.kind == "float":
             return np.frombuffer(self.data, dtype=np.float64).copy()
         if self.kind in ("int", "int32"):
@@ -126,6 +137,7 @@ class Table:
         self.get: dict[str, Any] = {}  # key -> function(row index) -> value
         self.keys: list[str] = []
         self.n = 0
+        self.graded: dict[str, _Graded] = {}  # each grader's grades as columns (`grades_by_grader`)
 
     def finish(self, extra: dict[str, Any]) -> None:
         self.get = {name: c.getter() for name, c in self.columns.items()}
@@ -255,6 +267,7 @@ def _grade_getter(ledger: Ledger, run_id: str, t: Table) -> Any:
         for name, items in new.items():
             graded = graders.get(name) or graders.setdefault(name, _Graded(t.n))
             graded.add(items, details)
+    t.graded = graders
     if not graders:
         return lambda i: _NO_GRADES
     made = [(name, g.at, *(c.getter() for c in g.cols), g.detail) for name, g in graders.items()]
@@ -300,3 +313,70 @@ class _Graded:
                 if len(details) < self.SHARED_DETAILS:
                     details[g[6]] = d
             self.detail.append(d)
+
+
+class GradeRow(Mapping[str, Any]):
+    """One grade of a report row, with its case: what `Ledger.latest_grades` gives plus ``case_id``,
+    as a read-only mapping onto the grader's columns (a slice of a million rows hands its
+    grader a million of these, not a million dicts)."""
+
+    __slots__ = ("_f", "_k", "_rid", "_case")
+    KEYS = ("request_id", "grader", "grader_version", "value", "passed", "explanation", "detail", "case_id")
+
+    def __init__(self, fields: dict[str, Any], k: int, request_id: int, case_id: str) -> None:
+        self._f, self._k, self._rid, self._case = fields, k, request_id, case_id
+
+    def __getitem__(self, key: str) -> Any:
+        if key == "case_id":
+            return self._case
+        if key == "request_id":
+            return self._rid
+        return self._f[key](self._k)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self.KEYS else default
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.KEYS
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.KEYS)
+
+    def __len__(self) -> int:
+        return len(self.KEYS)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
+
+
+def _table_of(rows: list[Any]) -> Table | None:
+    """The one `Table` every row is a view of, else None (rows made by hand, or mixed)."""
+    t = getattr(rows[0], "_t", None) if rows else None
+    if t is None or not all(type(r) is Row and r._t is t for r in rows):
+        return None
+    return t  # type: ignore[no-any-return]
+
+
+def grades_by_grader(rows: list[Any]) -> dict[str, list[Mapping[str, Any]]] | None:
+    """Each grader's grades of the rows with their case (`GradeRow`s), in row order, when the
+    rows are views of one table; None otherwise."""
+    t = _table_of(rows)
+    if t is None:
+        return None
+    graded = t.graded
+    idx = [r._i for r in rows]
+    id_of, case_of = t.get["id"], t.get["case_id"]
+    out: dict[str, list[Mapping[str, Any]]] = {}
+    for name, g in graded.items():
+        version, value, passed, explanation = (c.getter() for c in g.cols)
+        fields = {"grader": lambda k, n=name: n, "grader_version": version, "value": value, "passed": passed,
+                  "explanation": explanation, "detail": g.detail.__getitem__}
+        at = g.at
+        out[name] = [GradeRow(fields, k, id_of(i), case_of(i)) for i in idx if (k := at[i]) >= 0]
+    return {k: v for k, v in out.items() if v}
+
+
+def row_index(rows: list[Any]) -> tuple[Table, np.ndarray] | None:
+    """(the table, each row's place in it) when the rows are views of one table, else None."""
+    t = _table_of(rows)
+    return None if t is None else (t, np.fromiter((r._i for r in rows), dtype=np.int64, count=len(rows)))
