@@ -20,6 +20,7 @@ from evalkit.reporting.findings import build_report, findings, full_report, requ
 from evalkit.reporting.report import to_json
 from evalkit.reporting.rows import Column, Rows
 from evalkit.reporting.spike_summary import SPIKES_TOP
+from evalkit.spec.traces import TraceError, iter_trace, load_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -168,3 +169,24 @@ def test_a_column_reads_back_every_value_as_it_was(values):
     c.compact()
     get = c.getter()
     assert [(get(i), type(get(i))) for i in range(len(values))] == [(v, type(v)) for v in values]
+
+
+def test_a_trace_limit_reads_no_further_than_its_rows(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 5, "input_length": 10, "output_length": 5}\n'
+                     '{"timestamp": 9, "input_length": 10, "output_length": 5}\nnot json: never read\n')
+    assert [r.index for r in load_trace(trace, "mooncake", 2)] == [1, 2]
+
+
+def test_a_trace_is_read_as_it_is_replayed(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 10, "output_length": 5}\nnot json\n')
+    rows = iter_trace(trace, "mooncake")
+    assert next(rows).index == 1  # the bad second line is an error only when it is reached
+
+
+def test_a_trace_s_bad_row_past_the_limit_is_still_an_error_without_one(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 10, "output_length": 5}\nnot json\n')
+    with pytest.raises(TraceError, match=":2: not valid JSON"):
+        load_trace(trace, "mooncake")
