@@ -16,7 +16,7 @@ VERDICT_LABELS = {"same": "same", "candidate_better": "candidate better", "candi
                   "both_fail": "both fail"}
 CSS = """
 .ek-counts span{margin-right:1.2em}.ek-pairs td,.ek-pairs th{padding:2px 8px;vertical-align:top}
-.ek-flip{color:#a40000;font-weight:bold}.ek-side{display:flex;gap:1.5em;align-items:flex-start}
+.ek-flip{color:#a40000;font-weight:bold}.ek-flip.ek-gain{color:#0a6b0a}.ek-side{display:flex;gap:1.5em;align-items:flex-start}
 .ek-side>div{flex:1;min-width:0}.ek-text{white-space:pre-wrap;font-family:monospace;font-size:0.85em;
 border:1px solid #ccc;padding:0.6em;background:#fafafa}.ek-text del{background:#ffd6d6;text-decoration:line-through}
 .ek-text ins{background:#d4f7d4;text-decoration:none}.ek-tok{border-radius:2px}
@@ -47,6 +47,10 @@ def _flip_text(f: dict[str, Any]) -> str:
     return f"{what} {'lost' if f['baseline'] else 'gained'}"
 
 
+def _flip_class(f: dict[str, Any]) -> str:
+    return "ek-flip" if f["baseline"] else "ek-flip ek-gain"  # a lost pass in red, a gained one in green
+
+
 def _select(name: str, options: list[str], chosen: str | None, blank: str = "any") -> str:
     opts = "".join(f"<option value='{escape(o)}'{' selected' if o == chosen else ''}>{escape(o)}</option>"
                    for o in options)
@@ -70,7 +74,7 @@ def list_page(data: dict[str, Any], db_name: str, review: bool) -> str:
               f"teacher-forced</span><span>{c['reviewed']} reviewed</span></p>")
     rows = []
     for i, p in enumerate(data["pairs"], 1):
-        flips = "<br>".join(f"<span class='ek-flip'>{escape(_flip_text(x))}</span>" for x in p["flips"]) or "-"
+        flips = "<br>".join(f"<span class='{_flip_class(x)}'>{escape(_flip_text(x))}</span>" for x in p["flips"]) or "-"
         revs = ", ".join(f"{escape(r['reviewer'])}: {escape(VERDICT_LABELS[r['verdict']])}" for r in p["reviews"]) or "-"
         attrs_txt = ", ".join(f"{escape(str(k))}={escape(str(v))}" for k, v in list(p["attributes"].items())[:4])
         rows.append(f"<tr class='ek-pair'><td>{i}</td><td><a href='{case_url(data['run_id'], p['case_id'], p['candidate'])}'>"
@@ -98,6 +102,17 @@ def _diff_side(diff: list[tuple[str, str, str]], side: int) -> str:
         else:
             out.append(f"<del>{text}</del>" if side == 0 else f"<ins>{text}</ins>")
     return "".join(out)
+
+
+def _first_text(kl: dict[str, Any]) -> str:
+    """Which first divergence the page marks (`compare.heat`'s choice), in words."""
+    if kl.get("first_diff_token") is not None:
+        return f"the answers first differ at token {kl['first_diff_token']}"
+    if kl.get("identical"):
+        return "the answers are identical"
+    if kl.get("first_top1_diff") is not None:
+        return f"top-1 predictions first differ at token {kl['first_top1_diff']}"
+    return "top-1 predictions agree at every token"
 
 
 def heat_html(heat: list[dict[str, Any]]) -> str:
@@ -149,11 +164,11 @@ def case_page(v: dict[str, Any], db_name: str, review: str | None, csrftoken: st
                   f"request_id={r['id']}'>grades</a></td></tr>" for r in (b, c))
     scores = " · ".join(f"<a href='/{db}/token_scores/{i}'>token_scores {i}</a>" for i in v["token_rows"])
     kl = v["kl"]
-    first = v["first_diff_token"]
+    first = _first_text(kl)
     head = (f"KL {_fmt(kl.get('kl_mean'), '.4f')}/token (p99 {_fmt(kl.get('kl_p99'), '.3g')}), top-1 "
-            f"{_fmt(kl.get('top1_pct'), '.1f')} %, first divergence at token {'-' if first is None else first}"
+            f"{_fmt(kl.get('top1_pct'), '.1f')} %, {first}"
             if kl else "not scored teacher-forced")
-    flips = "".join(f"<li class='ek-flip'>{escape(_flip_text(f))}</li>" for f in v["flips"]) or "<li>no flip</li>"
+    flips = "".join(f"<li class='{_flip_class(f)}'>{escape(_flip_text(f))}</li>" for f in v["flips"]) or "<li>no flip</li>"
     grades = "".join(f"<tr><td>{escape(g['grader'])}</td><td>{_verdict(g['baseline'])}</td>"
                      f"<td>{_verdict(g['candidate'])}</td></tr>" for g in v["verdicts"])
     past = "".join(f"<li>{escape(r['created_at'])} <b>{escape(r['reviewer'])}</b>: {escape(VERDICT_LABELS[r['verdict']])}"
@@ -172,7 +187,8 @@ def case_page(v: dict[str, Any], db_name: str, review: str | None, csrftoken: st
             f"<div class='ek-text ek-cand'>{_diff_side(v['diff'], 1)}</div></div></div>"
             "<h2>The baseline's answer, each token shaded by the candidate's KL there</h2><p>Teacher-forced: both "
             "servers scored the baseline's answer; darker is a larger KL, scaled to this answer's largest "
-            f"(0 <span class='ek-legend'></span> {_fmt(kl.get('kl_max'), '.3g')} nats); ▶ marks where the answers first "
-            f"diverge; hover a token for its KL.</p>{heat_html(v['heat'])}"
+            f"(0 <span class='ek-legend'></span> {_fmt(kl.get('kl_max'), '.3g')} nats); ▶ marks the first divergence: where "
+            "the answers first differ (temperature 0), or, for sampled answers, where the two servers' top-1 predictions "
+            f"first differ; hover a token for its KL.</p>{heat_html(v['heat'])}"
             "<h2>Graders</h2><table class='ek-grades'><tr><th>grader</th><th>baseline</th><th>candidate</th></tr>"
             f"{grades}</table><h2>Reviews</h2><ul>{past or '<li>none yet</li>'}</ul>{form}")
