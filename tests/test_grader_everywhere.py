@@ -20,6 +20,8 @@ from evalkit.grading import registry
 from evalkit.ledger import open_ledger
 from evalkit.testing.stub_server import StubConfig, StubServer
 
+pytestmark = pytest.mark.integration  # stub servers, a run, subprocesses
+
 PLUGIN = '''
 import json
 
@@ -358,3 +360,44 @@ def test_only_the_rows_with_the_field_are_graded(tmp_path):
     cases = load_cases(_shipped_without(tmp_path, "persona"))
     items = [GradedRequest(i, "v", "text", "stop", c) for i, c in enumerate(cases)]
     assert [registry.can_grade(PersonaGrader, i.case) for i in items] == [True, False, True, True]
+
+
+# --- report --by (issue 33, 4): quality per attribute value, n without the floor pass --------------
+
+
+def test_report_by_shows_the_plugin_s_mean_per_value(runner, receipts):
+    forget()
+    out = runner.invoke(cli, ["report", "--ledger", str(receipts[1]), "--by", "difficulty,language",
+                              "--markdown"]).output
+    assert "| base | easy | de | 2 | 0 | 1.00 | 100 |" in out, out
+
+
+def test_report_by_in_json_has_each_value_s_quality(runner, receipts):
+    forget()
+    rep = json.loads(runner.invoke(cli, ["report", "--ledger", str(receipts[1]), "--by", "difficulty",
+                                         "--json"]).output)
+    assert {(e["variant"], e["difficulty"]): e["fieldmatch_mean"] for e in rep["findings"]["by_quality"]} == {
+        ("base", "easy"): 1.0, ("base", "hard"): 1.0, ("w8a8", "easy"): 1.0, ("w8a8", "hard"): 1.0}
+
+
+def test_the_html_report_has_a_by_section(runner, receipts, tmp_path):
+    forget()
+    r = runner.invoke(cli, ["report", "--ledger", str(receipts[1]), "--by", "language", "--html",
+                            str(tmp_path / "r.html")])
+    assert "<h2>By language</h2>" in (tmp_path / "r.html").read_text(encoding="utf-8"), r.output
+
+
+# stub_ledger's run last: a ledger held open through an in-process run was seen corrupted (reported)
+
+
+def test_report_by_counts_no_noise_floor_pass(runner, stub_ledger):
+    rep = json.loads(runner.invoke(cli, ["report", "--ledger", str(stub_ledger), "--by", "persona",
+                                         "--json"]).output)
+    n = {v: sum(e["n"] for e in rep["findings"]["slices"] if e["variant"] == v) for v in ("base", "cand")}
+    assert n["base"] == n["cand"]  # the run sent the baseline twice (baseline_repeats: 2)
+
+
+def test_report_by_quality_has_flips_per_value(runner, stub_ledger):
+    rep = json.loads(runner.invoke(cli, ["report", "--ledger", str(stub_ledger), "--by", "persona",
+                                         "--json"]).output)
+    assert "schema" in rep["findings"]["by_quality"][-1]["flips"]

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..host import host_line
+from .by_attr import by_table
 from .report import latency_columns, quality_columns, server_columns, table_cells
 from .spike_summary import count_lines
 from .verdicts import level_text
@@ -169,6 +170,8 @@ def findings_blocks(f: dict[str, Any], by: list[str] | None) -> list[Block]:
                            g(s, "ttft_ms", "p50"), g(s, "ttft_ms", "p95"), g(s, "ttft_ms", "p99"),
                            g(s, "tpot_ms", "p50"), g(s, "e2e_ms", "mean"), g(s, "e2e_ms", "std"),
                            g(s, "out_tps", "p50")] for s in f["slices"]], 1 + len(by)))
+        if (q := by_table(f, by)) is not None:  # quality per attribute value (reporting/by_attr.py)
+            out.append(Table(*q))
     out += f.get("notes", [])
     spikes = sorted(f["spikes"], key=lambda s: -s["robust_z"])
     out.append("spikes (median + k x MAD per variant x level x complexity)"

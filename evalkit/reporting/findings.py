@@ -17,6 +17,7 @@ from ..ledger import Ledger
 from ..stats import mean, percentile, time_weighted_mean
 from ..stats.describe import LARGE
 from . import flips
+from .by_attr import by_quality, measured
 from .capacity import capacity, capacity_statement, cost, load_levels
 from .plots import quality_vs_cost
 from .report import build_report, quality
@@ -302,7 +303,9 @@ def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = N
     costs = cost(variants, levels, run.matrix.get("reference_price"))
     return {
         "run_id": run_id, "baseline": baseline,
-        "slices": slices(first_level(rows), by or ["complexity"]),
+        # the baseline's noise-floor passes are drift's, not cases: not counted in any slice
+        "slices": slices(cases := measured(first_level(rows), baseline, run.repeats), by or ["complexity"]),
+        "by": by or [], "by_quality": by_quality(cases, baseline, by) if by else [],  # reporting/by_attr.py
         "paired": report["paired"],
         "multiplicity": report["multiplicity"],
         "verdicts": (vs := verdicts(first_level(rows), baseline, specs)),

@@ -13,6 +13,7 @@ from ..grading.registry import headline_columns
 from ..host import host_line
 from ..ledger import Ledger
 from ..spec.sizes import human
+from .by_attr import by_html
 from .document import flips_table
 from .findings import full_report
 from .plots import plots
@@ -150,6 +151,7 @@ def render_html(ledger: Ledger, run_id: str | None = None, read: Read | None = N
                           _f(p["delta"], 1), _f(p["delta_pct"], 1), _f(p.get("ci_pct"), 1),
                           f"{100 * p['ci_level']:.3g} %" if p.get("ci_level") else "-", _f(p.get("p_holm"), 3),
                           p["verdict"]] for p in f["paired"]]))
+    parts += by_html(f, f.get("by"))  # `report --by ATTR`: latency and quality per value (reporting/by_attr.py)
     if f.get("flips"):  # pass/fail changes per case (reporting/flips.py)
         t = flips_table(f["flips"])
         parts += [f"<h2>Flips</h2><p class='note'>{escape(t.title)}</p>", _table(t.header, t.rows)]

@@ -12,6 +12,7 @@ import numpy as np
 from .. import catalogue
 from ..catalogue import KEYS, Metric, fmt
 from ..execution.resume import run_state
+from ..grading import grade_failures
 from ..grading.registry import available, summary_columns, use_run
 from ..grading.sample import sample_line
 from ..host import hosts_differ
@@ -197,7 +198,8 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
         "notes": arrival_notes(arr) + client_notes(client) + multiplicity_notes(multiplicity)
         + ([level_note(levels)] if swept else [])
         + ([f"{baseline}: its {floor_n} noise-floor pass(es) (repeats past the run's {repeats}) are not in the tables: "
-            "they are drift's floor, not cases"] if floor_n else []),
+            "they are drift's floor, not cases"] if floor_n else [])
+        + grade_failures(ledger, run_id),  # a grader that raised: which, on how many, the first case
         "table_level": {v: min(ls) for v, ls in levels.items()} if swept else None,
         "client": client,
         "paired": pairs,
