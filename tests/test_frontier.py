@@ -147,9 +147,9 @@ def test_a_record_without_a_kind_is_still_read():
     assert pattern_from_record({"mode": "sequential"}) == Sequential()
 
 
-def test_a_search_survives_its_record():
-    p = Search("concurrency", 6, 0.1)
-    assert pattern_from_record(p.record()) == p
+def test_a_search_is_not_resumed_as_something_else():
+    with pytest.raises(UsageError, match="does not resume"):
+        pattern_from_record(Search("concurrency", 6, 0.1).record())
 
 
 def test_probe_names_are_unique_and_read_back():

@@ -320,9 +320,9 @@ def pattern_from_record(d: dict[str, Any], trace_offsets: list[float] | None = N
     if kind is not None and kind not in ("trace", "sweep", "open_loop", "closed_loop", "sequential", "search"):
         raise UsageError(f"the run's load pattern '{kind}' is not one this evalkit knows: resume it with the "
                          "version that started it")
-    if kind == "search":
-        return Search(d.get("search") or "rate", int(d.get("max_probes") or 8), float(d.get("tolerance") or 0.1),
-                      d.get("arrival") or "constant", int(d.get("arrival_seed") or 0), d.get("search_start"))
+    if kind == "search":  # its next probe rests on outcomes in this process: it does not resume
+        raise UsageError("a frontier search (--search) does not resume: start it again (its probes so far stay "
+                         "in the ledger under the old run id)")
     if kind == "trace" or (kind is None and trace_offsets is not None):
         return TraceReplay(tuple(trace_offsets or ()), d.get("max_concurrency"))
     if kind == "sweep" or (kind is None and d.get("sweep")):
