@@ -14,9 +14,9 @@ from scipy.stats import binom
 
 from evalkit.reporting.verdicts import _decide, parse_margins, verdicts
 from evalkit.stats import PairedProportions, SignFlipMean, SignFlipRatio, holm_level
-from evalkit.testing.verdict_sim import SCENARIOS, pp_rows, rows
+from evalkit.testing.verdict_sim import SCENARIOS, SHAPES, pp_rows, rows, strata_rows, sweep_rows
 
-SIMS = 300
+SIMS = 200
 WRONG_AT_MARGIN = {"non-inferior", "superior", "inferior"}  # the truth is the margin: any claim is wrong
 
 
@@ -29,9 +29,11 @@ def margin(unit: str) -> float:
     return spec(unit)[0].value
 
 
-def rate(unit: str, n: int, effect: float, verdict_set: set[str], sims: int = SIMS, seed0: int = 0) -> int:
+def rate(unit: str, n: int, effect: float, verdict_set: set[str], sims: int = SIMS, seed0: int = 0,
+         shape: str = "gauss") -> int:
     s = spec(unit)
-    return sum(verdicts(rows(unit, n, effect, seed0 + k), "base", s)[0]["verdict"] in verdict_set for k in range(sims))
+    return sum(verdicts(rows(unit, n, effect, seed0 + k, shape=shape), "base", s)[0]["verdict"] in verdict_set
+               for k in range(sims))
 
 
 def not_above(k: int, n: int, p: float = 0.05) -> bool:
@@ -44,6 +46,51 @@ def not_above(k: int, n: int, p: float = 0.05) -> bool:
 def test_wrong_verdicts_at_the_margin_stay_within_5_percent(unit, n):
     wrong = rate(unit, n, margin(unit), WRONG_AT_MARGIN, seed0=1000 * n)
     assert not_above(wrong, SIMS), f"{wrong} of {SIMS} wrong at the margin ({unit}, {n} pairs)"
+
+
+SHAPE_CELLS = [(u, sh) for u, shapes in SHAPES.items() for sh in shapes if sh != "gauss"]
+SHAPE_SIMS = 150
+
+
+@pytest.mark.parametrize("n", [12, 24])
+@pytest.mark.parametrize(("unit", "shape"), SHAPE_CELLS)
+def test_wrong_verdicts_at_the_margin_stay_within_5_percent_on_skewed_failed_and_unequal_data(unit, shape, n):
+    """The shapes latency and KL really have (lognormal, spikes, a noisier candidate, failures of
+    the slowest requests, a zero-inflated floor), at the margin: a binomial test finds no excess."""
+    wrong = rate(unit, n, margin(unit), WRONG_AT_MARGIN, sims=SHAPE_SIMS, seed0=31_000 * n, shape=shape)
+    assert not_above(wrong, SHAPE_SIMS), f"{wrong} of {SHAPE_SIMS} wrong at the margin ({unit}, {shape}, {n} pairs)"
+
+
+@pytest.mark.parametrize(("unit", "shape"), SHAPE_CELLS)
+def test_no_difference_on_skewed_data_is_called_superior_at_most_5_percent(unit, shape):
+    sup = rate(unit, 12, 0.0, {"superior"}, sims=SHAPE_SIMS, seed0=47_000, shape=shape)
+    assert not_above(sup, SHAPE_SIMS), f"{sup} of {SHAPE_SIMS} superior at no difference ({unit}, {shape})"
+
+
+def test_a_weighted_grade_sample_at_the_margin_is_wrong_at_most_5_percent():
+    """400 short + 40 long cases, 40 graded a slice, losses on long cases only: unweighted, the
+    sample says inferior every time; weighted to the population, no excess of wrong verdicts."""
+    s = parse_margins({"schema_pass": "-5pp"})
+    wrong = sum(verdicts(strata_rows(-5.0, 70_000 + k), "base", s)[0]["verdict"] in WRONG_AT_MARGIN
+                for k in range(100))
+    assert not_above(wrong, 100), wrong
+
+
+def test_a_weighted_grade_sample_states_its_weights():
+    (e,) = verdicts(strata_rows(-5.0, 1), "base", parse_margins({"schema_pass": "-5pp"}))
+    assert "40 of 400" in e["weights"]
+
+
+def test_a_sweep_at_the_margin_is_one_family_wrong_at_most_5_percent_at_any_level():
+    s = parse_margins({"ttft_mean": "+50ms"})
+    wrong = sum(any(e["verdict"] in WRONG_AT_MARGIN for e in verdicts([], "base", s, levels=sweep_rows("ms", 12, 50.0, k)))
+                for k in range(SHAPE_SIMS))
+    assert not_above(wrong, SHAPE_SIMS), wrong
+
+
+def test_a_sweep_s_family_holds_every_level_s_hypotheses():
+    es = verdicts([], "base", parse_margins({"ttft_mean": "+50ms"}), levels=sweep_rows("ms", 12, 50.0, 1))
+    assert {e["hypotheses"] for e in es} == {8}  # 4 levels x (margin, 0)
 
 
 @pytest.mark.parametrize("n", [12, 24, 48])

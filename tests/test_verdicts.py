@@ -62,17 +62,23 @@ def test_null_simulation_keeps_the_family_wise_false_flag_rate_at_5_percent():
 
 def test_margins_parse_with_units_and_signs():
     m = {x.metric: x for x in parse_margins("drift=0.05,schema_pass=-2pp,formality_mae=+0.2,e2e_mean=+0%,"
-                                            "persona_pass=5")}
+                                            "persona_pass=5pp")}
     assert m["drift"].value == 0.05
     assert m["schema_pass"].value == -2
     assert m["schema_pass"].unit == "pp"
-    assert m["persona_pass"].value == -5  # a bare number is the worsening allowed
+    assert m["persona_pass"].value == -5  # an unsigned number is the worsening allowed
     assert m["e2e_mean"].unit == "%"
     assert m["formality_mae"].value == 0.2
     for bad, msg in (("nope=1", "unknown metric"), ("e2e_mean=2pp", "latency margin"), ("drift=lots", "expected a number"),
-                     ("schema_pass=3ms", "percentage points")):
+                     ("schema_pass=3ms", "percentage points"), ("schema_pass=3", "percentage points")):
         with pytest.raises(UsageError, match=msg):
             parse_margins(bad)
+
+
+@pytest.mark.parametrize("bare", ["ttft_mean=50", "e2e_mean=+5", "tpot_mean=-10"])
+def test_a_bare_latency_margin_is_refused_with_the_units_it_takes(bare):
+    with pytest.raises(UsageError, match="give % or ms"):
+        parse_margins(bare)
 
 
 @pytest.fixture

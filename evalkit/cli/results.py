@@ -105,10 +105,12 @@ def recommend(ledger: Path | None, run_id: str | None, target: str | None, as_js
               help="fail a variant whose client event-loop lag p99 over its requests is above this many ms")
 @click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="also write the checks as JUnit XML")
+@click.option("--require-decided", is_flag=True, default=False,
+              help="fail a margin the run could not decide (inconclusive), not only an inferior one")
 @GRADER_PATH_OPT
 def check(ledger: Path | None, run_id: str | None, thresholds: tuple[str, ...], max_error_rate: float | None,
           target: str | None, margins: str | None, max_client_lag: float | None, junit_path: Path | None,
-          grader_paths: tuple[Path, ...]) -> None:
+          require_decided: bool, grader_paths: tuple[Path, ...]) -> None:
     """Gate a run: exit 1 when any variant fails a threshold, a percentile goal or a margin, one
     line per failure (JUnit XML with --junit), so a model or engine upgrade can be gated in CI."""
     from ..ledger import open_ledger
@@ -116,13 +118,15 @@ def check(ledger: Path | None, run_id: str | None, thresholds: tuple[str, ...], 
 
     db = open_ledger(ledger_path(ledger), create=False)
     use_graders(db, run_id, grader_paths)  # a plugin's thresholds and margins, as a built-in's
-    spec = GateSpec.from_options(list(thresholds), max_error_rate, target, margins, max_client_lag)
+    spec = GateSpec.from_options(list(thresholds), max_error_rate, target, margins, max_client_lag, require_decided)
     rid, checks = run_checks(db, run_id, spec)
     if junit_path:
         write_junit(junit_path, rid, checks)
     for c in checks:
         if not c.passed:
             click.echo(f"FAIL {c.variant}: {c.message}")
+        elif not c.decided:
+            click.echo(f"UNDECIDED {c.variant}: {c.message}")
     click.echo(f"check run {rid}: {summary_line(checks)}")
     if any(not c.passed for c in checks):
         raise EvalkitClickError(f"{sum(not c.passed for c in checks)} check(s) failed", 1)

@@ -3,9 +3,12 @@ load, the baseline's answer to every case is scored on each of the group's serve
 request per case (no generation), each written to the ledger's `token_scores` table the moment it
 returns, never to `requests`: no scoring request enters a latency statistic.
 
-On the baseline's server the answers are scored twice: alone, one at a time like every candidate
-(`reference`), and `divergence.floor_concurrency` at once (`floor`): they were generated alone, so
-the floor is what batching alone changes in the same model's distributions. At temperature 0 the
+On the baseline's server the answers are scored twice: alone, one at a time (`reference`), and
+`divergence.floor_concurrency` at once (`floor`): they were generated alone, so the floor is what
+batching alone changes in the same model's distributions. Every candidate is scored the way the
+floor is, `floor_concurrency` at once (`candidate`): a candidate identical to the baseline then
+reads exactly like the floor (same conditions, same distribution of KL), neither below it (scored
+alone, it would miss the batching noise the floor carries) nor above it. At temperature 0 the
 baseline's answers are also regenerated in batches (`regen`): the floor of greedy identity and
 greedy drift. A server that does not return `prompt_logprobs` (a hosted API) gets one line and is
 skipped; a request that fails is recorded with its error. The divergence grader reads the rows.
@@ -73,7 +76,7 @@ SCORING_WARMUP_MS = 5_000.0
 def scoring_ms(matrix: Matrix, main: Iterable[WorkItem], prefill_ms: Callable[[WorkItem, int], float],
                decode_ms: float) -> float:
     """What the run estimate adds for scoring: per case and scoring pass (the baseline: alone and
-    batched; a candidate: alone) SCORING_FACTOR x the prefill of the prompt plus the answer
+    batched; a candidate: batched like the floor) SCORING_FACTOR x the prefill of the prompt plus the answer
     (max_tokens), a warm-up per server, and at temperature 0 the baseline's batched regeneration
     (as if batching scaled perfectly)."""
     cfg = matrix.divergence
@@ -228,8 +231,8 @@ def score_group(ledger: Ledger, run_id: str, matrix: Matrix, servers: dict[str, 
             passes = [("reference", 1), ("floor", cfg.floor_concurrency)]
             if gen.temperature == 0 and cfg.greedy_regen:
                 passes.append(("regen", cfg.floor_concurrency))
-        else:
-            passes = [("candidate", 1)]
+        else:  # under the floor's conditions: the floor is the null a candidate is tested against
+            passes = [("candidate", cfg.floor_concurrency)]
         sc = Scorer(ledger, run_id, matrix, lv, epoch)
         t0 = time.monotonic()
         asyncio.run(sc.run(answers, passes))

@@ -56,7 +56,10 @@ def compare(ledger: Ledger, run_ids: list[str] | None, metrics: list[str] | None
     if any(len(d) > 1 for d in by_name.values()):
         warnings.append("warning: a variant ran in different dtypes across these runs: "
                         + "; ".join(f"{n}: {sorted(map(str, d))}" for n, d in by_name.items() if len(d) > 1))
-    specs = parse_margins({m: "0" for m in (metrics or default_metrics())}, "--metric")
+    zero = {"latency": "+0%", "pp": "0pp"}  # each metric's own unit: a bare number is refused for these
+    known = known_metrics()
+    specs = parse_margins({m: zero.get(known.get(m, ("abs",))[0], "0") for m in (metrics or default_metrics())},
+                          "--metric")
     rows = []
     for r in runs:
         reqs = first_level(request_rows(ledger, r["id"]))

@@ -16,7 +16,7 @@ from ..stats import percentile
 from .findings import parse_targets, request_rows
 from .report import build_report
 from .selection import by_level, first_level, is_swept
-from .verdicts import MarginSpec, fmt_estimate, level_text, parse_margins, verdicts
+from .verdicts import MarginSpec, counts_text, fmt_estimate, level_text, parse_margins, verdicts
 
 
 @dataclass
@@ -27,6 +27,7 @@ class Check:
     limit: float
     passed: bool
     message: str
+    decided: bool = True  # False: a margin the run could not decide (inconclusive), counted apart
 
 
 @dataclass
@@ -39,10 +40,12 @@ class GateSpec:
     targets: dict[tuple[str, float], float] = field(default_factory=dict)  # (metric, percentile) -> ms
     margins: list[MarginSpec] = field(default_factory=list)
     max_client_lag_ms: float | None = None
+    require_decided: bool = False  # an undecided margin fails the gate
 
     @classmethod
     def from_options(cls, thresholds: list[str], max_error_rate: float | None, target: str | None,
-                     margins: str | None, max_client_lag_ms: float | None = None) -> GateSpec:
+                     margins: str | None, max_client_lag_ms: float | None = None,
+                     require_decided: bool = False) -> GateSpec:
         known = registry_thresholds()
         out: dict[str, float] = {}
         for item in thresholds:
@@ -51,19 +54,28 @@ class GateSpec:
             if name not in known:
                 raise UsageError(f"--threshold: unknown name '{name}' (known: {', '.join(sorted(known))}; "
                                  "`evalkit graders list` shows each grader's)")
-            try:
-                out[name] = float(val)
-            except ValueError:
-                raise UsageError(f"--threshold: '{item}': expected NAME=NUMBER") from None
             th = known[name][1]
-            if th.scale == 100.0 and not 0 <= out[name] <= 1:
-                raise UsageError(f"--threshold: '{item}': {name} is a share, 0-1")
+            out[name] = threshold_value(item, name, val, th.scale == 100.0)
         return cls(out, max_error_rate, parse_targets(target) if target else {}, parse_margins(margins),
-                   max_client_lag_ms)
+                   max_client_lag_ms, require_decided)
 
     def empty(self) -> bool:
         return (not self.thresholds and self.max_error_rate is None and not self.targets and not self.margins
                 and self.max_client_lag_ms is None)
+
+
+def threshold_value(item: str, name: str, val: str, share: bool) -> float:
+    """A threshold's limit: a share may be given as 0-1 or in % (or pp, the unit its margin takes:
+    `top1_agreement=95%` and `top1_agreement=-2pp` speak of the same points)."""
+    text = val.strip()
+    pct = share and text.endswith(("%", "pp"))
+    try:
+        x = float(text.removesuffix("%").removesuffix("pp")) / (100.0 if pct else 1.0)
+    except ValueError:
+        raise UsageError(f"--threshold: '{item}': expected NAME=NUMBER" + (" (0-1, or in %)" if share else "")) from None
+    if share and not 0 <= x <= 1:
+        raise UsageError(f"--threshold: '{item}': {name} is a share: 0-1, or 0-100 %")
+    return x
 
 
 def _check(variant: str, name: str, value: float | None, limit: float, ok: bool | None, text: str) -> Check:
@@ -131,15 +143,25 @@ def run_checks(ledger: Ledger, run_id: str | None, spec: GateSpec) -> tuple[str,
                               None if p99 is None else p99 <= spec.max_client_lag_ms,
                               f"client event-loop lag p99 {p99 or 0:,.1f} ms over its requests (max "
                               f"{spec.max_client_lag_ms:g} ms; {'kernel' if kernel else 'user-space'} stamps)"))
-    levels = by_level(reqs, base) if is_swept(reqs) else [(None, first)]
-    for level, rs in levels:
-        at = "" if level is None else f" at c={level}"
-        for e in verdicts(rs, base, spec.margins):
-            out.append(Check(e["variant"], f"margin {e['metric']}{at}", e["estimate"], e["margin"],
-                             e["verdict"] != "inferior",
-                             f"{e['metric']}{at}: {e['verdict']} ({fmt_estimate(e)} at {level_text(e['ci_level'])}, "
-                             f"margin {e['margin_text']}; {e['why']})"))
+    # a sweep's levels share one Holm family per variant: four levels are not four chances to be wrong
+    swept = is_swept(reqs)
+    for e in verdicts(first, base, spec.margins, levels=by_level(reqs, base) if swept else None):
+        out.append(margin_check(e, swept, spec.require_decided))
     return rid, out
+
+
+def margin_check(e: dict[str, Any], swept: bool, require_decided: bool) -> Check:
+    """One verdict as a check: inferior fails; inconclusive is undecided (a failure with
+    ``require_decided``); the line says the statistic, pairs and failures, and when the run was
+    too small for any verdict."""
+    at = f" at c={e['level']}" if swept else ""
+    decided = e["verdict"] != "inconclusive"
+    small = (f"; this run is too small to decide: {e['pairs']} pairs, at least {e['need_pairs']} needed"
+             if e["pairs"] < e["need_pairs"] and "cannot decide" not in e["why"] else "")
+    return Check(e["variant"], f"margin {e['metric']}{at}", e["estimate"], e["margin"],
+                 e["verdict"] != "inferior" and (decided or not require_decided),
+                 f"{e['metric']}{at}: {e['verdict']} ({fmt_estimate(e)} at {level_text(e['ci_level'])}, margin "
+                 f"{e['margin_text']}; {e['statistic']}; {counts_text(e)}; {e['why']}{small})", decided)
 
 
 def junit_xml(run_id: str, checks: list[Check]) -> str:
@@ -154,7 +176,13 @@ def junit_xml(run_id: str, checks: list[Check]) -> str:
 
 
 def summary_line(checks: list[Check]) -> str:
-    return f"{sum(c.passed for c in checks)} passed, {sum(not c.passed for c in checks)} failed"
+    """'3 passed, 0 failed, 1 undecided': a margin the run could not decide is never counted as passed."""
+    passed = sum(c.passed and c.decided for c in checks)
+    failed = sum(not c.passed for c in checks)
+    undecided = sum(c.passed and not c.decided for c in checks)
+    tail = (f", {undecided} undecided (inconclusive: not failed; --require-decided fails them)"
+            if undecided else "")
+    return f"{passed} passed, {failed} failed" + tail
 
 
 def write_junit(path: Path, run_id: str, checks: list[Check]) -> None:

@@ -12,9 +12,12 @@ verdict is read from that interval, so the two never disagree:
 - inferior: the whole interval is worse than the margin; inconclusive: it reaches across it.
 
 The test depends on the metric's kind: a ratio of means for % margins and a mean difference for
-ms and absolute ones (exact sign-flip tests), an exact unconditional score test for pass rates
-(pp). Repeats of a case are averaged (a pass rate takes the case's first repeat) before any test.
-Definitions and the simulations that prove the error rate: docs/verdicts.md.
+ms and absolute ones (a sign-flip test and a studentized bootstrap, both of which must reject:
+`stats.robust`, valid on skewed and unequal-spread data), an exact unconditional score test for
+pass rates (pp). Repeats of a case are averaged (a pass rate takes the case's first repeat) before
+any test; a failed request takes the worst value observed (`pairing`); a graded sample is weighted
+to its population. A sweep's levels can share one family (``levels``). Definitions and the
+simulations that prove the error rate: docs/verdicts.md.
 """
 
 from __future__ import annotations
@@ -27,8 +30,9 @@ from typing import Any
 from ..errors import UsageError
 from ..grading.registry import available
 from ..grading.registry import margins as grader_margins
-from ..stats import PairedProportions, PairedTest, SignFlipMean, SignFlipRatio, holm, holm_level, pairs_for_a_verdict
+from ..stats import PairedProportions, PairedTest, holm, holm_level, pairs_for_a_verdict, robust_mean, robust_ratio
 from . import flips
+from .pairing import grade_strata, latency_pairs, weights_text
 from .selection import level_of
 
 ALPHA = 0.05
@@ -37,6 +41,8 @@ LATENCY = {"ttft_mean": ("ttft_ms", False), "tpot_mean": ("tpot_ms", False), "e2
            "itl_mean": ("itl_mean_ms", False), "out_tps_mean": ("out_tps", True)}
 _VALUE = re.compile(r"^\s*([+-]?)\s*(\d+(?:\.\d+)?)\s*(pp|%|ms)?\s*$")
 UNIT = {"pp": " pp", "abs": "", "%": " %", "ms": " ms"}
+# absolute margins whose own unit is percentage points (of answer tokens): "pp" may be said
+POINTS = {"top1_agreement"}
 
 
 @dataclass
@@ -62,8 +68,9 @@ def known_metrics() -> dict[str, tuple[str, bool]]:
 
 def parse_margins(spec: dict[str, Any] | str | None, where: str = "--margins") -> list[MarginSpec]:
     """`drift=0.05,schema_pass=-2pp,formality_mae=+0.2,e2e_mean=+0%` (or the same as a mapping).
-    A bare number is the worsening allowed (sign taken from which way is worse); a signed one is
-    used as written (e.g. e2e_mean=-10% asks for 10 % faster)."""
+    An unsigned number is the worsening allowed (sign taken from which way is worse); a signed one
+    is used as written (e.g. e2e_mean=-10% asks for 10 % faster). Latency takes % or ms and pass
+    rates pp, always said: a bare number there is refused rather than guessed."""
     if not spec:
         return []
     items = spec.items() if isinstance(spec, dict) else [p.partition("=")[::2] for p in spec.split(",") if p.strip()]
@@ -80,13 +87,15 @@ def parse_margins(spec: dict[str, Any] | str | None, where: str = "--margins") -
             raise UsageError(f"{where}: '{key}={raw}': expected a number, optionally signed, with pp, % or ms")
         sign, num, unit = m.group(1), float(m.group(2)), m.group(3)
         if kind == "latency":
-            unit = unit or "%"
-            if unit == "pp":
-                raise UsageError(f"{where}: '{key}={raw}': a latency margin is in % or ms")
+            if unit not in ("%", "ms"):
+                raise UsageError(f"{where}: '{key}={raw}': a latency margin needs its unit: give % or ms "
+                                 f"(e.g. {key}=+5% or {key}=+50ms)")
         elif kind == "pp":
-            if unit not in (None, "pp"):
+            if unit != "pp":
                 raise UsageError(f"{where}: '{key}={raw}': a pass-rate margin is in percentage points (pp)")
             unit = "pp"
+        elif unit == "pp" and key in POINTS:
+            unit = "abs"  # tested as a mean per case; said in points, as its threshold may be in %
         elif unit is not None:
             raise UsageError(f"{where}: '{key}={raw}': this metric takes a plain number")
         else:
@@ -123,25 +132,32 @@ def grader_values(rows: list[dict[str, Any]], variant: str, grader: str) -> list
 
 
 def paired_test(rows: list[dict[str, Any]], baseline: str, variant: str, ms: MarginSpec) -> PairedTest:
-    """The test that decides one margin, on the cases both variants have."""
+    """The test that decides one margin, on the cases both variants have. The test carries
+    ``failures`` (failed requests per side, imputed: `pairing`) and ``weights`` (how a graded
+    sample was weighted, or None)."""
+    fails: dict[str, int] = {"candidate": 0, "baseline": 0}
+    strata = None
     if flips.is_flips(ms.metric):
-        return flips.flip_test(rows, baseline, variant, ms.metric, ms.value)
-    if ms.metric in LATENCY:
-        reps = shared_repeats(rows, baseline, variant)
-        field = LATENCY[ms.metric][0]
-        a, b = case_means(rows, variant, field, reps), case_means(rows, baseline, field, reps)
+        t = flips.flip_test(rows, baseline, variant, ms.metric, ms.value)
+    elif ms.metric in LATENCY:
+        field, hib = LATENCY[ms.metric]
+        a, b, fails = latency_pairs(rows, baseline, variant, field, hib, shared_repeats(rows, baseline, variant))
+        t = robust_ratio(a, b) if ms.unit == "%" else robust_mean([x - y for x, y in zip(a, b, strict=True)])
+    else:
+        grader, _ = grader_margins()[ms.metric]
+        cls = available()[grader]
+        a = cls.aggregate.margin_values(grader_values(rows, variant, grader), baseline_side=False).get(ms.metric, {})
+        b = cls.aggregate.margin_values(grader_values(rows, baseline, grader), baseline_side=True).get(ms.metric, {})
         cases = sorted(set(a) & set(b))
-        if ms.unit == "%":
-            return SignFlipRatio([a[c] for c in cases], [b[c] for c in cases])
-        return SignFlipMean([a[c] - b[c] for c in cases])
-    grader, _ = grader_margins()[ms.metric]
-    cls = available()[grader]
-    a = cls.aggregate.margin_values(grader_values(rows, variant, grader), baseline_side=False).get(ms.metric, {})
-    b = cls.aggregate.margin_values(grader_values(rows, baseline, grader), baseline_side=True).get(ms.metric, {})
-    cases = sorted(set(a) & set(b))
-    if ms.unit == "pp":
-        return PairedProportions.from_pairs([bool(a[c]) for c in cases], [bool(b[c]) for c in cases])
-    return SignFlipMean([a[c] - b[c] for c in cases])
+        strata = grade_strata(rows, baseline, variant, cases)
+        if ms.unit == "pp" and strata is None:
+            t = PairedProportions.from_pairs([bool(a[c]) for c in cases], [bool(b[c]) for c in cases])
+        else:  # a weighted sample of pass rates is a stratified mean of per-case differences (pp)
+            scale = 100.0 if ms.unit == "pp" else 1.0
+            t = robust_mean([scale * (float(a[c]) - float(b[c])) for c in cases],
+                            **({} if strata is None else {"strata": strata[0], "weights": strata[1]}))
+    t.failures, t.weights = fails, weights_text(strata)  # type: ignore[attr-defined]
+    return t
 
 
 def hypotheses(specs: list[MarginSpec]) -> int:
@@ -170,33 +186,40 @@ def _decide(iv: tuple[float, float], ms: MarginSpec) -> tuple[str, str]:
     return "inconclusive", "the interval reaches across the margin"
 
 
-def verdicts(rows: list[dict[str, Any]], baseline: str | None, specs: list[MarginSpec],
-             alpha: float = ALPHA) -> list[dict[str, Any]]:
+def verdicts(rows: list[dict[str, Any]], baseline: str | None, specs: list[MarginSpec], alpha: float = ALPHA,
+             levels: list[tuple[int, list[dict[str, Any]]]] | None = None) -> list[dict[str, Any]]:
     """One entry per candidate variant and margin: estimate, the interval at the level Holm's last
-    step used, the p-values at the margin and at 0 (raw and Holm-adjusted), and the verdict."""
+    step used, the p-values at the margin and at 0 (raw and Holm-adjusted), and the verdict.
+    ``levels`` ((level, rows) of a sweep) puts every level's margins of a variant in its one
+    family, so a sweep of many levels is not many chances to be wrong; ``rows`` is then unused."""
     if not baseline or not specs:
         return []
+    groups = levels if levels is not None else [(None, rows)]
     out: list[dict[str, Any]] = []
-    for variant in sorted({r["variant"] for r in rows} - {baseline}):
-        tests = [paired_test(rows, baseline, variant, ms) for ms in specs]
-        hyp = [(k, d) for k, ms in enumerate(specs) for d in tested_values(ms)]
-        pvals = [tests[k].p(d) if tests[k].n >= 2 else None for k, d in hyp]
+    names = sorted({r["variant"] for _, rs in groups for r in rs} - {baseline})
+    for variant in names:
+        cells = [(lv, rs, ms, paired_test(rs, baseline, variant, ms)) for lv, rs in groups
+                 if any(r["variant"] == variant for r in rs) for ms in specs]
+        hyp = [(k, d) for k, (_, _, ms, _) in enumerate(cells) for d in tested_values(ms)]
+        pvals = [cells[k][3].p(d) if cells[k][3].n >= 2 else None for k, d in hyp]
         _, level = holm_level(pvals, alpha)
         adj = holm(pvals)
         m = max(1, sum(p is not None for p in pvals))  # hypotheses with data: Holm's family
         need = pairs_for_a_verdict(m, alpha)
-        for k, ms in enumerate(specs):
-            t = tests[k]
+        for k, (lv, rs, ms, t) in enumerate(cells):
             p_of = {d: (p, a) for (kk, d), p, a in zip(hyp, pvals, adj, strict=True) if kk == k}
             iv = t.interval(level, tuple(p_of)) if t.n >= 2 else None
             e: dict[str, Any] = {
                 "variant": variant, "metric": ms.metric, "margin": ms.value, "margin_text": ms.describe(),
                 "unit": ms.unit, "higher_is_better": ms.higher_is_better, "pairs": t.n, "estimate": t.estimate,
                 "ci": list(iv) if iv else None, "ci_level": 1 - level, "method": t.method,
+                "statistic": statistic(ms), "failures": getattr(t, "failures", None),
+                "weights": getattr(t, "weights", None),
                 "p_margin": p_of[ms.value][0], "p_margin_holm": p_of[ms.value][1],
                 "p_zero": p_of.get(0.0, (None, None))[0], "p_zero_holm": p_of.get(0.0, (None, None))[1],
-                "hypotheses": m,
-                "concurrency": min((level_of(r) for r in rows if r["variant"] == variant), default=None)}
+                "hypotheses": m, "need_pairs": need, "level": lv,
+                "concurrency": lv if lv is not None else min((level_of(r) for r in rs if r["variant"] == variant),
+                                                             default=None)}
             if iv is None:
                 e["verdict"], e["why"] = "inconclusive", ("too few pairs" if t.n < 2 else
                                                           f"{t.n} pairs cannot bound the difference at this level")
@@ -205,10 +228,29 @@ def verdicts(rows: list[dict[str, Any]], baseline: str | None, specs: list[Margi
                 if flips.is_flips(ms.metric) and e["verdict"] == "non-inferior":
                     e["why"] = "the flip rate's whole interval lies below the margin"
             if e["verdict"] == "inconclusive" and t.n >= 2 and t.min_p() > alpha / m:
-                    e["why"] = (f"{t.n} pairs cannot decide: the smallest p they allow is {t.min_p():.3f}, and Holm "
-                                f"over {m} hypotheses needs {alpha / m:.4f} or less: at least {need} pairs")
+                e["why"] = (f"{t.n} pairs cannot decide: the smallest p they allow is {t.min_p():.3f}, and Holm "
+                            f"over {m} hypotheses needs {alpha / m:.4f} or less: at least {need} pairs")
             out.append(e)
     return out
+
+
+def statistic(ms: MarginSpec) -> str:
+    """What a margin's verdict is on, in words (docs/verdicts.md has the table)."""
+    if flips.is_flips(ms.metric):
+        return "flip rate"
+    if ms.metric in LATENCY:
+        what = "ratio of means" if ms.unit == "%" else "mean difference"
+        return f"{what}, failed requests at the worst value"
+    return "difference of pass rates" if ms.unit == "pp" else "mean difference per case"
+
+
+def counts_text(e: dict[str, Any]) -> str:
+    """'24 pairs, 2 failed (candidate 2, baseline 0)' for a verdict line."""
+    f = e.get("failures") or {}
+    bad = f.get("candidate", 0) + f.get("baseline", 0)
+    tail = f", {bad} failed requests (candidate {f.get('candidate', 0)}, baseline {f.get('baseline', 0)})" \
+        if e["metric"] in LATENCY else ""
+    return f"{e['pairs']} pairs{tail}"
 
 
 def fmt_estimate(e: dict[str, Any]) -> str:
@@ -234,8 +276,8 @@ def sentences(vs: list[dict[str, Any]], baseline: str) -> list[str]:
         for verdict in ("superior", "non-inferior", "inferior", "inconclusive"):
             xs = [e for e in es if e["verdict"] == verdict]
             if xs:
-                parts.append(f"{verdict} on " + ", ".join(f"{e['metric']} {fmt_estimate(e)} (margin {e['margin_text']})"
-                                                         for e in xs))
+                parts.append(f"{verdict} on " + ", ".join(f"{e['metric']} {fmt_estimate(e)} (margin {e['margin_text']}; "
+                                                         f"{counts_text(e)})" for e in xs))
         most, need = max((e["pairs"] for e in es), default=0), pairs_for_a_verdict(es[0]["hypotheses"])
         tail = f"; {most} pairs cannot decide {len(es)} margins: at least {need} needed" if most < need else ""
         out.append(f"{v} vs {baseline}: " + "; ".join(parts) + tail + f" (intervals at {level_text(es[0]['ci_level'])}, "
@@ -243,10 +285,16 @@ def sentences(vs: list[dict[str, Any]], baseline: str) -> list[str]:
     return out
 
 
+# per-slice p-values of the quality tables that can flag a difference, the verdict text each
+# flag is in, and how a flag begins: drift (grading/drift.py), KL − floor (grading/divergence.py)
+SLICE_FLAGS = {"drift_p": ("drift_verdict", ("drift above", "drift below")),
+               "kl_p": ("kl_verdict", ("above the batching floor", "below the batching floor"))}
+
+
 def apply_holm(table: list[dict[str, Any]], pairs: list[dict[str, Any]], baseline: str | None,
                alpha: float = ALPHA) -> dict[str, dict[str, Any]]:
     """Chance controlled in the report's comparison tables: every test that can flag a difference
-    between a variant and the baseline (latency per metric x slice, drift per slice) is one family
+    between a variant and the baseline (latency per metric x slice, drift and KL per slice) is one family
     per variant under Holm. Each latency comparison's interval is printed at the level Holm's
     last step used, and its flag read from it; a drift flag that does not survive is shown as not
     a finding. Returns per variant: tests, flags that survive, flags raised unadjusted, and how
@@ -254,7 +302,7 @@ def apply_holm(table: list[dict[str, Any]], pairs: list[dict[str, Any]], baselin
     out: dict[str, dict[str, Any]] = {}
     for v in dict.fromkeys([p["variant"] for p in pairs] + [r["variant"] for r in table if r["variant"] != baseline]):
         fam: list[tuple[dict[str, Any], str]] = [(p, "p") for p in pairs if p["variant"] == v]
-        fam += [(r, "drift_p") for r in table if r["variant"] == v and r.get("drift_p") is not None]
+        fam += [(r, k) for k in SLICE_FLAGS for r in table if r["variant"] == v and r.get(k) is not None]
         ps = [e[k] for e, k in fam]
         adj = holm(ps)
         _, level = holm_level(ps, alpha)
@@ -272,19 +320,19 @@ def apply_holm(table: list[dict[str, Any]], pairs: list[dict[str, Any]], baselin
                 e["verdict"] = flag(iv, v, e["metric"])
                 held += e["verdict"] not in ("no clear difference", "n/a (too few pairs)")
                 continue
-            if not str(e.get("drift_verdict") or "").startswith(("drift above", "drift below")):
+            key, flags = SLICE_FLAGS[k]
+            if not str(e.get(key) or "").startswith(flags):
                 continue
             raw_flags += 1
             if a is not None and a <= alpha:
                 held += 1
             else:
-                e["drift_verdict"] = (f"not a finding: {e['drift_verdict']} by its 95 % interval, but Holm-adjusted p "
-                                      f"{'-' if a is None else f'{a:.2f}'} > {alpha:g} (raw p {e[k]:.3f}) in a "
-                                      f"family of {len(fam)}")
+                e[key] = (f"not a finding: {e[key]} by its 95 % interval, but Holm-adjusted p "
+                          f"{'-' if a is None else f'{a:.2f}'} > {alpha:g} (raw p {e[k]:.3f}) in a family of {len(fam)}")
         for e, _ in fam:
             e.pop("_test", None)
         out[v] = {"tests": len(fam), "flags": held, "flags_unadjusted": raw_flags, "level": 1 - level,
-                  "expected_by_chance": alpha * len(fam), "method": "Holm, two-sided sign-flip tests"}
+                  "expected_by_chance": alpha * len(fam), "method": "Holm, two-sided sign-flip and bootstrap tests"}
     return out
 
 
@@ -301,7 +349,7 @@ def flag(iv: tuple[float, float] | None, v: str, metric: str) -> str:
 
 def multiplicity_notes(m: dict[str, dict[str, Any]]) -> list[str]:
     return [f"{v}: {x['tests']} difference tests against the baseline in this report (latency metrics x slices, "
-            f"drift x slices); with no true difference chance alone would flag {x['expected_by_chance']:.1f} of them "
+            f"drift and KL x slices); with no true difference chance alone would flag {x['expected_by_chance']:.1f} of them "
             f"unadjusted; {x['method']} keep the chance of any false flag at {ALPHA:.0%} (latency intervals at "
             f"{level_text(x['level'])}): {x['flags']} flag(s) survive of {x['flags_unadjusted']} raised unadjusted"
             for v, x in m.items() if x["tests"]]

@@ -1,7 +1,8 @@
 """Statistics evalkit's verdicts and tables rest on, with no I/O: descriptive figures
 (percentiles, means, bootstrap and Wilson intervals), paired tests that can be inverted into the
 interval they decide by (`signflip`: exact or Monte Carlo sign-flip tests of a mean difference or
-a ratio of means; `proportions`: paired pass rates against a non-zero margin), and Holm's
+a ratio of means; `robust`: the same joined with a studentized bootstrap, valid on skewed data and
+stratified samples; `proportions`: paired pass rates against a non-zero margin), and Holm's
 step-down with the level each step used (`multiplicity`). Every simulation that proves a
 stated error rate calls these functions (tests/test_verdict_boundary.py).
 
@@ -22,10 +23,11 @@ from .describe import (
 )
 from .multiplicity import holm, holm_level, pairs_for_a_verdict
 from .proportions import PairedProportions
+from .robust import BootstrapT, Robust, robust_mean, robust_ratio
 from .signflip import PairedTest, SignFlipMean, SignFlipRatio, sign_flip_p
 
 __all__ = [
-    "Z_DETECT", "PairedProportions", "PairedTest", "SignFlipMean", "SignFlipRatio", "bootstrap_ci", "bootstrap_se",
-    "holm", "holm_level", "mean", "min_detectable", "pairs_for_a_verdict", "pct_delta", "percentile", "sign_flip_p",
-    "time_weighted_mean", "verdict", "wilson",
+    "Z_DETECT", "BootstrapT", "PairedProportions", "PairedTest", "Robust", "SignFlipMean", "SignFlipRatio",
+    "bootstrap_ci", "bootstrap_se", "holm", "holm_level", "mean", "min_detectable", "pairs_for_a_verdict", "pct_delta",
+    "percentile", "robust_mean", "robust_ratio", "sign_flip_p", "time_weighted_mean", "verdict", "wilson",
 ]

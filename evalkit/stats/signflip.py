@@ -40,6 +40,20 @@ def _all_subsets(n: int) -> np.ndarray:
     return ((ids[:, None] >> np.arange(n)) & 1).astype(float)
 
 
+@lru_cache(maxsize=8)
+def _random_subsets(n: int, n_patterns: int, seed: int) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+    """The seeded random subsets as 0/1 blocks with their sizes: the same for every call with the
+    same n and seed, so drawn once (a verdict, a report and a simulation ask for them again and again)."""
+    rng = np.random.default_rng(seed)
+    block = max(1, _BLOCK // n)
+    out = []
+    for s in range(0, n_patterns, block):
+        m = rng.integers(0, 2, size=(min(block, n_patterns - s), n)).astype(float)
+        m.setflags(write=False)
+        out.append((m, m.sum(axis=1)))
+    return tuple(out)
+
+
 def _subset_sums(columns: np.ndarray, n_patterns: int, seed: int) -> tuple[list[np.ndarray], int, int]:
     """(Σ_F of each column, |F|) per subset F: every non-empty one (exact), or ``n_patterns``
     seeded random ones. Returns the sums, how many patterns are always counted (the observed
@@ -48,14 +62,11 @@ def _subset_sums(columns: np.ndarray, n_patterns: int, seed: int) -> tuple[list[
     if n <= EXACT_UP_TO:
         m = _all_subsets(n)
         return [m @ columns[:, j] for j in range(columns.shape[1])] + [m.sum(axis=1)], 1, 2 ** n
-    rng = np.random.default_rng(seed)
     out: list[list[np.ndarray]] = [[] for _ in range(columns.shape[1] + 1)]
-    block = max(1, _BLOCK // n)
-    for s in range(0, n_patterns, block):
-        m = rng.integers(0, 2, size=(min(block, n_patterns - s), n)).astype(float)
+    for m, size in _random_subsets(n, n_patterns, seed):
         for j in range(columns.shape[1]):
             out[j].append(m @ columns[:, j])
-        out[-1].append(m.sum(axis=1))
+        out[-1].append(size)
     sums = [np.concatenate(x) for x in out]
     empty = int((sums[-1] == 0).sum())
     keep = sums[-1] > 0

@@ -9,10 +9,17 @@ One scenario per kind of margin, each with a true difference the caller sets in 
 - ``abs``: drift − noise floor per case (the drift grader's own rows), floor 0.3–0.6, SD 0.25;
 - ``pp``: schema pass rate, paired by case: the candidate gains a pass with probability ``gain``
   and loses one with probability ``gain - effect/100`` (at gain 0: loses only, the hardest case).
+
+``shape`` swaps the noise for the shapes real data has (`SHAPES`), each with the same mean (the
+true difference stays exactly ``effect``): right-skewed lognormal and spike mixtures, a noisier
+candidate (unequal spread), a zero-inflated KL floor against a smooth candidate, and a candidate
+that fails its slowest requests. `strata_rows` draws a graded sample of unequal slices and
+`sweep_rows` a sweep of several load levels.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Any
 
@@ -21,7 +28,41 @@ SCENARIOS: dict[str, tuple[str, str]] = {
     "ms": ("ttft_mean", "+50ms"),
     "abs": ("drift", "0.1"),
     "pp": ("schema_pass", "-10pp"),
+    "kl": ("kl", "0.01"),
 }
+# noise shapes per kind of margin (gauss is the plain one above)
+SHAPES: dict[str, tuple[str, ...]] = {
+    "ms": ("gauss", "lognormal", "spikes", "failures"),
+    "%": ("gauss", "lognormal", "unequal", "spikes", "failures"),
+    "abs": ("gauss", "lognormal"),
+    "kl": ("zero_inflated", "lognormal"),
+}
+FAIL_SHARE = 0.1  # the "failures" shape: the candidate fails its slowest 10 % of requests
+
+
+def centred(rng: random.Random, shape: str, sd: float) -> float:
+    """One draw of mean 0 and SD ``sd`` in a shape: right-skewed lognormal (σ 0.5, skewness 1.8),
+    spikes (a quarter of the draws stall, the rest a tight body around a small speed-up)."""
+    if shape == "lognormal":
+        s2 = 0.5 ** 2
+        m, v = math.exp(s2 / 2), (math.exp(s2) - 1) * math.exp(s2)
+        return (rng.lognormvariate(0.0, 0.5) - m) / math.sqrt(v) * sd
+    if shape == "spikes":
+        p, body = 0.25, sd / 3
+        size = math.sqrt((sd * sd - body * body) / (p * (1 - p)))
+        return size * ((rng.random() < p) - p) + rng.gauss(0.0, body)
+    return rng.gauss(0.0, sd)
+
+
+def _unit_mean_lognormal(rng: random.Random, sigma: float) -> float:
+    return rng.lognormvariate(-sigma * sigma / 2, sigma)
+
+
+def _fail_slowest(out: list[dict[str, Any]], field: str, share: float) -> None:
+    """The candidate's slowest ``share`` of requests time out: no value, an error class."""
+    cand = sorted((r for r in out if r["variant"] == "cand"), key=lambda r: -r[field])
+    for r in cand[: round(share * len(cand))]:
+        r.update({field: None, "error_class": "timeout"})
 
 
 def _row(variant: str, case: int, **kw: Any) -> dict[str, Any]:
@@ -29,21 +70,38 @@ def _row(variant: str, case: int, **kw: Any) -> dict[str, Any]:
             "ttft_ms": None, "e2e_ms": None, "tpot_ms": None, "itl_mean_ms": None, "out_tps": None, "grades": {}, **kw}
 
 
-def rows(unit: str, n: int, effect: float, seed: int, gain: float = 0.0) -> list[dict[str, Any]]:
+def rows(unit: str, n: int, effect: float, seed: int, gain: float = 0.0, shape: str = "gauss",
+         level: int = 1) -> list[dict[str, Any]]:
     """n cases of baseline and candidate rows whose true difference is ``effect``."""
     rng = random.Random(seed)
     out: list[dict[str, Any]] = []
+    noise = "gauss" if shape == "failures" else shape
     for i in range(n):
         if unit == "%":
             b = rng.uniform(400.0, 4000.0)
-            c = (1 + effect / 100.0) * b + rng.gauss(0.0, 0.2 * b)
-            out += [_row("base", i, e2e_ms=b), _row("cand", i, e2e_ms=max(c, 1.0))]
+            if shape == "unequal":  # the candidate's own noise 5 x the baseline's, both skewed, mean kept
+                c = (1 + effect / 100.0) * b * _unit_mean_lognormal(rng, 0.5)
+                b *= _unit_mean_lognormal(rng, 0.1)
+            else:
+                c = (1 + effect / 100.0) * b + b * centred(rng, noise, 0.2)
+            out += [_row("base", i, e2e_ms=b), _row("cand", i, e2e_ms=c)]
         elif unit == "ms":
             b = rng.uniform(200.0, 2000.0)
-            out += [_row("base", i, ttft_ms=b), _row("cand", i, ttft_ms=b + effect + rng.gauss(0.0, 120.0))]
+            out += [_row("base", i, ttft_ms=b), _row("cand", i, ttft_ms=b + effect + centred(rng, noise, 120.0))]
+        elif unit == "kl":  # per-case KL: candidate vs the baseline's floor, equal means at effect 0
+            if shape == "zero_inflated":  # the floor is 0 on 60 % of cases, the candidate smooth
+                fl = 0.0 if rng.random() < 0.6 else rng.expovariate(1 / 0.05)
+                kl = rng.gammavariate(4.0, 0.02 / 4.0) + effect
+            else:  # two lognormals of different scale, same mean
+                fl = 0.02 * _unit_mean_lognormal(rng, 0.3)
+                kl = (0.02 + effect) * _unit_mean_lognormal(rng, 1.0)
+            out += [_row("base", i, grades={"divergence": {"value": fl, "passed": None, "detail": {
+                        "kind": "floor", "status": "ok", "kl_mean": fl, "top1_pct": 99.0}}}),
+                    _row("cand", i, grades={"divergence": {"value": kl, "passed": None, "detail": {
+                        "kind": "candidate", "status": "ok", "kl_mean": kl, "top1_pct": 98.0}}})]
         elif unit == "abs":
             floor = rng.uniform(0.3, 0.6)
-            drift = floor + effect + rng.gauss(0.0, 0.25)
+            drift = floor + effect + centred(rng, noise, 0.25)
             out += [_row("base", i, grades={"drift": {"value": 1 - floor, "passed": None,
                                                       "detail": {"kind": "noise_floor", "drift": floor}}}),
                     _row("cand", i, grades={"drift": {"value": 1 - drift, "passed": None,
@@ -59,6 +117,34 @@ def rows(unit: str, n: int, effect: float, seed: int, gain: float = 0.0) -> list
                                                        "detail": {}}})]
         else:
             raise ValueError(f"unknown unit {unit!r} (known: {', '.join(SCENARIOS)})")
+    if shape == "failures":
+        _fail_slowest(out, "e2e_ms" if unit == "%" else "ttft_ms", FAIL_SHARE)
+    for r in out:
+        r["concurrency"] = level
+    return out
+
+
+def sweep_rows(unit: str, n: int, effect: float, seed: int, levels: int = 4) -> list[tuple[int, list[dict[str, Any]]]]:
+    """(level, rows) for a sweep of ``levels`` load levels, each at the same true difference."""
+    return [(2 ** k, rows(unit, n, effect, seed * 101 + k, gain=0.1, level=2 ** k)) for k in range(levels)]
+
+
+def strata_rows(effect_pp: float, seed: int, short: int = 400, long: int = 40, per_slice: int = 40
+                ) -> list[dict[str, Any]]:
+    """A graded sample of unequal slices: ``short`` short and ``long`` long cases, every one
+    answered, ``per_slice`` of each graded. Pass/fail losses happen on long cases only, at the rate
+    that makes the population's difference ``effect_pp`` (negative)."""
+    rng = random.Random(seed)
+    lose = -effect_pp / 100.0 * (short + long) / long
+    out: list[dict[str, Any]] = []
+    for i in range(short + long):
+        cx = "short" if i < short else "long"
+        graded = (i if i < short else i - short) < per_slice
+        b = True
+        c = not (cx == "long" and rng.random() < lose)
+        for v, ok in (("base", b), ("cand", c)):
+            g = {"schema": {"value": float(ok), "passed": int(ok), "detail": {}}} if graded else {}
+            out.append(_row(v, i, e2e_ms=1000.0, complexity=cx, grades=g))
     return out
 
 
