@@ -363,17 +363,26 @@ def grades_by_grader(rows: list[Any]) -> dict[str, list[Mapping[str, Any]]] | No
     t = _table_of(rows)
     if t is None:
         return None
-    graded = t.graded
-    idx = [r._i for r in rows]
-    id_of, case_of = t.get["id"], t.get["case_id"]
-    out: dict[str, list[Mapping[str, Any]]] = {}
-    for name, g in graded.items():
-        version, value, passed, explanation = (c.getter() for c in g.cols)
-        fields = {"grader": lambda k, n=name: n, "grader_version": version, "value": value, "passed": passed,
-                  "explanation": explanation, "detail": g.detail.__getitem__}
-        at = g.at
-        out[name] = [GradeRow(fields, k, id_of(i), case_of(i)) for i in idx if (k := at[i]) >= 0]
+    out = {name: grade_views(rows, name) for name in t.graded}
     return {k: v for k, v in out.items() if v}
+
+
+def grade_views(rows: list[Any], grader: str, case: Any = None) -> list[Mapping[str, Any]] | None:
+    """One grader's grades of the rows that have one, in row order, each with ``case_id`` (the
+    row's case, or ``case(row)``), as `GradeRow`s; None when the rows are not views of one table."""
+    t = _table_of(rows)
+    if t is None:
+        return None
+    g = t.graded.get(grader)
+    if g is None:
+        return []
+    version, value, passed, explanation = (c.getter() for c in g.cols)
+    fields = {"grader": lambda k: grader, "grader_version": version, "value": value, "passed": passed,
+              "explanation": explanation, "detail": g.detail.__getitem__}
+    at, id_of, case_of = g.at, t.get["id"], t.get["case_id"]
+    if case is None:
+        return [GradeRow(fields, k, id_of(r._i), case_of(r._i)) for r in rows if (k := at[r._i]) >= 0]
+    return [GradeRow(fields, k, id_of(r._i), case(r)) for r in rows if (k := at[r._i]) >= 0]
 
 
 def row_index(rows: list[Any]) -> tuple[Table, np.ndarray] | None:

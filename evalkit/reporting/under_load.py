@@ -10,6 +10,7 @@ from typing import Any
 from ..grading import paired_differences
 from ..grading.registry import available
 from ..stats import bootstrap_ci, mean
+from .rows import grade_views
 
 
 def quality_under_load(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -31,6 +32,8 @@ def quality_under_load(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
             def grades(rs: list[dict[str, Any]], grader: str = name) -> list[dict[str, Any]]:
                 # key by case and repeat: the pairing is within one variant across load levels
+                if (views := grade_views(rs, grader, lambda r: f"{r['case_id']}#{r['repeat']}")) is not None:
+                    return views  # type: ignore[return-value]  # rows from the ledger: no dict a grade
                 return [{**r["grades"][grader], "case_id": f"{r['case_id']}#{r['repeat']}"} for r in rs
                         if grader in r["grades"]]
 
