@@ -143,23 +143,27 @@ def stub_scoring_answer(k: int = 3, **cfg: object) -> tuple[int, dict]:
         return asyncio.run(go(s.base_url))
 
 
+@pytest.mark.integration
 def test_the_stub_answers_with_the_fields_a_real_server_does():
     real = FIXTURE["scoring"]["response"]
     _, stub = stub_scoring_answer()
     assert {"prompt_logprobs", "prompt_token_ids", "usage", "choices"} <= set(stub) & set(real)
 
 
+@pytest.mark.integration
 def test_the_stub_entries_have_the_real_entry_fields():
     real = FIXTURE["scoring"]["response"]["prompt_logprobs"][1]
     _, stub = stub_scoring_answer()
     assert {tuple(sorted(v)) for v in stub["prompt_logprobs"][1].values()} == {tuple(sorted(v)) for v in real.values()}
 
 
+@pytest.mark.integration
 def test_the_stub_leaves_the_first_position_empty_as_vllm_does():
     _, stub = stub_scoring_answer()
     assert stub["prompt_logprobs"][0] is None and FIXTURE["scoring"]["response"]["prompt_logprobs"][0] is None
 
 
+@pytest.mark.integration
 def test_the_stub_refuses_k_above_max_logprobs_as_vllm_does():
     status, stub = stub_scoring_answer(k=50)
     real = FIXTURE["refused_k_above_max_logprobs"]
@@ -330,6 +334,7 @@ def test_scoring_again_skips_what_is_scored(greedy, tmp_path):
     assert len(db.token_scores(greedy[1], "noisy", with_tokens=False)) == before + 1  # the warm-up only
 
 
+@pytest.mark.integration
 def test_temperature_above_0_has_no_regeneration(tmp_path):
     ledger, run_id, _ = run_stubs(tmp_path, {"base": StubConfig(ttft_ms=1, itl_ms=0),
                                              "cand": StubConfig(ttft_ms=1, itl_ms=0, logit_noise=0.2)}, 0.7, limit=3)

@@ -18,6 +18,7 @@ from sqlite_utils import Database
 from evalkit.testing.stub_server import StubConfig, StubServer
 
 pytest.importorskip("ray")
+pytestmark = pytest.mark.integration  # a Ray node, a stub server and the CLI in a subprocess
 
 EVALKIT = str(Path(sys.executable).with_name("evalkit"))
 

@@ -36,6 +36,7 @@ def _run(cfg: StubConfig, **kw) -> object:
     return asyncio.run(go())
 
 
+@pytest.mark.integration
 def test_ttft_skips_the_role_only_first_chunk():
     # The stub sends {"role": "assistant", "content": ""} at once, then waits ttft_ms.
     r = _run(StubConfig(ttft_ms=200, itl_ms=1))
@@ -46,6 +47,7 @@ def test_ttft_skips_the_role_only_first_chunk():
     assert r.n_chunks > len(r.chunk_offsets_ms)  # role + finish + usage chunks carry no content
 
 
+@pytest.mark.integration
 def test_usage_comes_from_the_stream_and_text_is_whole():
     r = _run(StubConfig(ttft_ms=1, itl_ms=1, chars_per_chunk=5))
     assert r.usage_source == "stream_usage"
@@ -56,6 +58,7 @@ def test_usage_comes_from_the_stream_and_text_is_whole():
     assert r.tpot_ms == pytest.approx((r.e2e_ms - r.ttft_ms) / (r.completion_tokens - 1))
 
 
+@pytest.mark.integration
 def test_structured_output_payload_and_reply():
     schema = {"type": "object", "properties": {"a": {"type": "string", "minLength": 3}}, "required": ["a"]}
     payload = build_payload("m", [], max_tokens=8, temperature=0, seed=None, schema_name="x", schema=schema)
