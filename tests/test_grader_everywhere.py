@@ -99,7 +99,7 @@ def _workload(folder: Path, a: str, b: str, *, raise_on_hard: bool = False) -> P
     (folder / "matrix.yaml").write_text(
         "name: receipts\nbaseline: base\nmargins: {e2e_mean: +900%, fieldmatch: 0.5}\n"
         "graders: [fieldmatch:FieldMatch]\n"
-        "generation: {max_tokens: 64, warmup: 0, baseline_repeats: 1}\n"
+        "generation: {max_tokens: 64, warmup: 0}\n"  # baseline_repeats 2 by default: drift's floor
         f"variants:\n  - name: base\n    endpoint: {a}\n  - name: w8a8\n    endpoint: {b}\n")
     return folder
 
@@ -385,6 +385,45 @@ def test_the_html_report_has_a_by_section(runner, receipts, tmp_path):
     r = runner.invoke(cli, ["report", "--ledger", str(receipts[1]), "--by", "language", "--html",
                             str(tmp_path / "r.html")])
     assert "<h2>By language</h2>" in (tmp_path / "r.html").read_text(encoding="utf-8"), r.output
+
+
+# --- only what serves (issue 33, 5) --------------------------------------------------------------
+
+
+def _requests(ledger: Path, variant: str) -> int:
+    db = open_ledger(ledger, create=False)
+    return sum(r["variant"] == variant for r in db.measured_requests(db.require_run()["id"]))
+
+
+def test_without_drift_the_baseline_is_sent_once(receipts):
+    assert _requests(receipts[1], "base") == _requests(receipts[1], "w8a8")
+
+
+def test_without_divergence_nothing_is_scored_teacher_forced(receipts):
+    db = open_ledger(receipts[1], create=False)
+    assert db.token_scores(db.require_run()["id"]) == []
+
+
+def test_what_was_left_out_is_said():
+    from evalkit.spec.matrix import load_matrix
+
+    m = load_matrix(None)
+    assert registry.serve_only(m, ["schema", "fieldmatch"]) == [
+        "not sent: the baseline's second pass (drift's noise floor): drift is not among the graders (schema, "
+        "fieldmatch)", "not sent: teacher-forced scoring of the baseline's answers on every server: divergence is "
+        "not among the graders"]
+
+
+def test_the_multiplicity_note_names_only_what_was_tested(runner, receipts):
+    forget()
+    rep = json.loads(runner.invoke(cli, ["report", "--ledger", str(receipts[1]), "--json"]).output)
+    assert [n for n in rep["notes"] if "difference tests" in n and "drift" in n] == []
+
+
+def test_with_drift_and_divergence_everything_is_sent():
+    from evalkit.spec.matrix import load_matrix
+
+    assert registry.serve_only(load_matrix(None), ["drift", "divergence"]) == []
 
 
 # stub_ledger's run last: a ledger held open through an in-process run was seen corrupted (reported)

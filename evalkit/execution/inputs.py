@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..grading.registry import add_path, choose, specs, use_workload
+from ..grading.registry import add_path, choose, serve_only, specs, use_workload
 from ..ledger import Ledger
 from ..paths import default_dataset_path
 from ..spec.dataset import Case, load_cases, stratified_subset
@@ -85,6 +85,8 @@ def resolve_inputs(ledger: Ledger | None, q: RunOptions, say: Any = lambda s: No
         names = list(q.graders) if q.graders else out.matrix.graders
         out.graders, out.grader_notes = choose(names, out.cases, with_judge=out.matrix.judge is not None,
                                                where=str(out.dataset_path))
+        if not q.resume_id:  # only what the chosen graders read is sent (a resumed run keeps what it recorded)
+            out.grader_notes += serve_only(out.matrix, out.graders)
     out.run_extra = {**(out.run_extra or {}), "graders_json": json.dumps(specs(out.graders)),
                      "workload_dir": str(out.matrix.folder) if out.matrix.folder else None}
     return out

@@ -357,3 +357,24 @@ def origin(name: str) -> str:
         where = _ROOTS.get(name) or _ORIGIN.get(name)
         return _LOCAL[name] + (f" from {where}" if where else "")
     return f"entry point {_targets().get(name)}"
+
+
+# what a run sends only for one grader: its name -> why, and how to turn it off in a matrix
+ONLY_FOR = {"drift": "the baseline's second pass (drift's noise floor)",
+            "divergence": "teacher-forced scoring of the baseline's answers on every server"}
+
+
+def serve_only(matrix: Any, graders: list[str]) -> list[str]:
+    """Only what the chosen graders read is sent: without drift the baseline goes once (no noise-floor
+    pass), without divergence no teacher-forced scoring. Changes ``matrix`` (which the run then
+    records); returns one line per thing left out."""
+    out = []
+    gen = matrix.generation
+    if "drift" not in graders and gen.baseline_repeats > 1:
+        gen.baseline_repeats = 1
+        out.append(f"not sent: {ONLY_FOR['drift']}: drift is not among the graders ({', '.join(graders) or 'none'})")
+    div = getattr(matrix, "divergence", None)
+    if "divergence" not in graders and div is not None and div.enabled:
+        div.enabled = False
+        out.append(f"not sent: {ONLY_FOR['divergence']}: divergence is not among the graders")
+    return out

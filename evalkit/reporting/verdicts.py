@@ -331,7 +331,9 @@ def apply_holm(table: list[dict[str, Any]], pairs: list[dict[str, Any]], baselin
                           f"{'-' if a is None else f'{a:.2f}'} > {alpha:g} (raw p {e[k]:.3f}) in a family of {len(fam)}")
         for e, _ in fam:
             e.pop("_test", None)
+        kinds = {"p": "latency metrics x slices", "drift_p": "drift x slices", "kl_p": "KL x slices"}
         out[v] = {"tests": len(fam), "flags": held, "flags_unadjusted": raw_flags, "level": 1 - level,
+                  "kinds": [name for k, name in kinds.items() if any(kk == k for _, kk in fam)],  # what was tested
                   "expected_by_chance": alpha * len(fam), "method": "Holm, two-sided sign-flip and bootstrap tests"}
     return out
 
@@ -348,8 +350,9 @@ def flag(iv: tuple[float, float] | None, v: str, metric: str) -> str:
 
 
 def multiplicity_notes(m: dict[str, dict[str, Any]]) -> list[str]:
-    return [f"{v}: {x['tests']} difference tests against the baseline in this report (latency metrics x slices, "
-            f"drift and KL x slices); with no true difference chance alone would flag {x['expected_by_chance']:.1f} of them "
+    return [f"{v}: {x['tests']} difference tests against the baseline in this report ("
+            f"{', '.join(x.get('kinds') or ['latency metrics x slices'])}); with no true difference chance alone "
+            f"would flag {x['expected_by_chance']:.1f} of them "
             f"unadjusted; {x['method']} keep the chance of any false flag at {ALPHA:.0%} (latency intervals at "
             f"{level_text(x['level'])}): {x['flags']} flag(s) survive of {x['flags_unadjusted']} raised unadjusted"
             for v, x in m.items() if x["tests"]]
