@@ -440,3 +440,39 @@ def test_report_by_quality_has_flips_per_value(runner, stub_ledger):
     rep = json.loads(runner.invoke(cli, ["report", "--ledger", str(stub_ledger), "--by", "persona",
                                          "--json"]).output)
     assert "schema" in rep["findings"]["by_quality"][-1]["flips"]
+
+
+# --- docs from the code (issue 33, 6) ------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_plugins_md_lists_what_a_grader_receives_as_the_code_has_it():
+    from evalkit.grading.inputs_doc import END, START, markdown
+
+    text = (ROOT / "docs" / "plugins.md").read_text(encoding="utf-8")
+    assert text[text.index(START):text.index(END) + len(END)] == markdown()
+
+
+def test_every_field_a_grader_receives_has_a_meaning():
+    import dataclasses
+
+    from evalkit.grading import GradedRequest
+    from evalkit.spec.dataset import Case
+
+    missing = [f.name for f in dataclasses.fields(GradedRequest) if not f.metadata.get("doc")]
+    assert missing + [n for n, f in Case.model_fields.items() if not f.description] == []
+
+
+def test_models_lists_every_bundled_model(runner):
+    from evalkit.engines.bundled import BUNDLED
+
+    out = runner.invoke(cli, ["models"]).output
+    assert [n for n in BUNDLED if f"bundled:{n}:" not in out] == []
+
+
+def test_workloads_md_names_every_bundled_model():
+    from evalkit.engines.bundled import BUNDLED
+
+    text = (ROOT / "docs" / "workloads.md").read_text(encoding="utf-8")
+    assert [n for n in BUNDLED if f"`bundled:{n}`" not in text] == []

@@ -6,7 +6,7 @@ May import: anything in evalkit. Nothing imports it but the entry points.
 
 from __future__ import annotations
 
-from . import grade, inputs, ledger, results, run, share  # noqa: F401  (each registers its commands)
+from . import grade, inputs, ledger, models, results, run, share  # noqa: F401  (each registers its commands)
 from .common import cli
 
 

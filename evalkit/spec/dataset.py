@@ -61,8 +61,8 @@ KNOWN = ("id", "messages", "schema", "reference", "complexity", "turns", "max_to
 
 class Case(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
-    id: str = Field(min_length=1)
-    messages: list[Message] = Field(min_length=1)
+    id: str = Field(min_length=1, description="the case's name, unique in its dataset")
+    messages: list[Message] = Field(min_length=1, description="the chat sent: each a role and its content")
     schema_: str | dict[str, Any] | None = Field(None, alias="schema", description="a name, a path, or inline")
     reference: str | None = Field(None, description="an expected answer, for graders that compare with one")
     complexity: str | None = Field(None, description="a slice the report keeps (the shipped: short, medium, long)")

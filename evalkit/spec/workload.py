@@ -41,7 +41,8 @@ CASES = [
 MATRIX = """\
 # A workload of your own (docs/workloads.md). Point the two variants at your servers: any
 # OpenAI-compatible endpoint (vLLM, a hosted API with `api_key_env: NAME_OF_THE_VARIABLE`), or
-# launch a model with `model:` and `vllm_args:` instead of `endpoint:`.
+# launch a model with `model:` and `vllm_args:` instead of `endpoint:`: a Hugging Face id, a checkpoint
+# folder, or a bundled one (`evalkit models`: bundled:smollm2-135m-instruct and its -w8a8).
 name: support-replies
 baseline: current
 margins: {e2e_mean: +10%, schema_pass: -10pp}
