@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any
 
 from sqlite_utils import Database
@@ -22,12 +22,12 @@ class ReportReads:
             "select id from requests where run_id = ? and seq between ? and ? order by seq, id",
             [run_id, first_seq, last_seq])]
 
-    def measured_chunks(self, run_id: str, size: int = 20_000) -> Iterator[tuple[list[str], list[tuple[Any, ...]]]]:
-        """The lean measured rows of `Ledger.iter_measured` (``lean=True, with_cases=False``: the same
-        rows, columns and order) as (column names, a chunk of tuples): no dict per row."""
-        from .store import HEAVY_FIELDS, UNREPORTED
-
-        cols = [c for c in self._db["requests"].columns_dict if c not in HEAVY_FIELDS | UNREPORTED]
+    def measured_chunks(self, run_id: str, leave_out: Collection[str] = (), size: int = 20_000
+                        ) -> Iterator[tuple[list[str], list[tuple[Any, ...]]]]:
+        """The measured rows of `Ledger.iter_measured` (``with_cases=False``: the same rows and order)
+        as (column names, a chunk of tuples): no dict per row. ``leave_out``: columns not read (the
+        lean read's `HEAVY_FIELDS | UNREPORTED`)."""
+        cols = [c for c in self._db["requests"].columns_dict if c not in leave_out]
         cur = self._db.execute(
             f"""select {', '.join(f'r.[{c}]' for c in cols)} from requests r join runs u on u.id = r.run_id
                 join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash

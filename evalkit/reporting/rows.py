@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..ledger import Ledger
+from ..ledger.store import HEAVY_FIELDS, UNREPORTED
 
 _NO_GRADES: dict[str, Any] = {}  # shared by every ungraded row: a large run's are most
 _NULL_INT = -(2**63)  # an integer column's NULL (SQLite has no NaN: a double column's NULL is NaN)
@@ -180,7 +181,7 @@ def request_rows(ledger: Ledger, run_id: str) -> Rows:
     enabled = gc.isenabled()
     gc.disable()  # chunks of tuples are acyclic: no collection while they come and go
     try:
-        for names, chunk in ledger.measured_chunks(run_id):
+        for names, chunk in ledger.measured_chunks(run_id, HEAVY_FIELDS | UNREPORTED):
             if not t.columns:
                 t.columns = {name: Column() for name in names}
             for j, c in enumerate(t.columns.values()):
