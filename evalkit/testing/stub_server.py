@@ -22,6 +22,7 @@ from typing import Any
 from aiohttp import web
 
 from .kvsim import KvSim
+from .schema_instances import instance
 from .stub_scoring import is_scoring, score_response, tokenize_response
 
 FAULTS = ("http_500", "http_503", "http_429", "cut", "malformed", "stall", "empty", "not_json", "echo_auth")
@@ -161,7 +162,7 @@ def answer_text(body: dict[str, Any], tag: str = "the request") -> str:
     rf = body.get("response_format") or {}
     if rf.get("type") == "json_schema":
         schema = (rf.get("json_schema") or {}).get("schema") or {}
-        return json.dumps(_fill(schema, tag))
+        return json.dumps(instance(schema, _fill(schema, tag)))  # valid whatever its keywords
     last = next((_text(m.get("content")) for m in reversed(body.get("messages", [])) if m.get("role") == "user"), "")
     return f"This is a stub reply to a prompt of {len(last.split())} words. It is deterministic and plain."
 
