@@ -504,3 +504,58 @@ def test_workloads_md_names_every_bundled_model():
 
     text = (ROOT / "docs" / "workloads.md").read_text(encoding="utf-8")
     assert [n for n in BUNDLED if f"`bundled:{n}`" not in text] == []
+
+
+# --- messages made true (issue 33, 8) --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def endpoint_down(tmp_path_factory):
+    """A run whose candidate's endpoint is down, with margins in its matrix."""
+    import socket
+
+    from click.testing import CliRunner
+
+    tmp = tmp_path_factory.mktemp("issue33-down")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    with StubServer(StubConfig(ttft_ms=2, itl_ms=1)) as a:
+        m = tmp / "matrix.yaml"
+        m.write_text(f"name: down\nbaseline: base\nmargins: {{e2e_mean: +10%}}\ngeneration: {{max_tokens: 16}}\n"
+                     f"variants:\n  - name: base\n    endpoint: {a.base_url}\n  - name: cand\n    endpoint: {dead}\n")
+        ledger = tmp / "down.db"
+        ran = CliRunner().invoke(cli, ["run", "--matrix", str(m), "--limit", "3", "--ledger", str(ledger), "-q",
+                                       "--no-grade"])
+    return ledger, ran
+
+
+def test_the_run_line_says_a_variant_failed(endpoint_down):
+    assert "1 variant(s) failed: cand" in endpoint_down[1].output, endpoint_down[1].output
+
+
+def test_no_verdict_does_not_claim_there_are_no_margins(runner, endpoint_down):
+    out = runner.invoke(cli, ["report", "--ledger", str(endpoint_down[0]), "--markdown"]).output
+    assert "verdict: none: the margins (e2e_mean=+10%) found no case" in out, out
+
+
+def test_sigterm_to_browse_is_not_an_error(endpoint_down):
+    import signal
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    root = Path(__file__).resolve().parent.parent
+    p = subprocess.Popen([sys.executable, str(root / "cli.py"), "browse", "--ledger", str(endpoint_down[0]), "--port",
+                          str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # Datasette listening
+        with socket.socket() as c:
+            if c.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.2)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=30)
+    assert (p.returncode, "Error" in err) == (143, False), out + err

@@ -97,7 +97,10 @@ def _quality_groups(graders: list[str]) -> list[int]:
 
 def verdict_blocks(fnd: dict[str, Any]) -> list[Block]:
     out: list[Block] = [f"verdict: {line}" for line in fnd.get("verdict_lines", [])]
-    if not out:
+    if not out and fnd.get("margins_given"):  # margins, but nothing to compare (a variant failed, no baseline)
+        out.append(f"verdict: none: the margins ({', '.join(fnd['margins_given'])}) found no case both the baseline "
+                   "and a candidate answered (see the variants' status below)")
+    elif not out:
         out.append("verdict: none (no margins: give `margins:` in the matrix or --margins; docs/verdicts.md)")
     return out
 

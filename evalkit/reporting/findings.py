@@ -310,6 +310,7 @@ def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = N
         "multiplicity": report["multiplicity"],
         "verdicts": (vs := verdicts(first_level(rows), baseline, specs)),
         "verdict_lines": sentences(vs, baseline) if baseline else [],
+        "margins_given": [m.text for m in specs],  # so "no verdict" can say why truthfully
         "spikes": spikes(rows, "ttft_ms", k) + spikes(rows, "e2e_ms", k),
         "capacity": capacity(variants, rows, levels, max_tokens, stop_kv),
         "capacity_statement": capacity_lines,
