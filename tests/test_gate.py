@@ -97,3 +97,65 @@ def test_recommend_reads_the_same_first_level_rows_as_the_report(runner, swept_l
                                          "--json"]).output)
     batch = {o["variant"]: o["n"] for o in out if o["workload"].startswith("batch")}
     assert batch == {"base": 12, "cand": 12}
+
+
+def _verdict(verdict: str, pairs: int = 24, need: int = 9) -> dict:
+    return {"variant": "cand", "metric": "e2e_mean", "verdict": verdict, "estimate": 3.0, "ci": [-1.0, 7.0],
+            "ci_level": 0.975, "unit": "%", "margin": 5.0, "margin_text": "+5 %", "why": "the interval reaches across",
+            "statistic": "ratio of means, failed requests at the worst value", "pairs": pairs, "need_pairs": need,
+            "failures": {"candidate": 2, "baseline": 0}, "level": None}
+
+
+def test_an_undecided_margin_is_counted_apart_not_as_passed():
+    from evalkit.reporting.gate import margin_check, summary_line
+
+    checks = [margin_check(_verdict("non-inferior"), False, False), margin_check(_verdict("inconclusive"), False, False)]
+    assert summary_line(checks).startswith("1 passed, 0 failed, 1 undecided")
+
+
+def test_require_decided_fails_an_undecided_margin():
+    from evalkit.reporting.gate import margin_check
+
+    assert not margin_check(_verdict("inconclusive"), False, True).passed
+
+
+def test_require_decided_keeps_a_decided_margin_passed():
+    from evalkit.reporting.gate import margin_check
+
+    assert margin_check(_verdict("superior"), False, True).passed
+
+
+def test_a_margin_line_says_its_statistic_pairs_and_failures():
+    from evalkit.reporting.gate import margin_check
+
+    msg = margin_check(_verdict("inconclusive"), False, False).message
+    assert "ratio of means, failed requests at the worst value; 24 pairs, 2 failed requests (candidate 2" in msg
+
+
+def test_a_run_too_small_to_decide_is_said():
+    from evalkit.reporting.gate import margin_check
+
+    msg = margin_check(_verdict("inconclusive", pairs=6, need=9), False, False).message
+    assert "too small to decide: 6 pairs, at least 9 needed" in msg
+
+
+@pytest.mark.parametrize(("text", "limit"), [("0.95", 0.95), ("95%", 0.95), ("95pp", 0.95)])
+def test_a_share_threshold_takes_a_share_or_percent(text, limit):
+    from evalkit.reporting.gate import threshold_value
+
+    assert threshold_value(f"top1_agreement={text}", "top1_agreement", text, True) == pytest.approx(limit)
+
+
+def test_a_share_threshold_out_of_range_is_refused():
+    from evalkit.errors import UsageError
+    from evalkit.reporting.gate import threshold_value
+
+    with pytest.raises(UsageError, match="0-100 %"):
+        threshold_value("schema_pass=95", "schema_pass", "95", True)
+
+
+def test_check_with_require_decided_exits_non_zero_on_an_undecided_run(runner, stub_ledger):
+    args = ["check", "--ledger", str(stub_ledger), "--margins", "schema_pass=-1pp"]
+    loose = runner.invoke(cli, args)
+    assert "1 undecided" in loose.output or "2 undecided" in loose.output, loose.output
+    assert runner.invoke(cli, [*args, "--require-decided"]).exit_code == 1

@@ -12,8 +12,10 @@ from sqlite_utils import Database
 
 from evalkit.cli import cli
 from evalkit.grading import GradedRequest
-from evalkit.grading.sample import GradeSample, sample_line
+from evalkit.grading.sample import GradeSample, sample_line, weights
+from evalkit.reporting.verdicts import parse_margins, verdicts
 from evalkit.spec.dataset import Case
+from evalkit.testing.verdict_sim import strata_rows
 
 COMPLEXITIES = {"short": 10, "medium": 6, "long": 2}  # cases per complexity
 
@@ -79,6 +81,23 @@ def test_the_stated_line_says_per_slice_counts_and_whole_slices(chosen):
     assert "up to 3 cases per slice (level × complexity, seed 0)" in line
     assert f"{len(chosen[0]):,} of {len(_items()):,} successful requests graded" in line
     assert "2 of 6 slices graded whole" in line
+
+
+def test_the_stated_line_gives_each_slice_s_weight(chosen):
+    line = sample_line(chosen[1])
+    assert "c=1/short 0.556 (3 of 10)" in line  # 10 of the level's 18 cases
+
+
+def test_the_weights_of_a_level_sum_to_one(chosen):
+    w = weights(chosen[1])
+    assert sum(v for (level, _), v in w.items() if level == "c=8") == pytest.approx(1.0)
+
+
+def test_a_weighted_sample_estimates_the_population_not_the_sample():
+    """400 short cases that never lose, 40 long ones that lose 55 %: the population's difference is
+    −5 pp; the sample (40 a slice) weighted to it says so, where its plain mean would say −27 pp."""
+    (e,) = verdicts(strata_rows(-5.0, 3), "base", parse_margins({"schema_pass": "-5pp"}))
+    assert -8.0 < e["estimate"] < -2.0
 
 
 def test_no_sample_states_nothing():

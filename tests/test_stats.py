@@ -60,3 +60,74 @@ def test_a_large_percentile_is_the_small_rule_to_the_ulp(q):
     pos = (len(small) - 1) * q / 100.0
     lo, hi = math.floor(pos), math.ceil(pos)
     assert percentile(xs, q) == pytest.approx(small[lo] + (small[hi] - small[lo]) * (pos - lo), rel=1e-15, abs=0)
+
+
+def _skewed(n: int, seed: int) -> list[float]:
+    import random
+
+    rng = random.Random(seed)
+    return [rng.lognormvariate(0.0, 0.8) - 1.0 for _ in range(n)]
+
+
+@pytest.mark.parametrize("n", [8, 20, 60])
+def test_a_bootstrap_t_interval_excludes_exactly_what_its_test_rejects(n):
+    import numpy as np
+
+    from evalkit.stats import BootstrapT
+
+    t = BootstrapT(np.asarray(_skewed(n, n)))
+    lo, hi = t.interval(0.05)
+    assert t.p(lo) > 0.05
+    assert t.p(lo - 1e-9) <= 0.05
+    assert t.p(hi) > 0.05
+    assert t.p(hi + 1e-9) <= 0.05
+
+
+def test_the_robust_test_claims_only_what_both_tests_claim():
+    from evalkit.stats import robust_mean
+
+    t = robust_mean(_skewed(24, 1))
+    for d in (-0.5, 0.0, 0.3, 1.0):
+        assert t.p(d) == max(t.flip.p(d), t.boot.p(d))
+
+
+def test_the_robust_interval_is_the_hull_of_both():
+    from evalkit.stats import robust_mean
+
+    t = robust_mean(_skewed(24, 2))
+    a, b, r = t.flip.interval(0.05), t.boot.interval(0.05), t.interval(0.05)
+    assert r == (min(a[0], b[0]), max(a[1], b[1]))
+
+
+def test_a_ratio_s_bootstrap_estimate_is_the_ratio_of_means_in_percent():
+    from evalkit.stats import robust_ratio
+
+    t = robust_ratio([110.0, 220.0, 330.0], [100.0, 200.0, 300.0])
+    assert t.estimate == pytest.approx(10.0)
+
+
+def test_the_stratified_estimate_weights_each_stratum_by_its_share():
+    from evalkit.stats import robust_mean
+
+    # stratum a: mean 0 and weight 0.9; b: mean -1 and weight 0.1
+    t = robust_mean([0.0, 0.0, 0.0, -1.0, -1.0, 0.0], strata=list("aaabbb"), weights={"a": 90.0, "b": 10.0})
+    assert t.estimate == pytest.approx(0.1 * (-2 / 3))
+
+
+def test_a_stratified_se_is_the_weighted_sum_of_the_strata_variances():
+    import numpy as np
+
+    from evalkit.stats import BootstrapT
+
+    d = np.asarray([1.0, 2.0, 3.0, 10.0, 20.0])
+    t = BootstrapT(d, strata=list("aaabb"), weights={"a": 3.0, "b": 1.0})
+    want = math.sqrt(0.75 ** 2 * 1.0 / 3 + 0.25 ** 2 * 50.0 / 2)
+    assert t.se == pytest.approx(want)
+
+
+def test_one_pair_gives_no_bootstrap_interval():
+    import numpy as np
+
+    from evalkit.stats import BootstrapT
+
+    assert BootstrapT(np.asarray([1.0])).interval(0.05) is None

@@ -18,7 +18,7 @@ from evalkit.cli import cli
 from evalkit.errors import UsageError
 from evalkit.execution.sizing import balanced, parse_duration
 from evalkit.reporting.report import paired
-from evalkit.reporting.verdicts import apply_holm, parse_margins
+from evalkit.reporting.verdicts import apply_holm, parse_margins, sentences, verdicts
 from evalkit.stats import Z_DETECT, bootstrap_se, holm, sign_flip_p
 from evalkit.testing.stub_server import StubConfig, StubServer
 
@@ -73,6 +73,11 @@ def test_margins_parse_with_units_and_signs():
                      ("schema_pass=3ms", "percentage points"), ("schema_pass=3", "percentage points")):
         with pytest.raises(UsageError, match=msg):
             parse_margins(bad)
+
+
+def test_top1_agreement_may_be_said_in_points():
+    (m,) = parse_margins("top1_agreement=-2pp")
+    assert m.value == -2
 
 
 @pytest.mark.parametrize("bare", ["ttft_mean=50", "e2e_mean=+5", "tpot_mean=-10"])
@@ -143,6 +148,7 @@ def test_durations_and_balanced_sizes():
     assert balanced(500, 144) == 144
 
 
+@pytest.mark.integration  # starts stub servers
 def test_budget_sizes_the_run_from_the_probes_and_says_what_it_buys(runner, endpoint_matrix, tmp_path):
     with StubServer(StubConfig(ttft_ms=150, itl_ms=2)) as a, StubServer(StubConfig(ttft_ms=150, itl_ms=2)) as b:
         ledger = tmp_path / "b.db"
@@ -169,6 +175,7 @@ def _jittered_run(runner, endpoint_matrix, ledger, limit: int, seed: int, repeat
         assert r.exit_code == 0, r.output
 
 
+@pytest.mark.integration  # starts stub servers
 def test_plan_predicts_the_detectable_difference_a_run_then_shows(runner, endpoint_matrix, tmp_path):
     # 144 cases, 2 repeats each (averaged per case): the spread's own sampling error stays near 6 %
     pilot = tmp_path / "pilot.db"
@@ -189,6 +196,7 @@ def test_plan_predicts_the_detectable_difference_a_run_then_shows(runner, endpoi
     assert abs(predicted - actual) / actual < 0.2, (predicted, actual)
 
 
+@pytest.mark.integration  # starts stub servers
 def test_plan_sizes_a_difference_and_refuses_without_a_question(runner, endpoint_matrix, tmp_path):
     pilot = tmp_path / "pilot.db"
     _jittered_run(runner, endpoint_matrix, pilot, 24, seed=1)
@@ -199,6 +207,7 @@ def test_plan_sizes_a_difference_and_refuses_without_a_question(runner, endpoint
     assert "--detect" in r.output
 
 
+@pytest.mark.integration  # starts stub servers
 def test_compare_pools_runs_with_a_between_run_interval(runner, endpoint_matrix, tmp_path):
     ledger = tmp_path / "c.db"
     for seed in (1, 3, 5):
@@ -282,3 +291,38 @@ def test_plan_never_recommends_fewer_cases_than_a_verdict_needs(runner, two_cand
     p = json.loads(runner.invoke(cli, ["plan", "--ledger", str(two_candidate_run), "--detect", "e2e_mean=500",
                                        "--json"]).output)
     assert p["metrics"][0]["cases"] == 8  # 2 margins, 4 hypotheses under Holm: at least 8 pairs
+
+
+def _failing_rows(n: int, fail: int) -> list[dict]:
+    from evalkit.testing.verdict_sim import _row
+
+    out = []
+    for i in range(n):
+        out += [_row("base", i, ttft_ms=100.0 + i), _row("cand", i, ttft_ms=100.0 + i)]
+        if i < fail:
+            out[-1].update({"ttft_ms": None, "error_class": "timeout"})
+    return out
+
+
+def test_a_failed_request_takes_the_worst_value_observed():
+    from evalkit.reporting.pairing import latency_pairs
+
+    a, _, _ = latency_pairs(_failing_rows(4, 1), "base", "cand", "ttft_ms", False)
+    assert a[0] == 103.0  # the slowest value either side showed
+
+
+def test_failed_requests_are_counted_per_side():
+    from evalkit.reporting.pairing import latency_pairs
+
+    _, _, fails = latency_pairs(_failing_rows(12, 3), "base", "cand", "ttft_ms", False)
+    assert fails == {"candidate": 3, "baseline": 0}
+
+
+def test_a_verdict_line_says_pairs_and_failures():
+    vs = verdicts(_failing_rows(12, 2), "base", parse_margins("ttft_mean=+50ms"))
+    assert "12 pairs, 2 failed requests (candidate 2, baseline 0)" in sentences(vs, "base")[0]
+
+
+def test_a_verdict_names_its_statistic():
+    (e,) = verdicts(_failing_rows(12, 0), "base", parse_margins("ttft_mean=+50ms"))
+    assert e["statistic"] == "mean difference, failed requests at the worst value"

@@ -6,6 +6,10 @@ and grades every variant's every repeat of each kept case: pairs stay pairs (dri
 compare a candidate with the baseline on the same case and seed, and drift's noise floor reads
 the baseline's extra repeats), the choice does not depend on the order rows were written, and
 grading again (a new grader version, a resumed run) grades the same requests.
+
+A slice graded thinly stands for more cases than one graded whole: the verdicts weight each slice
+by its share of the population (the stratified estimator and its variance, `stats.robust`;
+`reporting/pairing.py` reads the slices from the graded rows), and the report states the weights.
 """
 
 from __future__ import annotations
@@ -58,4 +62,24 @@ def sample_line(info: dict[str, Any] | None) -> str | None:
     return (f"quality graded on a stratified sample: up to {info['per_slice']} cases per slice "
             f"({' × '.join(info['strata_by'])}, seed {info['seed']}), every variant's requests for each; "
             f"{info['graded']:,} of {info['requests']:,} successful requests graded; "
-            f"{full} of {len(info['strata'])} slices graded whole")
+            f"{full} of {len(info['strata'])} slices graded whole; {weights_text(info)}")
+
+
+def weights(info: dict[str, Any]) -> dict[tuple[str, str], float]:
+    """Each slice's weight in an estimate over the population: its share of the cases (of its load
+    level: each level is its own population). A graded case stands for cases / kept of its slice."""
+    per_level: dict[str, int] = defaultdict(int)
+    for s in info["strata"]:
+        per_level[s["level"]] += s["cases"]
+    return {(s["level"], s["complexity"]): s["cases"] / per_level[s["level"]] for s in info["strata"]}
+
+
+def weights_text(info: dict[str, Any]) -> str:
+    """'estimates weighted to the population: c=1/short 0.556 (3 of 10 graded), …' or that they need none."""
+    w = weights(info)
+    shares = {s["kept"] / s["cases"] for s in info["strata"] if s["cases"]}
+    if len(shares) <= 1:
+        return "every slice graded in the same share: plain means are the population's"
+    return "verdicts and intervals weighted to the population by slice (weight, graded of cases): " + ", ".join(
+        f"{s['level']}/{s['complexity']} {w[(s['level'], s['complexity'])]:.3f} ({s['kept']} of {s['cases']})"
+        for s in info["strata"])

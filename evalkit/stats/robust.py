@@ -32,6 +32,8 @@ error rate was proven on.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .signflip import MC_PATTERNS, PairedTest, SignFlipMean, SignFlipRatio, _SubsetTest
@@ -54,8 +56,8 @@ def _strata(n: int, strata: list[str] | None, weights: dict[str, float] | None,
 
 class BootstrapT(_SubsetTest):
     """Studentized bootstrap of a (stratified) mean difference, or of a ratio of means as a %
-    difference when ``base`` is given (SE by the delta method: the linearised values
-    (cᵢ − R bᵢ) / mean(b))."""
+    difference when ``base`` is given: studentized on the log scale, log(mean c / mean b), with the
+    delta method's SE (the linearised values cᵢ / mean(c) − bᵢ / mean(b)), printed in %."""
 
     method = "studentized bootstrap"
 
@@ -65,15 +67,13 @@ class BootstrapT(_SubsetTest):
         n = len(cand)
         super().__init__(n, None)
         self.ratio = base is not None
-        if self.ratio:
-            self.unit_scale = 100.0
         if n < 2:
             self.se = None
             self._set_stats(np.empty(0), 1, 1)
             return
         idx, w, fpc = _strata(n, strata, weights, sizes)
         est, se = self._est_se(cand, base, idx, w, fpc)
-        self.estimate, self.se = (None if est is None else est * self.unit_scale), se
+        self.estimate, self.se = (None if est is None else self._unit(est)), se
         small = any(len(ix) < 2 for ix in idx)
         if est is None or se is None or not se > 0 or small:
             self._set_stats(np.empty(0), 1, 1)
@@ -86,7 +86,13 @@ class BootstrapT(_SubsetTest):
         with np.errstate(divide="ignore", invalid="ignore"):
             t = (e_b - est) / s_b
         t = np.where(s_b > 0, t, np.where(e_b > est, np.inf, np.where(e_b < est, -np.inf, 0.0)))
-        self._set_stats(est - se * t, 1, boot + 1)
+        with np.errstate(over="ignore"):
+            self._set_stats(self._unit(est - se * t), 1, boot + 1)
+
+    def _unit(self, x: Any) -> Any:
+        """From the scale tested on to the one printed: a log ratio to a % difference (monotone, so
+        the order of the statistics and the p-values they give are kept)."""
+        return 100.0 * np.expm1(x) if self.ratio else x
 
     @staticmethod
     def _est_se(c: np.ndarray, b: np.ndarray | None, idx: list[np.ndarray], w: np.ndarray,
@@ -111,9 +117,9 @@ class BootstrapT(_SubsetTest):
         mc, _ = strat(c)
         mb, _ = strat(b)
         with np.errstate(divide="ignore", invalid="ignore"):
-            r = mc / mb
-            _, se = strat((c - r[:, None] * b) / mb[:, None])
-            return r - 1.0, se
+            # on the log scale, where a ratio's distribution is far less skewed (SE by the delta method)
+            _, se = strat(c / mc[:, None] - b / mb[:, None])
+            return np.log(mc / mb), se
 
 
 class Robust(PairedTest):
