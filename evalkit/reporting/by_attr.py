@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from html import escape
 from typing import Any
 
 from ..catalogue import Metric, fmt
@@ -87,26 +86,3 @@ def by_table(f: dict[str, Any], by: list[str]) -> tuple[str, list[str], list[lis
     if not entries or not (cols or fl):
         return None
     return TITLE.format(by=", ".join(by)), header(by, cols, fl), [_cells(e, by, cols, fl) for e in entries], 1 + len(by)
-
-
-def by_html(f: dict[str, Any], by: list[str] | None) -> list[str]:
-    """The HTML report's section: the latency slices and the quality table per attribute value."""
-    if not by or not f.get("by_quality"):
-        return []
-    entries = f["by_quality"]
-    cols, fl = _columns(entries), _flip_graders(entries)
-
-    def table(head: list[str], body: list[list[str]]) -> str:
-        return ("<table><tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr>"
-                + "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in body)
-                + "</table>")
-
-    def ms(s: dict[str, Any], m: str, k: str) -> str:
-        return "-" if s[m][k] is None else f"{s[m][k]:,.0f}"
-
-    lat = [[s["variant"], *(str(s.get(b)) for b in by), str(s["n"]), str(s["errors"]), ms(s, "ttft_ms", "p50"),
-            ms(s, "ttft_ms", "p99"), ms(s, "e2e_ms", "mean")] for s in f.get("slices", [])]
-    return [f"<h2>By {escape(', '.join(by))}</h2>",
-            table(["variant", *by, "n", "err", "TTFT p50 (ms)", "TTFT p99 (ms)", "E2E mean (ms)"], lat),
-            f"<p class='note'>{escape(TITLE.format(by=', '.join(by)))}</p>",
-            table(header(by, cols, fl), [_cells(e, by, cols, fl) for e in entries])]

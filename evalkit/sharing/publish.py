@@ -12,15 +12,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..catalogue import STUDY, cell, fmt
+from ..catalogue import STUDY, cell
 from ..errors import UsageError
 from ..grading.registry import available, headline_columns, use_run
 from ..host import host_line
 from ..ledger import Ledger
 from ..paths import PROJECT_DIR
 from ..redact import SECRET_ENV_HINT, SECRET_PATTERNS
+from ..reporting.document import markdown, sections
 from ..reporting.findings import full_report
-from ..reporting.report import markdown_table, quality_columns
 from ..reporting.reviews import review_lines
 
 TOKEN_ENVS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
@@ -40,13 +40,9 @@ def find_secret(rows: list[dict[str, Any]], where: str) -> str | None:
 
 def _card(ledger: Ledger, run_id: str, configs: dict[str, int], rep: dict[str, Any], f: dict[str, Any]) -> str:
     run = ledger.require_run(run_id)
-    cost_rows = "\n".join(
-        f"| {c['variant']}{' ★' if c.get('best_level') else ''} | {c['level']} | {fmt(None, c['output_tps'], 1)} | "
-        f"{fmt(None, c['usd_per_m_output_tokens'], 2)} | {fmt(None, c['usd_per_1k_requests'], 3)} | "
-        f"{fmt(None, c.get('reference_usd_per_1k_requests'), 3)} |" for c in f["cost"])
-    cost_section = ("## Cost per token\n\n★: the highest load level that still meets the SLOs.\n\n"
-                    "| variant | level | output tok/s | $ per M output tokens | $ per 1k requests | reference $ per 1k |\n"
-                    "|---|---|---|---|---|---|\n" + cost_rows) if f["cost"] else ""
+    # the report's own sections, each under its heading: whatever the terminal shows, the card shows
+    body = "\n\n".join(f"## {sec.title}\n\n{markdown(sec.blocks)}" for sec in sections(rep, f, f.get("by"))
+                         if sec.key != "run")
     variant_lines = "\n".join(f"- `{v['name']}`: {v.get('model')}, dtype {v.get('dtype') or '-'}"
                               + (f" ({v['dtype_reason']})" if v.get("dtype_reason") else "")
                               + f", quantization {v.get('quantization') or 'none'}" for v in rep["variants"])
@@ -92,17 +88,9 @@ Rows per config: {", ".join(f"{k} {v}" for k, v in configs.items())}.
 
 {grader_lines}
 
-{cost_section}
-
 {review_section}
 
-## Latency per variant and complexity
-
-{markdown_table(rep)}
-
-## Quality per variant and complexity
-
-{markdown_table(rep, quality_columns(rep["graders"]))}
+{body}
 
 ## Run configuration
 
