@@ -192,3 +192,29 @@ def test_ray_refuses_what_it_cannot_carry_before_anything_is_written(runner, tmp
     assert len(r.output.strip().splitlines()) == 1  # one line, no traceback
     assert a.cfg.counters["requests"] == served  # nothing sent
     assert not ledger.exists() or Database(ledger)["runs"].count == 0  # nothing written
+
+
+def test_a_sending_process_that_dies_leaves_its_request_as_a_row_of_its_own_class():
+    import asyncio
+    import time
+
+    from evalkit.execution.procs import DIED, SenderPool
+
+    with StubServer(StubConfig(ttft_ms=1500, itl_ms=0)) as s:
+        async def go():
+            pool = SenderPool(2, time.perf_counter(), 30.0, False, lambda proc, windows: None)
+            await pool.start()
+            payload = {"model": "stub", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+                       "stream": True}
+            url = f"{s.base_url}/v1/chat/completions"
+            sends = [asyncio.ensure_future(pool.send(url, payload, {}, None)) for _ in range(2)]
+            await asyncio.sleep(0.5)
+            pool.procs[0].kill()  # the first process dies with its request in hand
+            got = await asyncio.gather(*sends)
+            errors = await pool.close()
+            return got, errors
+
+        got, errors = asyncio.run(go())
+    classes = sorted(str(r.error_class) for r, _ in got)
+    assert classes == sorted([DIED, "None"])
+    assert any("died" in e for e in errors)  # and the level says a sending process was lost
