@@ -163,6 +163,11 @@ def test_plan_reads_the_plugin_s_margin(runner, receipts, where):
     assert r.exit_code == 0, r.output
 
 
+def test_plan_detects_a_difference_in_the_plugin_s_margin(runner, receipts, where):
+    r = runner.invoke(cli, ["plan", "--ledger", str(receipts[1]), "--detect", "fieldmatch=0.1"])
+    assert "fieldmatch: to detect 0.1" in r.output, r.output
+
+
 def test_check_gates_on_the_matrix_s_plugin_margin(runner, receipts, where):
     assert "margin fieldmatch" in _junit(runner, receipts, where, [])
 

@@ -11,7 +11,9 @@ from typing import Any
 
 from ..errors import UsageError
 from ..execution.sizing import PRIORS, cases_needed, mde, mmss, paired_diffs, spread
-from ..grading.registry import use_run
+from ..grading import paired_differences
+from ..grading.registry import available, use_run
+from ..grading.registry import margins as registry_margins
 from ..host import host_line, this_host
 from ..ledger import Ledger
 from ..stats import pairs_for_a_verdict
@@ -20,15 +22,50 @@ from .verdicts import hypotheses, parse_margins
 METRICS = {"drift": "", "e2e_mean": " %"}
 
 
+def metrics() -> dict[str, str]:
+    """metric -> unit: drift and E2E, then every registered grader's margin (a plugin's too)."""
+    out = dict(METRICS)
+    for name, (_, m) in registry_margins().items():
+        out.setdefault(name, " pp" if m.unit == "pp" else "")
+    return out
+
+
+def grader_diffs(ledger: Ledger, run_id: str) -> dict[str, tuple[float, int]]:
+    """margin -> (SD of the per-case candidate-minus-baseline differences, pairs) for every grader
+    margin but drift's (sizing.paired_diffs has it), pooled over candidates: a plugin's margin
+    plans like a built-in's. Pass rates in percentage points."""
+    base = ledger.baseline(run_id)
+    rows = [r for r in ledger.measured_requests(run_id, ok_only=True) if (r["concurrency"] or 1) == 1]
+    grades = ledger.latest_grades(run_id)
+    reg = available()
+    out: dict[str, list[float]] = {}
+    for name, (grader, m) in registry_margins().items():
+        if name in METRICS or grader not in reg:
+            continue
+        for v in sorted({r["variant"] for r in rows} - {base}):
+            def side(var: str, grader: str = grader) -> list[dict[str, Any]]:
+                return [{**grades[r["id"]][grader], "case_id": r["case_id"], "repeat": r["repeat"]} for r in rows
+                        if r["variant"] == var and grader in grades.get(r["id"], {})]
+
+            xs = paired_differences(reg[grader].aggregate, side(v), side(base or "")).get(name, [])
+            if len(xs) >= 2:
+                scale = 100.0 if m.unit == "pp" else 1.0
+                mu = sum(xs) / len(xs)
+                out.setdefault(name, []).append(scale * math.sqrt(sum((x - mu) ** 2 for x in xs) / (len(xs) - 1)))
+                out.setdefault(f"{name}#n", []).append(len(xs))
+    return {k: (sum(sds) / len(sds), int(sum(out[f"{k}#n"]))) for k, sds in out.items() if not k.endswith("#n")}
+
+
 def parse_detect(text: str) -> dict[str, float]:
+    known = metrics()
     out = {}
     for part in (text or "").split(","):
         if not part.strip():
             continue
         k, eq, v = part.partition("=")
         k = k.strip()
-        if not eq or k not in METRICS:
-            raise UsageError(f"--detect: '{part}': expected METRIC=DIFFERENCE with METRIC in {', '.join(METRICS)}")
+        if not eq or k not in known:
+            raise UsageError(f"--detect: '{part}': expected METRIC=DIFFERENCE with METRIC in {', '.join(known)}")
         try:
             out[k] = abs(float(v.strip().rstrip("%")))
         except ValueError:
@@ -76,7 +113,7 @@ def plan(ledger: Ledger, run_id: str | None, detect: dict[str, float], cases: in
     run = ledger.require_run(run_id)
     rid = run["id"]
     use_run(run)  # the margins of its workload's graders parse like a built-in's
-    spreads = spread(paired_diffs(ledger, rid))
+    spreads = {**grader_diffs(ledger, rid), **spread(paired_diffs(ledger, rid))}
     between, n_runs = between_run_sd(ledger, run["matrix_name"])
     per_case, fixed = seconds_per_case(ledger, rid)
     out: dict[str, Any] = {"pilot_run": rid, "matrix": run["matrix_name"], "runs_of_matrix": n_runs,
@@ -85,7 +122,9 @@ def plan(ledger: Ledger, run_id: str | None, detect: dict[str, float], cases: in
     hyp = hypotheses(parse_margins(run.margins, "matrix margins"))
     floor = pairs_for_a_verdict(max(hyp, 1))  # no margins: still the pairs one two-sided test needs (6)
     for metric in sorted(set(detect) | (set(METRICS) if cases else set())):
-        sd, n = spreads.get(metric, (PRIORS[metric], 0))
+        if metric not in spreads and metric not in PRIORS:
+            raise UsageError(f"--detect {metric}: the pilot run {rid} has no paired grades of it to plan from")
+        sd, n = spreads.get(metric, (PRIORS.get(metric), 0))
         tau = between.get(metric, 0.0)
         e: dict[str, Any] = {"metric": metric, "sd": sd, "pilot_pairs": n, "between_run_sd": tau,
                              "source": f"pilot run {rid} ({n} pairs)" if n else "shipped prior (the pilot has none)"}
@@ -108,7 +147,7 @@ def plan_lines(p: dict[str, Any]) -> list[str]:
     if p["pilot_host"] != p["this_host"]:
         lines.append(f"note: the pilot ran on another machine ({p['pilot_host']}); its times may not hold here")
     for e in p["metrics"]:
-        unit = METRICS[e["metric"]]
+        unit = metrics().get(e["metric"], "")
         tau = f", between-run SD {e['between_run_sd']:.3g}{unit}" if e["between_run_sd"] else ""
         if "detect" in e:
             if e["cases"] is None:
