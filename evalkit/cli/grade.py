@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..errors import GradingIncomplete, UsageError
+from ..errors import EvalkitError, GradingIncomplete, UsageError
 from ..paths import rubrics_dir
 from .common import LEDGER_OPT, RUN_OPT, Group, cli, ledger_path
 
@@ -104,7 +104,10 @@ def graders_list(ledger: Path | None, workload: Path | None, grader_paths: tuple
         discover(folder)
     path = ledger_path(ledger)
     if path.is_file():
-        use(open_ledger(path, create=False), every_run=True)
+        try:
+            use(open_ledger(path, create=False), every_run=True)
+        except EvalkitError as e:  # a listing does not fail on a ledger it only looks into
+            UNRESOLVED[str(path)] = str(e).splitlines()[0]
     for name, cls in available().items():
         cols = ", ".join(c.key for c in cls.aggregate.columns)
         click.echo(f"{name} v{cls.version} ({cls.kind}{', default' if cls.default else ''}): {cls.description} "
