@@ -189,7 +189,7 @@ def _kv_statement(variants: list[dict[str, Any]], levels: list[dict[str, Any]], 
         where = f"in the same {human(v['memory_budget_bytes'])}" if same else "with its own memory (no shared budget)"
         ratio = v["kv_blocks"] / base["kv_blocks"]
         line = f"{where}, {name} has {ratio:.2f}x the KV blocks of {baseline} ({v['kv_blocks']} vs {base['kv_blocks']})"
-        if slo:
+        if slo and load.get("kind") != "search":  # a search's probes are rates: its frontier lines say it
             c2, c1 = slo_held_up_to(levels, name), slo_held_up_to(levels, baseline)
             line += (f" and keeps the SLO ({slo}) up to concurrency {c2 if c2 is not None else 'none'} vs "
                      f"{c1 if c1 is not None else 'none'} for {baseline}")
