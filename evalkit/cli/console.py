@@ -27,7 +27,10 @@ def stderr_console() -> Console:
 
 
 def say(text: str) -> None:
-    stderr_console().print(f"[dim]evalkit:[/dim] {text}", highlight=False)
+    from rich.markup import escape
+
+    # escaped: a message's own brackets ("[queue] server queue grew") are text, not rich markup
+    stderr_console().print(f"[dim]evalkit:[/dim] {escape(text)}", highlight=False)
 
 
 class RichProgress:

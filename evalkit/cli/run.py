@@ -52,7 +52,12 @@ from .console import RichProgress, print_closing, print_report
               help="sweep saturation: peak KV-cache use at or above this fraction [0.9, or the matrix's load:]")
 @click.option("--slo", default=None,
               help="per-request limits for goodput and the sweep: ttft=2000,tpot=100,e2e=10000 (ms) or relative to "
-                   "the same case at concurrency 1: ttft=3x,e2e=3x")
+                   "the same case at concurrency 1: ttft=3x,e2e=3x; with --search, p99 goals: ttft_p99=2s,itl_p99=80ms")
+@click.option("--search", type=click.Choice(["rate", "concurrency"]), default=None,
+              help="find each variant's capacity frontier: the highest rate (or concurrency) it sustains at the --slo "
+                   "without over-saturating, bracketed and bisected (docs/capacity.md)")
+@click.option("--max-probes", type=click.IntRange(min=3), default=None,
+              help="with --search: load levels per variant, its unloaded reference included [8]")
 @click.option("--client-procs", type=int, default=None,
               help="processes sending the load, each with its own event loop [what the host can spare: 1 beside a "
                    "launched server, else half the cores up to 8]")
@@ -91,17 +96,20 @@ def run(workload: Path | None, trace_path: Path | None, trace_format: str | None
     """
     from ..execution.inputs import resolve_inputs
     from ..execution.options import RunOptions
+    from ..execution.search import SearchRequest
     from ..execution.signals import Interrupted, graceful_stop
     from ..execution.traces import TraceSpec
     from ..execution.workflow import run_and_grade
     from ..ledger import open_ledger
     from ..reporting.findings import full_report
     from ..sharing.browse import store_derived
+    from .liveview import progress_for
 
     if workload is not None and options["matrix_path"] is not None:
         raise UsageError("give --workload DIR or --matrix FILE: a workload folder holds its matrix.yaml")
     if trace_path is not None and trace_format is None:
         raise UsageError("--trace needs --trace-format (mooncake, azure, burstgpt or evalkit)")
+    search = SearchRequest.take(options)  # --search takes over --slo and --arrival; other shapes refused
     opts = RunOptions(**{**options, "matrix_path": options["matrix_path"] or workload,
                          "trace": TraceSpec(str(trace_path), trace_format or "", speedup, trace_limit) if trace_path else None,
                          "subset_seed": subset_seed or 0, "arrival_seed": arrival_seed or 0, "graders": graders,
@@ -110,10 +118,12 @@ def run(workload: Path | None, trace_path: Path | None, trace_format: str | None
     resume_id = opts.resume_id
     db = open_ledger(ledger_path(ledger), create=False) if resume_id else None
     inp = resolve_inputs(db, opts, RichProgress(quiet).say)  # bad input stops here: nothing written yet
+    if search is not None:
+        inp.load = search.load(inp.load, inp.matrix.load.slo if inp.matrix.load else None, opts.arrival_seed)
     db = db or open_ledger(ledger_path(ledger))
     if inp.reopened or opts.retry_failed:
         click.echo(f"run {resume_id}: {inp.reopened} failed requests will be sent again (their rows stay, not final)")
-    progress = RichProgress(quiet)
+    progress = progress_for(quiet, {v.name: v.endpoint_of(None) for v in inp.matrix.variants})  # live on a terminal
     for note in inp.grader_notes:
         progress.say(note)
     path = ledger_path(ledger)
