@@ -259,26 +259,24 @@ class SenderPool:
             except (BrokenPipeError, ConnectionResetError):
                 pass
         await asyncio.gather(*self._pumps, return_exceptions=True)
-        for p in self.procs:
-            if p.returncode is None:
-                try:
-                    p.kill()
-                except ProcessLookupError:
-                    pass
-            await p.wait()
+        await self._end_all()
         if self._done < len(self.procs):
             self.errors.append(f"{len(self.procs) - self._done} sending process(es) died without reporting")
         return self.errors
 
     async def abort(self) -> None:
         """Cancelled (a stop's grace ran out, a failure elsewhere): the processes go at once."""
+        await self._end_all()
+        await asyncio.gather(*self._pumps, return_exceptions=True)
+
+    async def _end_all(self) -> None:
+        """Kill whichever process is still there (after `close`, none should be) and reap them all."""
         for p in self.procs:
             if p.returncode is None:
                 try:
                     p.kill()
                 except ProcessLookupError:
                     pass
-        await asyncio.gather(*self._pumps, return_exceptions=True)
         for p in self.procs:
             await p.wait()
 
