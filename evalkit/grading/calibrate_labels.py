@@ -144,6 +144,8 @@ def against_file(grader: str, path: Path | None, ctx: GraderContext | None = Non
 
 
 def _kappa_text(r: dict[str, Any]) -> str:
+    if not r["n"]:
+        return "no item has both a grader verdict and a label (the grader passed or failed none of them)"
     if r["kappa"] is None:
         return f"kappa undefined (n {r['n']}: one rater used a single label throughout)"
     ci = r["ci95"]
