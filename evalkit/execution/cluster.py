@@ -36,7 +36,7 @@ from ..spec.matrix import Matrix
 from .inputs import RunInputs
 from .load import Load
 from .ray_driver import Job, drive, ray_init, reap_group, reap_worker
-from .runner import CARRIER_FAILED, Progress, RunContext, RunSummary, run_group
+from .runner import CARRIER_FAILED, Progress, RunContext, RunSummary, case_rows, run_group
 from .signals import STOP
 
 # Fault injection for tests of worker death: a worker exits abruptly after this many requests.
@@ -223,8 +223,6 @@ class OnRay:
 def _drive_on_ray(ctx: RunContext, address: str | None) -> None:
     ledger, matrix, summary, progress, load = ctx.ledger, ctx.matrix, ctx.summary, ctx.progress, ctx.load
     run_row = ledger.require_run(summary.run_id)
-    from .skeleton import case_rows
-
     crow = case_rows(ctx.cases, run_row["dataset_hash"])
     jobs: list[Job] = []
     for v in matrix.ordered_variants():

@@ -8,16 +8,28 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from ..ledger import Ledger
 from .load import WorkItem
 from .signals import STOP
 
-if TYPE_CHECKING:  # the sender imports this module
-    from .sender import Sender
+
+class TurnSender(Protocol):
+    """What a conversation needs of the sender (`sender.Sender`, which imports this module)."""
+
+    ledger: Ledger
+    run_id: str
+
+    async def send_item(self, http: Any, item: WorkItem, attribute_now: bool, scheduled_ms: float | None = None,
+                        messages: list[dict[str, str]] | None = None,
+                        extra: dict[str, Any] | None = None) -> list[dict[str, Any]]: ...
+
+    def not_sent(self, item: WorkItem, why: str, payload: dict[str, Any] | None = None,
+                 extra: dict[str, Any] | None = None) -> dict[str, Any]: ...
 
 
-async def send_conversation(sender: Sender, http: Any, item: WorkItem, attribute_now: bool,
+async def send_conversation(sender: TurnSender, http: Any, item: WorkItem, attribute_now: bool,
                             scheduled_ms: float | None) -> list[dict[str, Any]]:
     """Every turn in order; returns the rows written (each turn's attempts, then any turns left)."""
     case = item.case

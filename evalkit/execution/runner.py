@@ -14,7 +14,7 @@ from typing import Protocol
 from ..engines.memory import MemoryPlan
 from ..engines.vllm_server import engine_version
 from ..errors import EngineError
-from ..ledger import DoneKeys, HeldKeys, Ledger
+from ..ledger import DoneKeys, HeldKeys, Ledger, dumps
 from ..measure.client import RequestResult
 from ..measure.telemetry import MetricsScraper
 from ..spec.dataset import Case
@@ -65,6 +65,26 @@ class RunSummary:
     estimates: dict[str, RunEstimate] = field(default_factory=dict)
     unrecorded: str | None = None  # why the run's end could not be written (a full disk): it reads as stale
     t0: float = field(default_factory=time.monotonic)
+
+
+def case_rows(cases: list[Case], dhash: str) -> list[dict]:
+    """The cases as the ledger keeps them: their attributes whole, and the shipped resume
+    workload's attributes also in columns of their own (Datasette facets on them)."""
+    out = []
+    for c in cases:
+        a = c.attributes
+        ck = a.get("context_keys")
+        out.append({
+            "id": c.id, "dataset_hash": dhash, "task": a.get("task"), "persona": a.get("persona"),
+            "persona_title": a.get("persona_title"), "persona_description": a.get("persona_description"),
+            "candidate": a.get("candidate"), "complexity": c.complexity,
+            "formality": a.get("formality") if isinstance(a.get("formality"), int) else None,
+            "schema_name": c.schema_name, "context_keys_json": dumps(ck) if ck is not None else None,
+            "messages_json": dumps([m.model_dump() for m in c.messages]), "attributes_json": dumps(a),
+            "reference": c.reference, "schema_json": dumps(c.schema_doc) if c.schema_doc is not None else None,
+        })
+    return out
+
 
 
 @dataclass

@@ -21,34 +21,15 @@ from ..host import this_host
 from ..ledger import DoneKeys, HeldKeys, Ledger, dumps, utcnow
 from ..paths import cache_dir
 from ..redact import redact, redact_args
-from ..spec.dataset import Case, dataset_hash
+from ..spec.dataset import dataset_hash
 from ..spec.matrix import Matrix
 from .inputs import RunInputs
 from .load import Load, warmup_cases
-from .runner import Progress, RunContext, RunSummary, SilentProgress, run_group
+from .runner import Progress, RunContext, RunSummary, SilentProgress, case_rows, run_group
 
 
 def new_run_id() -> str:
     return utcnow()[:10].replace("-", "") + "-" + uuid.uuid4().hex[:8]
-
-
-def case_rows(cases: list[Case], dhash: str) -> list[dict]:
-    """The cases as the ledger keeps them: their attributes whole, and the shipped resume
-    workload's attributes also in columns of their own (Datasette facets on them)."""
-    out = []
-    for c in cases:
-        a = c.attributes
-        ck = a.get("context_keys")
-        out.append({
-            "id": c.id, "dataset_hash": dhash, "task": a.get("task"), "persona": a.get("persona"),
-            "persona_title": a.get("persona_title"), "persona_description": a.get("persona_description"),
-            "candidate": a.get("candidate"), "complexity": c.complexity,
-            "formality": a.get("formality") if isinstance(a.get("formality"), int) else None,
-            "schema_name": c.schema_name, "context_keys_json": dumps(ck) if ck is not None else None,
-            "messages_json": dumps([m.model_dump() for m in c.messages]), "attributes_json": dumps(a),
-            "reference": c.reference, "schema_json": dumps(c.schema_doc) if c.schema_doc is not None else None,
-        })
-    return out
 
 
 def create_run(ledger: Ledger, inp: RunInputs, load: Load) -> str:
