@@ -61,7 +61,11 @@ def test_plugin_grades_reach_report_html_datasette_and_card(plugin_site, runner,
     r = runner.invoke(cli, ["check", "--ledger", str(stub_ledger), "--threshold", "wordcount_mean=1000",
                             "--margins", "wordcount=5"])
     assert r.exit_code == 0, r.output
-    assert "3 passed" in r.output, r.output  # two thresholds, one margin (the candidate)
+    # two thresholds pass; the margin (the candidate) is undecided: 6 pairs cannot decide 2 hypotheses
+    assert "2 passed, 0 failed, 1 undecided" in r.output, r.output
+    r = runner.invoke(cli, ["check", "--ledger", str(stub_ledger), "--threshold", "wordcount_mean=1000",
+                            "--margins", "wordcount=5", "--require-decided"])
+    assert r.exit_code == 1, r.output
     md = runner.invoke(cli, ["report", "--markdown", "--ledger", str(stub_ledger)]).output
     assert "| words |" in md
     assert "≤120 words %" in md
