@@ -167,6 +167,20 @@ def test_budget_sizes_the_run_from_the_probes_and_says_what_it_buys(runner, endp
     assert "can detect" in r.output
 
 
+@pytest.mark.integration  # starts stub servers
+def test_a_budget_too_small_to_decide_the_margins_is_stretched_and_says_so(runner, endpoint_matrix, tmp_path):
+    with StubServer(StubConfig(ttft_ms=150, itl_ms=2)) as a, StubServer(StubConfig(ttft_ms=150, itl_ms=2)) as b:
+        ledger = tmp_path / "s.db"
+        m = endpoint_matrix(a.base_url, b.base_url, extra="divergence: {enabled: false}\n"
+                            "margins: {e2e_mean: +5%, ttft_mean: +5%}\n")
+        r = runner.invoke(cli, ["run", "--matrix", str(m), "--ledger", str(ledger), "--time-budget", "1s",
+                                "--no-grade"])
+        assert r.exit_code == 0, r.output
+    run = next(Database(ledger)["runs"].rows)
+    assert run["n_cases"] == 12  # 4 hypotheses need 8 pairs: two whole rounds of the six strata
+    assert "stretched to 12 cases, the fewest that can decide its margins" in r.output
+
+
 def _jittered_run(runner, endpoint_matrix, ledger, limit: int, seed: int, repeats: int = 1) -> None:
     with StubServer(StubConfig(ttft_ms=5, itl_ms=1, jitter_ms=40, seed=seed)) as a, \
             StubServer(StubConfig(ttft_ms=5, itl_ms=1, jitter_ms=40, seed=seed + 1)) as b:

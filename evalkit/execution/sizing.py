@@ -180,13 +180,22 @@ def size_to_budget(ctx: Any, est: RunEstimate | None, variants_after: int, serve
     per_req += 0.03  # grading, per output
     n = fit_time(budget_s, time.monotonic() - summary.t0, per_req, reqs_per_case,
                    variants_after * (start_s + warm_s), len(cases))
+    stretched = ""
+    hyp = margin_hypotheses(matrix.margins)
+    need = pairs_for_a_verdict(hyp) if hyp else 0
+    need = min(len(cases), need + (-need) % 6)  # whole rounds of the six strata
+    if n < need:  # a run that cannot decide its margins answers nothing: the budget gives way, and says so
+        stretched = (f"; stretched to {need} cases, the fewest that can decide its margins ({hyp} hypotheses under "
+                     f"Holm): about {mmss((need - n) * per_req * reqs_per_case)} past the budget")
+        n = need
     kept = ctx.cases = cases[:n]  # the later variants send the same cases
     ledger.update_run(run_id, {"n_cases": n, "case_ids_json": dumps([c.id for c in kept])})
     spreads, pilot = earlier_spread(ledger, matrix.name, run_id)
     ctx.sized = n
     speeds = f", {est.basis}" if est is not None else ""
-    ctx.progress.say(f"time budget {mmss(budget_s)}: {n} cases fit on this machine "
-                     f"(at most {mmss(per_req * reqs_per_case)} per case across {len(matrix.variants)} variants{speeds}); "
+    ctx.progress.say(f"time budget {mmss(budget_s)}: {n} cases {'kept' if stretched else 'fit'} on this machine "
+                     f"(at most {mmss(per_req * reqs_per_case)} per case across {len(matrix.variants)} variants{speeds})"
+                     f"{stretched}; "
                      + buys(n, spreads, f"spread from run {pilot}" if pilot else "shipped priors; `evalkit plan` "
                             "refines them from this run", margin_hypotheses(matrix.margins)))
     return {c.id for c in kept}
