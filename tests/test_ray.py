@@ -83,7 +83,7 @@ def test_ray_replicas_split_cases_over_two_servers(runner, write, tmp_path):
 
 def test_worker_killed_mid_run_then_resume_leaves_one_row_per_request(runner, write, tmp_path, monkeypatch):
     with StubServer(StubConfig(ttft_ms=5, itl_ms=1)) as a, StubServer(StubConfig(ttft_ms=5, itl_ms=1)) as b:
-        m = _matrix(write, a, b)
+        m = _matrix(write, a, b, "divergence: {enabled: false}\n")  # Ray refuses teacher-forced scoring
         ledger = tmp_path / "l.db"
         monkeypatch.setenv(FAULT_ENV, "5")  # every worker dies after writing 5 requests (1 warm-up + 4)
         r = runner.invoke(cli, ["run", "--no-grade", "--matrix", str(m), "--limit", "6", "--ledger", str(ledger), "-q", "--ray"])
