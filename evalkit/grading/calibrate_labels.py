@@ -14,7 +14,6 @@ Two sources of labels:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -89,20 +88,15 @@ def label_file(grader: str, path: Path | None, rubrics: Path | None = None) -> P
 
 def read_labels(p: Path) -> list[dict[str, Any]]:
     """The labelled rows; a bad line is a usage error naming file:line."""
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise UsageError(f"{p}: labelled file not found") from None
+    from ..spec.config import jsonl_objects
+
     rows = []
-    for i, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
+    for i, row in jsonl_objects(p, "labelled file"):
         try:
-            row = json.loads(line)
             if not isinstance(row["case_id"], str) or not isinstance(row["text"], str) or \
                     not isinstance(row["passed"], bool):
                 raise TypeError
-        except (ValueError, KeyError, TypeError):
+        except (KeyError, TypeError):
             raise UsageError(f"{p}:{i}: expected case_id, text and passed (true/false), labels optional") from None
         rows.append({**row, "line": i})
     return rows

@@ -317,19 +317,13 @@ def spearman(xs: list[float], ys: list[float]) -> float | None:
 
 def read_labelled_file(p: Path) -> list[tuple[str, int]]:
     from ..errors import UsageError
+    from ..spec.config import jsonl_objects
 
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise UsageError(f"{p}: calibration file not found") from None
     rows = []
-    for i, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
+    for i, row in jsonl_objects(p, "calibration file"):
         try:
-            row = json.loads(line)
             text, level = row["text"], row["level"]
-        except (ValueError, KeyError, TypeError):
+        except (KeyError, TypeError):
             raise UsageError(f"{p}:{i}: expected a JSON object with 'text' and 'level'") from None
         if not isinstance(level, int) or isinstance(level, bool) or not 1 <= level <= 5:
             raise UsageError(f"{p}:{i}: field 'level': must be an integer 1-5")

@@ -79,3 +79,18 @@ def load_yaml_model(path: Path, model: type[M], error: type[UsageError], kind: s
         field = ".".join(str(x) for x in loc) or f"({kind})"
         msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
         raise error(f"{path}:{node_line(root, loc)}: field '{field}': {msg}") from None
+
+
+def jsonl_objects(p: Path, kind: str) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed value) for each non-blank line of a JSON-lines file; a missing file or a
+    line that is not JSON is a usage error naming the file (and line). The caller checks the fields."""
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise UsageError(f"{p}: {kind} not found") from None
+    for i, line in enumerate(lines, start=1):
+        if line.strip():
+            try:
+                yield i, json.loads(line)
+            except ValueError:
+                raise UsageError(f"{p}:{i}: not a JSON object") from None
