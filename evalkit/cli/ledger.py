@@ -20,7 +20,8 @@ def ledger() -> None:
               help="the merged ledger to write (must not exist)")
 def ledger_merge(sources: tuple[Path, ...], out: Path) -> None:
     """Merge ledgers made apart: migrations aligned, run ids kept, a run resumed in two places
-    de-duplicated by (variant, case, repeat, level)."""
+    de-duplicated by (variant, case, repeat, level); reviews follow the answers they read, one row
+    per submission."""
     from ..ledger.merge import merge_ledgers
 
     counts = merge_ledgers(list(sources), out)

@@ -1,7 +1,9 @@
 """Merge ledgers made apart (other machines, other days) into one: each source is first migrated
 to this evalkit's schema, run ids stay as they are (distinct runs stay distinct), and a run that
 was resumed in two places is de-duplicated by (variant, case, repeat, level): the first final row
-for a key wins, with its grades. Written to a temporary file and renamed: all or nothing."""
+for a key wins, with its grades. People's reviews follow the answers they read, one row per
+submission however many inputs hold it, written last in the order they were made (the newest per
+reviewer counts). Written to a temporary file and renamed: all or nothing."""
 
 from __future__ import annotations
 
@@ -15,8 +17,25 @@ from .store import Ledger, open_ledger
 ORDER = ("runs", "hosts", "variants", "replicas", "cases")  # tables keyed by natural ids
 
 
+# one review submission, whichever inputs hold a copy of it (a ledger copied, then merged back)
+REVIEW_KEY = ("run_id", "case_id", "baseline", "candidate", "reviewer", "created_at", "verdict", "comment")
+
+
 def _key(r: dict[str, Any]) -> tuple[Any, ...]:
     return (r["run_id"], r["variant"], r["case_id"], r["repeat"], r["level"] or "main")
+
+
+def _merge_reviews(dst: Ledger, reviews: list[dict[str, Any]], counts: dict[str, int]) -> None:
+    """The inputs' reviews, one row per submission, in the order they were made: `Ledger.reviews`
+    takes a reviewer's newest by id, and ids follow the inputs' order otherwise."""
+    kept: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in reviews:
+        kept.setdefault(tuple(r[k] for k in REVIEW_KEY), r)
+    rows = sorted(kept.values(), key=lambda r: (r["created_at"] or "", r["run_id"], r["case_id"]))
+    if rows:
+        dst._db["reviews"].insert_all(rows, alter=True)
+    counts["reviews"] = len(rows)
+    counts["reviews_duplicates_dropped"] = len(reviews) - len(rows)
 
 
 def merge_ledgers(sources: list[Path], out: Path) -> dict[str, int]:
@@ -34,10 +53,13 @@ def merge_ledgers(sources: list[Path], out: Path) -> dict[str, int]:
     try:
         dst = open_ledger(tmp)
         seen: set[tuple[Any, ...]] = set()
+        reviews: list[dict[str, Any]] = []
         for path in sources:
             src = open_ledger(path)  # migrates an older ledger to this schema first
-            _merge_one(src, dst, seen, counts)
+            reviews += _merge_one(src, dst, seen, counts)
             src.close()
+        with dst._db.conn:
+            _merge_reviews(dst, reviews, counts)
         dst._db.execute("pragma wal_checkpoint(truncate)")
         dst.close()
         for suffix in ("-wal", "-shm"):
@@ -49,7 +71,10 @@ def merge_ledgers(sources: list[Path], out: Path) -> dict[str, int]:
     return counts
 
 
-def _merge_one(src: Ledger, dst: Ledger, seen: set[tuple[Any, ...]], counts: dict[str, int]) -> None:
+def _merge_one(src: Ledger, dst: Ledger, seen: set[tuple[Any, ...]], counts: dict[str, int]
+               ) -> list[dict[str, Any]]:
+    """Copies one input; returns its reviews, request ids mapped to the merged ledger's (None for
+    an answer dropped as a duplicate: the review read a text the merged ledger does not hold)."""
     s, d = src._db, dst._db
     with d.conn:
         for table in ORDER:
@@ -98,3 +123,10 @@ def _merge_one(src: Ledger, dst: Ledger, seen: set[tuple[Any, ...]], counts: dic
         if "token_scores" in s.table_names():  # teacher-forced scores follow the answers they scored
             scores = [{**x, "answer_request_id": ids.get(x["answer_request_id"])} for x in s["token_scores"].rows]
             counts["token_scores"] = counts.get("token_scores", 0) + dst.copy_token_scores(scores)
+    reviews = []
+    for r in s.query("select * from reviews order by id"):
+        r.pop("id")
+        for k in ("baseline_request_id", "candidate_request_id"):
+            r[k] = ids.get(r[k]) if r[k] is not None else None
+        reviews.append(r)
+    return reviews
