@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -142,8 +142,15 @@ def graders_list(ledger: Path | None, workload: Path | None, grader_paths: tuple
 @RUN_OPT
 @click.option("--judge-endpoint", default=None, metavar="URL", help="the judge's OpenAI-compatible server (--grader judge)")
 @click.option("--judge-model", default=None, metavar="NAME", help="the judge's model name (--grader judge)")
+@click.option("--judge-max-tokens", type=click.IntRange(min=1), default=None, metavar="N",
+              help="the judge's answer length (--grader judge) [default: the matrix default, 200]")
+@click.option("--judge-structured", "judge_structured_output", type=click.Choice(["auto", "on", "off"]), default="auto",
+              show_default=True, metavar="MODE",
+              help="constrain the judge's answer to `Score: N` (vLLM structured outputs): auto (when the endpoint is "
+                   "vLLM), on, off")
 def graders_calibrate(grader: str, path: Path | None, as_json: bool, use_reviews: bool, ledger: Path | None,
-                      run_id: str | None, judge_endpoint: str | None, judge_model: str | None) -> None:
+                      run_id: str | None, judge_endpoint: str | None, judge_model: str | None,
+                      judge_max_tokens: int | None, judge_structured_output: str) -> None:
     """How well a grader agrees with labels (formality: both estimators — n, exact, within ±1,
     MAE, Spearman rho, recall per level, confusion, their agreement; persona: per-rule precision
     and recall of the rule's failures, and accuracy). Any pass/fail grader, the LLM judge
@@ -161,7 +168,10 @@ def graders_calibrate(grader: str, path: Path | None, as_json: bool, use_reviews
 
         if bool(judge_endpoint) != bool(judge_model):
             raise UsageError("--judge-endpoint and --judge-model go together (the judge's server and its model)")
-        judge = Judge(endpoint=judge_endpoint, model=judge_model) if judge_endpoint and judge_model else None
+        extra: dict[str, Any] = {"structured_output": judge_structured_output}
+        if judge_max_tokens is not None:
+            extra["max_tokens"] = judge_max_tokens
+        judge = Judge(endpoint=judge_endpoint, model=judge_model, **extra) if judge_endpoint and judge_model else None
         db = open_ledger(ledger_path(ledger), create=False) if use_reviews else None
         r = calibrate(grader, path, db, run_id, judge)
         click.echo(json.dumps(r, indent=2) if as_json else "\n".join(agreement_lines(r)))

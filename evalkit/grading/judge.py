@@ -1,13 +1,20 @@
 """Optional LLM-as-judge: one rubric prompt per criterion, the judge's parsed 1-5 grade and its
-raw answer stored. Off unless the matrix has a `judge:` section (e.g. a larger model on a GPU)."""
+raw answer stored. Off unless the matrix has a `judge:` section (e.g. a larger model on a GPU).
+
+A vLLM judge is asked for a constrained answer (`structured_outputs` regex `Score: N…`), so even a
+small model answers in the form the grade is read from; another OpenAI-compatible server is asked
+plainly, and one that refuses the constraint (HTTP 400) is asked again without it. Each criterion's
+grade records how it was asked (`asked`). Parsing stays tolerant either way."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import threading
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..catalogue import Metric
@@ -17,12 +24,36 @@ from .base import Aggregate, GradedRequest, Grader, GraderContext, Margin, Score
 from .text import prose
 
 GRADE = re.compile(r"(?i)\bscore\s*[:=]\s*([1-5])\b")
+# also read, in this order: {"score": 4}, "4/5", an answer whose first line is the digit alone
+LENIENT = (re.compile(r'(?i)"score"\s*:\s*"?([1-5])\b'), re.compile(r"\b([1-5])\s*/\s*5\b"),
+           re.compile(r"^\s*\**([1-5])\**\s*\.?\s*(?:\n|$)"))
+# what a constrained judge may write: the grade line, then at most one line of reasons
+STRUCTURED_REGEX = "Score: [1-5](\n[^\n]*)?"
+CONSTRAINED = "constrained (vLLM structured_outputs regex)"
 PROMPT = (
     "You grade one text written by an AI model for a resume platform.\n"
     "Criterion: {criterion}\n\nTask given to the model:\n{task}\n\nText to grade:\n{text}\n\n"
     "Answer with one line 'Score: N' (N from 1 = fails the criterion to 5 = fully meets it), then one "
     "short sentence of reasons."
 )
+
+
+def parse_grade(raw: str) -> int | None:
+    """The 1-5 grade in a judge's answer: `Score: N` first, then the lenient forms; None if none."""
+    for pat in (GRADE, *LENIENT):
+        if m := pat.search(raw):
+            return int(m.group(1))
+    return None
+
+
+def _error_text(e: urllib.error.HTTPError) -> str:
+    try:
+        body = e.read().decode("utf-8", "replace")
+        msg = json.loads(body).get("error", body)
+        msg = msg.get("message", msg) if isinstance(msg, dict) else msg
+    except (OSError, ValueError, AttributeError):
+        msg = str(e)
+    return redact(str(msg))[:200]
 
 
 class JudgeAggregate(Aggregate):
@@ -34,7 +65,7 @@ class JudgeAggregate(Aggregate):
 
 class JudgeGrader(Grader):
     name = "judge"
-    version = "1"
+    version = "2"  # 2: vLLM judges are asked for a constrained answer
     default = False  # only when the run's matrix has a `judge:` section
     description = "an LLM judge (the matrix's `judge:` endpoint) grades each criterion 1-5"
     aggregate = JudgeAggregate
@@ -47,32 +78,86 @@ class JudgeGrader(Grader):
 
     def __init__(self, judge: Any) -> None:
         self.judge = judge
+        self._lock = threading.Lock()
+        self._form: str | None = None  # how answers are asked for: CONSTRAINED or "plain (why)"
 
-    def _ask(self, prompt: str) -> str:
-        j = self.judge
+    def _headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json"}
-        if j.api_key_env:
-            headers["Authorization"] = f"Bearer {os.environ.get(j.api_key_env, '')}"
-        body = json.dumps({"model": j.model, "messages": [{"role": "user", "content": prompt}],
-                           "max_tokens": j.max_tokens, "temperature": 0.0}).encode()
-        req = urllib.request.Request(f"{j.endpoint}/v1/chat/completions", data=body, headers=headers)
+        if self.judge.api_key_env:
+            headers["Authorization"] = f"Bearer {os.environ.get(self.judge.api_key_env, '')}"
+        return headers
+
+    def _is_vllm(self) -> bool:
+        """vLLM answers GET /version with its version; OpenAI and most others have no such path."""
+        req = urllib.request.Request(f"{self.judge.endpoint}/version", headers=self._headers())
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return isinstance(json.loads(r.read()).get("version"), str)
+        except (urllib.error.URLError, OSError, ValueError, AttributeError):
+            return False
+
+    def answer_form(self) -> str:
+        """Constrained or plain, decided on the first request (the /version probe) and kept."""
+        with self._lock:
+            if self._form is None:
+                mode = self.judge.structured_output
+                if mode == "off":
+                    self._form = "plain (judge.structured_output: off)"
+                elif mode == "on" or self._is_vllm():
+                    self._form = CONSTRAINED
+                else:
+                    self._form = "plain (not a vLLM server: no /version)"
+            return self._form
+
+    def _post(self, body: dict[str, Any]) -> str:
+        req = urllib.request.Request(f"{self.judge.endpoint}/v1/chat/completions", data=json.dumps(body).encode(),
+                                     headers=self._headers())
         with urllib.request.urlopen(req, timeout=120) as r:
             return json.loads(r.read())["choices"][0]["message"]["content"] or ""
+
+    def _ask(self, prompt: str) -> tuple[str, str]:
+        """The judge's answer and how it was asked for. A constrained request refused with HTTP 400
+        is sent again plainly; when that one is answered, the refusal was the constraint's, and the
+        rest are asked plainly too (a 400 for another reason, e.g. too long a prompt, stays an error)."""
+        j = self.judge
+        body = {"model": j.model, "messages": [{"role": "user", "content": prompt}], "max_tokens": j.max_tokens,
+                "temperature": 0.0}
+        form = self.answer_form()
+        if form != CONSTRAINED:
+            return self._post(body), form
+        try:
+            return self._post({**body, "structured_outputs": {"regex": STRUCTURED_REGEX}}), form
+        except urllib.error.HTTPError as e:
+            if e.code != 400:
+                raise
+            why = _error_text(e)
+        raw = self._post(body)
+        with self._lock:
+            self._form = f"plain: the server refused structured_outputs (HTTP 400: {why})"
+            return raw, self._form
+
+    def grade_batch(self, items: list[GradedRequest]) -> list[Score]:
+        if len(items) < 2 or self.judge.concurrency < 2:
+            return [self.grade(i) for i in items]
+        with ThreadPoolExecutor(min(self.judge.concurrency, len(items)), thread_name_prefix="judge") as pool:
+            return list(pool.map(self.grade, items))
 
     def grade(self, item: GradedRequest) -> Score:
         task = item.case.messages[-1].content[:1500]
         per: dict[str, Any] = {}
         for name, criterion in self.judge.criteria.items():
             try:
-                raw = self._ask(PROMPT.format(criterion=criterion, task=task, text=prose(item.text)))
-            except (urllib.error.URLError, OSError, ValueError, KeyError) as e:
-                per[name] = {"grade": None, "raw": None, "error": redact(str(e))[:300]}
+                raw, asked = self._ask(PROMPT.format(criterion=criterion, task=task, text=prose(item.text)))
+            except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError) as e:
+                why = f"HTTP {e.code}: {_error_text(e)}" if isinstance(e, urllib.error.HTTPError) else str(e)
+                per[name] = {"grade": None, "raw": None, "error": redact(why)[:300]}
                 continue
-            m = GRADE.search(raw)
-            per[name] = {"grade": int(m.group(1)) if m else None, "raw": raw[:2000]}
+            per[name] = {"grade": parse_grade(raw), "raw": raw[:2000], "asked": asked}
         grades = [v["grade"] for v in per.values() if v["grade"] is not None]
         if not grades:
-            return Score(0.0, None, "judge gave no parsable grade", {"criteria": per})
+            errors = [v["error"] for v in per.values() if v.get("error")]
+            why = f": {errors[0]}" if errors else ""
+            return Score(0.0, None, f"judge gave no parsable grade{why}", {"criteria": per})
         mean = sum(grades) / len(grades)
         expl = ", ".join(f"{k} {v['grade'] if v['grade'] is not None else '?'}" for k, v in per.items())
         return Score(mean, mean >= 3, f"judge mean {mean:.1f}/5 ({expl})", {"criteria": per})

@@ -269,6 +269,8 @@ def make_app(cfg: StubConfig) -> web.Application:
         text = "" if fault == "empty" else answer_text(body, f"{cfg.model} reply {n}" if cfg.numbered else "the request")
         if cfg.fixed_text is not None:
             text = cfg.fixed_text
+        if cfg.keep_bodies and not body.get("stream"):  # a judge's request, not streamed
+            cfg.bodies.append(body)
         if not body.get("stream"):
             prompt, words = _prompt_tokens(body), len(text.split())
             return web.json_response({"id": f"chatcmpl-stub-{n}", "object": "chat.completion", "model": cfg.model,
