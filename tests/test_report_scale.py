@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -190,3 +191,55 @@ def test_a_trace_s_bad_row_past_the_limit_is_still_an_error_without_one(tmp_path
     trace.write_text('{"timestamp": 0, "input_length": 10, "output_length": 5}\nnot json\n')
     with pytest.raises(TraceError, match=":2: not valid JSON"):
         load_trace(trace, "mooncake")
+
+
+def _close(a: Any, b: Any, path: str = "") -> list[str]:
+    """Where two reports differ beyond 1e-9 (relative or absolute): every number, key and text."""
+    if isinstance(a, float) and isinstance(b, (int, float)) or isinstance(b, float) and isinstance(a, (int, float)):
+        return [] if math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9) or (a != a and b != b) else [f"{path}: {a} != {b}"]
+    if isinstance(a, dict) and isinstance(b, dict):
+        if list(a) != list(b):
+            return [f"{path}: keys {list(a)} != {list(b)}"]
+        return [d for k in a for d in _close(a[k], b[k], f"{path}.{k}")]
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        if len(a) != len(b):
+            return [f"{path}: {len(a)} items != {len(b)}"]
+        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in _close(x, y, f"{path}[{i}]")]
+    return [] if a == b else [f"{path}: {a!r} != {b!r}"]
+
+
+def _report_json(report: dict[str, Any]) -> Any:
+    return json.loads(to_json(report))
+
+
+@pytest.mark.parametrize("rows_from", ["columns", "dicts"])
+def test_the_streamed_report_is_the_report_from_every_row(synth_ledger, rows_from):
+    path, info = synth_ledger
+    db = open_ledger(path, create=False)
+    use_run(db.require_run(info["run_id"]))
+    rows = request_rows(db, info["run_id"]) if rows_from == "columns" else Rows(_dict_rows(db, info["run_id"]))
+    old = _report_json(build_report(db, info["run_id"], rows=rows))
+    assert _close(_report_json(build_report(db, info["run_id"])), old) == []
+
+
+def test_the_streamed_report_has_a_table_row_per_variant_and_slice(synth_ledger):
+    path, info = synth_ledger
+    db = open_ledger(path, create=False)
+    rep = build_report(db, info["run_id"])
+    assert [(r["variant"], r["complexity"]) for r in rep["rows"]] == \
+        [(v, s) for v in ("base", "w8a8", "fp8") for s in ("short", "medium", "long", "all")]
+
+
+@pytest.mark.parametrize(("variant", "level"), [("base", 1), ("w8a8", 4), ("fp8", None), (None, 4)])
+def test_a_slice_s_rows_are_the_run_s_rows_of_that_slice(synth_ledger, variant, level):
+    path, info = synth_ledger
+    db = open_ledger(path, create=False)
+    every = [dict(r) for r in request_rows(db, info["run_id"])
+             if variant in (None, r["variant"]) and level in (None, r["concurrency"] or 1)]
+    assert [dict(r) for r in request_rows(db, info["run_id"], variant, level)] == every
+
+
+def test_the_levels_from_sql_are_the_levels_of_the_rows(synth_ledger):
+    path, info = synth_ledger
+    db = open_ledger(path, create=False)
+    assert db.slice_levels(info["run_id"]) == {"base": {1, 4}, "w8a8": {1, 4}, "fp8": {1, 4}}

@@ -22,27 +22,69 @@ class ReportReads:
             "select id from requests where run_id = ? and seq between ? and ? order by seq, id",
             [run_id, first_seq, last_seq])]
 
-    def measured_chunks(self, run_id: str, leave_out: Collection[str] = (), size: int = 20_000
+    def measured_chunks(self, run_id: str, leave_out: Collection[str] = (), size: int = 20_000,
+                        variant: str | None = None, level: int | None = None
                         ) -> Iterator[tuple[list[str], list[tuple[Any, ...]]]]:
         """The measured rows of `Ledger.iter_measured` (``with_cases=False``: the same rows and order)
         as (column names, a chunk of tuples): no dict per row. ``leave_out``: columns not read (the
-        lean read's `HEAVY_FIELDS | UNREPORTED`)."""
+        lean read's `HEAVY_FIELDS | UNREPORTED`). ``variant``, ``level``: one slice's rows only
+        (``level`` as the report counts it: the concurrency, 1 when none)."""
         cols = [c for c in self._db["requests"].columns_dict if c not in leave_out]
+        where, params = _slice_where(run_id, variant, level)
         cur = self._db.execute(
             f"""select {', '.join(f'r.[{c}]' for c in cols)} from requests r join runs u on u.id = r.run_id
                 join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
-                where r.run_id = ? and r.is_warmup = 0 and r.final = 1 order by r.seq, r.id""", [run_id])
+                where {where} order by r.seq, r.id""", params)
         while chunk := cur.fetchmany(size):
             yield cols, chunk
 
-    def latest_grade_chunks(self, run_id: str, size: int = 20_000) -> Iterator[list[tuple[Any, ...]]]:
+    def latest_grade_chunks(self, run_id: str, size: int = 20_000, variant: str | None = None,
+                            level: int | None = None) -> Iterator[list[tuple[Any, ...]]]:
         """`Ledger.latest_grades` as chunks of (request id, grader, version, value, passed,
-        explanation, detail JSON) tuples: the newest grade without an error per request and grader."""
+        explanation, detail JSON) tuples: the newest grade without an error per request and grader.
+        ``variant``, ``level``: of one slice's measured requests only."""
+        if variant is None and level is None:
+            inner, params = ("select max(id) as id from grades where run_id = ? and error_class is null "
+                             "group by request_id, grader"), [run_id]
+        else:
+            where, params = _slice_where(run_id, variant, level)
+            inner = (f"select max(g.id) as id from grades g join requests r on r.id = g.request_id where {where} "
+                     "and g.run_id = r.run_id and g.error_class is null group by g.request_id, g.grader")
         cur = self._db.execute(
-            """select g.request_id, g.grader, g.grader_version, g.value, g.passed, g.explanation, g.detail_json
-               from grades g join (select max(id) as id from grades where run_id = ? and error_class is null
-                                   group by request_id, grader) m
-               on m.id = g.id""", [run_id])
+            f"""select g.request_id, g.grader, g.grader_version, g.value, g.passed, g.explanation, g.detail_json
+               from grades g join ({inner}) m on m.id = g.id""", params)
+        while chunk := cur.fetchmany(size):
+            yield chunk
+
+    def slice_levels(self, run_id: str) -> dict[str, set[int]]:
+        """variant -> the load levels (concurrency, 1 when none) of its measured rows, by SQL; the
+        variants in the order the rows (by seq) first show them."""
+        out: dict[str, set[int]] = {}
+        for v, lv, _, _ in self._db.execute(
+                f"""select r.variant, {LEVEL_SQL}, min(r.seq), min(r.id) from requests r join runs u on u.id = r.run_id
+                    join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
+                    where r.run_id = ? and r.is_warmup = 0 and r.final = 1 group by 1, 2 order by 3, 4""", [run_id]):
+            out.setdefault(v, set()).add(lv)
+        return out
+
+    def measured_graders(self, run_id: str) -> set[str]:
+        """The graders with a grade (no error) of at least one measured request."""
+        return {g for (g,) in self._db.execute(
+            """select distinct g.grader from grades g join requests r on r.id = g.request_id
+               join runs u on u.id = r.run_id join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
+               where g.run_id = ? and r.run_id = ? and g.error_class is null and r.is_warmup = 0 and r.final = 1""",
+            [run_id, run_id])}
+
+    def measured_columns(self, run_id: str, names: list[str], size: int = 50_000
+                         ) -> Iterator[list[tuple[Any, ...]]]:
+        """A few columns of every measured row, in the report's order (seq, id), a chunk at a time:
+        one ordered pass that holds a chunk. A column the ledger lacks reads as NULL."""
+        have = self._db["requests"].columns_dict
+        sel = ", ".join(f"r.[{c}]" if c in have else "null" for c in names)
+        cur = self._db.execute(
+            f"""select {sel} from requests r join runs u on u.id = r.run_id
+                join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
+                where r.run_id = ? and r.is_warmup = 0 and r.final = 1 order by r.seq, r.id""", [run_id])
         while chunk := cur.fetchmany(size):
             yield chunk
 
@@ -56,3 +98,18 @@ class ReportReads:
         sql = f"insert into grades ({', '.join(f'[{c}]' for c in cols)}) values ({', '.join('?' for _ in cols)})"
         with self._db.conn:
             self._db.conn.executemany(sql, [tuple(r.get(c) for c in cols) for r in rows])
+
+
+# a row's load level as the report counts it (`reporting.selection.level_of`: the concurrency, 1 when none)
+LEVEL_SQL = "coalesce(nullif(r.concurrency, 0), 1)"
+
+
+def _slice_where(run_id: str, variant: str | None, level: int | None) -> tuple[str, list[Any]]:
+    where, params = ["r.run_id = ?", "r.is_warmup = 0", "r.final = 1"], [run_id]
+    if variant is not None:
+        where.append("r.variant = ?")
+        params.append(variant)
+    if level is not None:
+        where.append(f"{LEVEL_SQL} = ?")
+        params.append(level)
+    return " and ".join(where), params

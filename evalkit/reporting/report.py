@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from array import array
 from collections import defaultdict
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -20,8 +21,8 @@ from ..ledger import Ledger
 from ..spec.dataset import COMPLEXITIES
 from ..stats import SignFlipRatio, mean, pct_delta, percentile
 from .columns import Columns, slice_metrics, source_columns
-from .rows import grades_by_grader, request_rows, row_index
-from .selection import by_variant, first_level, is_swept, level_note, sweep_levels
+from .rows import Rows, grades_by_grader, request_rows, row_index
+from .selection import by_variant, first_level, level_note, sweep_levels
 from .spike_summary import bounded
 from .verdicts import apply_holm, case_means, flag, multiplicity_notes
 
@@ -129,58 +130,66 @@ def paired(rows: list[dict[str, Any]], baseline: str, metric: str, by: str = "co
 def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float] | None = None,
                  rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The report's tables and comparisons. ``rows``: the run's `request_rows`, when the caller
-    has read them already (the findings and the HTML report read the same)."""
+    has read them already (the findings and the HTML report read the same). Without them the
+    report holds one variant's first level at a time (the baseline's beside it), read from the
+    ledger slice by slice, and what spans the run (levels, arrivals, the client's check, the
+    graders) comes from SQL and one ordered pass: the same report, in memory bounded by a slice."""
     run = ledger.require_run(run_id)
     run_id = run["id"]
     use_run(run)  # a run's module:Class graders declare its quality columns
     variants = ledger.variants(run_id)
-    rows = rows if rows is not None else request_rows(ledger, run_id)
     baseline = next((v["name"] for v in variants if v["is_baseline"]), None)
     if slo is None:
         slo = {k: run.load[f"slo_{k}_ms"] for k in ("ttft", "tpot", "e2e") if run.load.get(f"slo_{k}_ms") is not None}
+    tel = run.matrix.get("telemetry") or {}
+    threshold = float(tel.get("client_lag_threshold_ms", 5.0))
     # A sweep's levels are not one population: pooled, the higher levels' queueing would read as
     # the variant's latency. The tables keep each variant's first level; the load-levels table
     # in the findings has every level.
-    levels = sweep_levels(rows)
-    swept = is_swept(rows)
-    first = first_level(rows)
+    if rows is not None:
+        levels = sweep_levels(rows)
+        firsts = by_variant(first_level(rows))
+        first_of: Any = lambda v: firsts.get(v, [])  # noqa: E731
+        arr = arrivals(rows, run.load)
+        client = client_check(ledger.client_lag(run_id), _level_marks(rows), threshold)
+        graders = sorted({g for r in rows for g in r["grades"]})
+    else:
+        levels = ledger.slice_levels(run_id)
+        first_of = lambda v: request_rows(ledger, run_id, v, min(levels[v])) if v in levels else []  # noqa: E731
+        arr = streamed_arrivals(ledger, run_id, run.load)
+        client = client_check(ledger.client_lag(run_id), _streamed_level_marks(ledger, run_id), threshold)
+        graders = sorted(ledger.measured_graders(run_id))
+    swept = any(len(v) > 1 for v in levels.values())
     # the baseline's noise-floor passes (repeats past the run's own) serve drift's floor: they are
     # not cases, so the tables count the measured repeats only
     repeats = run.repeats
-    cases = [r for r in first if r["variant"] != baseline or r["repeat"] < repeats]
-    floor_n = len(first) - len(cases)
-    cols = columns(cases, source_columns())
-    index: dict[tuple[str, str], array[int]] = defaultdict(lambda: array("q"))  # 8 bytes a row, not 36
-    for i, r in enumerate(cases):
-        index[(r["variant"], r["complexity"])].append(i)
-        index[(r["variant"], "all")].append(i)
-    table = []
-    for v in variants:
-        for s in SLICES:
-            if (v["name"], s) not in index:
-                continue
-            idx = np.frombuffer(index[(v["name"], s)], dtype=np.int64)
-            entry = {"variant": v["name"], "complexity": s, **_slice_stats(cases, cols, idx, slo)}
-            # the server's preemption counter over the run: per variant, so on its "all" row only
-            entry["preemptions"] = ledger.series_delta(run_id, v["name"], "num_preemptions_total") \
-                if s == "all" else None
-            table.append(entry)
-    groups = {k: [cases[i] for i in ix] for k, ix in index.items()}
-    for r in table:
-        slice_rows = groups[(r["variant"], r["complexity"])]
-        r.update(quality(slice_rows, None if r["variant"] == baseline else groups.get((baseline, r["complexity"]), [])))
+    base_first = first_of(baseline) if baseline else []
+    base_cases = [r for r in base_first if r["repeat"] < repeats]
+    base_groups = {"cases": base_cases, "index": _slices(base_cases)}
+    floor_n = len(base_first) - len(base_cases)
+    entries: dict[str, list[dict[str, Any]]] = {}
+    pairs_of: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for name in dict.fromkeys([*(v["name"] for v in variants), *sorted(levels)]):
+        if name == baseline:
+            vcases, vfirst = base_cases, base_first
+        else:
+            vfirst = first_of(name)
+            vcases = vfirst
+        if name in {v["name"] for v in variants}:
+            entries[name] = _variant_table(ledger, run_id, name, vcases, baseline, base_groups, slo)
+        if baseline and name != baseline and name in levels:  # paired against the baseline, the same cases
+            both = Rows([*base_first, *vfirst])
+            pairs_of[name] = {m: paired(both, baseline, m) for m in ("ttft_ms", "e2e_ms", "tpot_ms")}
+        del vfirst, vcases  # one candidate's slice at a time
+    table = [e for v in variants for e in entries.get(v["name"], [])]
     base_rows = {r["complexity"]: r for r in table if r["variant"] == baseline}
     for r in table:
         b = base_rows.get(r["complexity"])
         r["ttft_p50_delta_pct"] = pct_delta(r["ttft_p50_ms"], b and b["ttft_p50_ms"])
         r["e2e_mean_delta_pct"] = pct_delta(r["e2e_mean_ms"], b and b["e2e_mean_ms"])
-    arr = arrivals(rows, run.load)
-    pairs = [p for m in ("ttft_ms", "e2e_ms", "tpot_ms") for p in paired(first, baseline, m)] \
-        if baseline else []
+    pairs = [p for m in ("ttft_ms", "e2e_ms", "tpot_ms") for v in sorted(pairs_of) for p in pairs_of[v][m]]
     multiplicity = apply_holm(table, pairs, baseline)
-    tel = run.matrix.get("telemetry") or {}
     attempts = ledger.attempt_counts(run_id)
-    client = client_check(ledger.client_lag(run_id), rows, float(tel.get("client_lag_threshold_ms", 5.0)))
     return {
         "run": {**{k: run[k] for k in ("id", "created_at", "finished_at", "status", "matrix_name",
                                        "dataset_hash", "n_cases", "evalkit_version")},
@@ -205,10 +214,41 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
         "paired": pairs,
         "matrix_margins": run.margins,
         "multiplicity": multiplicity,
-        "graders": sorted({g for r in rows for g in r["grades"]}),
+        "graders": graders,
         "host": ledger.host(run.get("host_id")),
         "host_warning": hosts_differ(ledger.run_hosts(run["matrix_name"])),
     }
+
+
+def _slices(cases: list[dict[str, Any]]) -> dict[str, array[int]]:
+    """Slice (a complexity, or "all") -> the places of its rows in ``cases``: 8 bytes a row."""
+    index: dict[str, array[int]] = defaultdict(lambda: array("q"))
+    for i, r in enumerate(cases):
+        index[r["complexity"]].append(i)
+        index["all"].append(i)
+    return index
+
+
+def _variant_table(ledger: Ledger, run_id: str, variant: str, cases: list[dict[str, Any]], baseline: str | None,
+                   base: dict[str, Any], slo: dict[str, float]) -> list[dict[str, Any]]:
+    """One variant's rows of the tables: per slice its metrics and quality (against the
+    baseline's same slice), from that variant's cases only."""
+    cols = columns(cases, source_columns())
+    index = _slices(cases)
+    out = []
+    for s in SLICES:
+        if s not in index:
+            continue
+        idx = np.frombuffer(index[s], dtype=np.int64)
+        entry = {"variant": variant, "complexity": s, **_slice_stats(cases, cols, idx, slo)}
+        # the server's preemption counter over the run: per variant, so on its "all" row only
+        entry["preemptions"] = ledger.series_delta(run_id, variant, "num_preemptions_total") if s == "all" else None
+        out.append(entry)
+    for entry in out:
+        mine = [cases[i] for i in index[entry["complexity"]]]
+        theirs = None if variant == baseline else [base["cases"][i] for i in base["index"].get(entry["complexity"], ())]
+        entry.update(quality(mine, theirs))
+    return out
 
 
 def max_in_flight(intervals: list[tuple[float, float]]) -> int:
@@ -285,6 +325,16 @@ def to_json(report: dict[str, Any]) -> str:
     return json.dumps(report, indent=2, ensure_ascii=False)
 
 
+def streamed_arrivals(ledger: Ledger, run_id: str, load: dict[str, Any]) -> list[dict[str, Any]]:
+    """`arrivals` from one ordered pass over the five columns it reads (no other column held)."""
+    if not load.get("rate"):
+        return []
+    names = ("variant", "level", "scheduled_ms", "sent_ms", "e2e_ms")
+    rows = [dict(zip(names, t, strict=True))
+            for chunk in ledger.measured_columns(run_id, list(names)) for t in chunk if t[2] is not None and t[3] is not None]
+    return arrivals(rows, load)
+
+
 def arrival_notes(arr: list[dict[str, Any]]) -> list[str]:
     """One line per open-loop variant and level: requested vs achieved, send lag, in flight."""
     out = []
@@ -299,18 +349,41 @@ def arrival_notes(arr: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def client_check(lag: list[dict[str, Any]], rows: list[dict[str, Any]], threshold_ms: float) -> list[dict[str, Any]]:
+def _level_marks(rows: list[dict[str, Any]]) -> Iterator[tuple[str, str, bool]]:
+    """Each row's (load level, which clock stamped it, whether its timing is suspect), in order."""
+    for r in rows:
+        yield r["level"] or "main", r.get("timestamp_source") or "user", bool(r.get("timing_suspect"))
+
+
+def _streamed_level_marks(ledger: Ledger, run_id: str) -> Iterator[tuple[str, str, bool]]:
+    """`_level_marks` of the run's measured rows in one ordered pass over three columns."""
+    for chunk in ledger.measured_columns(run_id, ["level", "timestamp_source", "timing_suspect"]):
+        for level, source, suspect in chunk:
+            yield level or "main", source or "user", bool(suspect)
+
+
+def client_check(lag: list[dict[str, Any]], marks: Iterable[tuple[str, str, bool]] | list[dict[str, Any]],
+                 threshold_ms: float) -> list[dict[str, Any]]:
     """The client's self-check per load level: its event loop's lag (p99 and worst, over every
     window of the level and every sending process), which clock stamped the rows, and how many
-    rows are marked as timings the client's own load may have bent."""
+    rows are marked as timings the client's own load may have bent. ``marks``: the rows, or their
+    `_level_marks` (one pass: counts per level, no row held)."""
+    if isinstance(marks, list):
+        marks = _level_marks(marks)
+    seen: dict[str, list[Any]] = {}  # level -> [rows, sources, suspect], in the order the rows first show it
+    for level, source, suspect in marks:
+        acc = seen.get(level)
+        if acc is None:
+            acc = seen[level] = [0, set(), 0]
+        acc[0] += 1
+        acc[1].add(source)
+        acc[2] += suspect
     out = []
-    for level in dict.fromkeys([x["level"] for x in lag] + [r["level"] or "main" for r in rows]):
+    for level in dict.fromkeys([x["level"] for x in lag] + list(seen)):
         lags = [x["lag_ms"] for x in lag if x["level"] == level]
-        rs = [r for r in rows if (r["level"] or "main") == level]
-        sources = sorted({r.get("timestamp_source") or "user" for r in rs})
+        n, sources, suspect = seen.get(level, (0, set(), 0))
         out.append({"level": level, "lag_p99_ms": percentile(lags, 99), "lag_max_ms": max(lags) if lags else None,
-                    "rows": len(rs), "sources": sources, "suspect": sum(bool(r.get("timing_suspect")) for r in rs),
-                    "threshold_ms": threshold_ms,
+                    "rows": n, "sources": sorted(sources), "suspect": suspect, "threshold_ms": threshold_ms,
                     "client_bound": bool(lags) and (percentile(lags, 99) or 0.0) > threshold_ms})
     return out
 

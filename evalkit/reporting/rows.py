@@ -174,14 +174,16 @@ class Row(Mapping[str, Any]):
         return repr(dict(self))
 
 
-def request_rows(ledger: Ledger, run_id: str) -> Rows:
+def request_rows(ledger: Ledger, run_id: str, variant: str | None = None, level: int | None = None) -> Rows:
     """Measured requests joined with their case and latest grades, lean (see `Ledger.iter_measured`),
-    read a chunk at a time into columns."""
+    read a chunk at a time into columns. ``variant``, ``level``: one slice's rows only (the same
+    rows, values and order as the run's, filtered), so a reader holds one slice, not the run."""
     t = Table()
     enabled = gc.isenabled()
     gc.disable()  # chunks of tuples are acyclic: no collection while they come and go
     try:
-        for names, chunk in ledger.measured_chunks(run_id, HEAVY_FIELDS | UNREPORTED):
+        for names, chunk in ledger.measured_chunks(run_id, HEAVY_FIELDS | UNREPORTED, variant=variant,
+                                                   level=level):
             if not t.columns:
                 t.columns = {name: Column() for name in names}
             for j, c in enumerate(t.columns.values()):
@@ -192,7 +194,7 @@ def request_rows(ledger: Ledger, run_id: str) -> Rows:
         for c in t.columns.values():
             c.compact()
         extra = _case_getters(ledger, run_id, t)
-        extra["grades"] = _grade_getter(ledger, run_id, t)
+        extra["grades"] = _grade_getter(ledger, run_id, t, variant, level)
         extra["attributes"] = _attributes_getter(t, extra)
         extra["out_tps"] = _out_tps_getter(t)
         t.finish(extra)
@@ -247,7 +249,8 @@ def _out_tps_getter(t: Table) -> Any:
     return out_tps
 
 
-def _grade_getter(ledger: Ledger, run_id: str, t: Table) -> Any:
+def _grade_getter(ledger: Ledger, run_id: str, t: Table, variant: str | None = None, level: int | None = None
+                  ) -> Any:
     """Each row's newest grade per grader, as `Ledger.latest_grades` gives them, made when read:
     per grader its columns (version, value, passed, explanation; the detail parsed once per
     distinct text while few are distinct) and each row's place in them."""
@@ -256,7 +259,7 @@ def _grade_getter(ledger: Ledger, run_id: str, t: Table) -> Any:
     sorted_ids = ids[order]
     graders: dict[str, _Graded] = {}
     details: dict[str | None, Any] = {}
-    for chunk in ledger.latest_grade_chunks(run_id):
+    for chunk in ledger.latest_grade_chunks(run_id, variant=variant, level=level):
         rid = np.fromiter((g[0] for g in chunk), dtype=np.int64, count=len(chunk))
         pos = np.minimum(np.searchsorted(sorted_ids, rid), len(sorted_ids) - 1)
         found = (sorted_ids[pos] == rid).tolist()
