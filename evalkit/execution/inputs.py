@@ -5,6 +5,7 @@ or everything for `--time-budget`, or a trace's requests), or an interrupted one
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from .traces import trace_cases, trace_json
 @dataclass
 class RunInputs:
     matrix: Matrix
-    cases: list[Case]
+    cases: Sequence[Case]
     dataset_path: Path
     load: Load
     repeats: int

@@ -6,7 +6,7 @@ sends, in order. Options are parsed once, here, at the edge. No I/O.
 from __future__ import annotations
 
 import random
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -204,7 +204,7 @@ WARMUP_FILLER = ("Background for the warm-up only: the office kitchen has a new 
                  "floor are watered on Mondays, and the library corner now has two more armchairs. ") * 28
 
 
-def warmup_cases(cases: list[Case], n: int, structured: bool) -> list[Case]:
+def warmup_cases(cases: Sequence[Case], n: int, structured: bool) -> list[Case]:
     """Warm-up requests that share no prompt with the measured cases (so no measured request
     finds its prefix already cached): first, with structured output, one per schema in use (so
     each grammar is compiled before measuring); then two timing probes, a short and a long
@@ -227,7 +227,7 @@ def warmup_cases(cases: list[Case], n: int, structured: bool) -> list[Case]:
     return out
 
 
-def _measured(matrix: Matrix, variants: list[str], cases: list[Case], repeats: int, load: Load, level: str,
+def _measured(matrix: Matrix, variants: list[str], cases: Sequence[Case], repeats: int, load: Load, level: str,
               concurrency: int) -> Iterator[WorkItem]:
     """Every case and repeat of the variants, in sending order (the baseline's noise-floor passes
     after its repeats; interleaved when asked), each on its replica: generated, never listed."""
@@ -259,7 +259,7 @@ def _measured(matrix: Matrix, variants: list[str], cases: list[Case], repeats: i
                     yield item(v, c, rep)
 
 
-def warmup_items(matrix: Matrix, variants: list[str], cases: list[Case], level: str = "main",
+def warmup_items(matrix: Matrix, variants: list[str], cases: Sequence[Case], level: str = "main",
                  concurrency: int = 1) -> list[WorkItem]:
     """Each variant's warm-ups, on every server of a replicated variant."""
     gen = matrix.generation
@@ -296,7 +296,7 @@ class Work:
 
     matrix: Matrix
     variants: list[str]
-    cases: list[Case]
+    cases: Sequence[Case]
     repeats: int
     load: Load
     level: str = "main"

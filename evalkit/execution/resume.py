@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,7 +42,7 @@ def refuse_resume_options(**given: object) -> None:
 @dataclass
 class ResumeContext:
     matrix: Matrix
-    cases: list[Case]
+    cases: Sequence[Case]
     dataset_path: Path
     load: Load
     repeats: int
@@ -85,11 +86,13 @@ def resume_context(ledger: Ledger, run_id: str) -> ResumeContext:
         spec = dict(run.trace or {})
         spec.pop("tokenizer", None)
         cases, offsets, _ = trace_cases(TraceSpec(**spec), matrix)
-    else:
-        cases, offsets = load_cases(dpath, matrix.workload_path("schemas", "schemas")), None
-    by_id = {c.id: c for c in cases}
-    cases = [by_id[i] for i in run.case_ids]
-    return ResumeContext(matrix, cases, dpath, *load_of_run(run, offsets))
+        if len(cases) != len(run.case_ids):  # kept on disk in trace order, as the run recorded them
+            raise UsageError(f"--resume: run {run_id}'s trace {spec.get('path')} now has {len(cases)} rows, "
+                             f"the run recorded {len(run.case_ids)}")
+        return ResumeContext(matrix, cases, dpath, *load_of_run(run, offsets))
+    all_cases = load_cases(dpath, matrix.workload_path("schemas", "schemas"))
+    by_id = {c.id: c for c in all_cases}
+    return ResumeContext(matrix, [by_id[i] for i in run.case_ids], dpath, *load_of_run(run, None))
 
 
 def stored_matrix(text: str) -> dict:

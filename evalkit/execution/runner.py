@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -94,7 +95,7 @@ class RunContext:
     ledger: Ledger
     run_id: str
     matrix: Matrix
-    cases: list[Case]
+    cases: Sequence[Case]
     repeats: int
     load: Load
     skip: DoneKeys | HeldKeys  # what a resume skips: asked of the ledger, not held (ledger/done.py)

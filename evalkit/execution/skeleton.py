@@ -11,6 +11,7 @@ import platform
 import socket
 import sys
 import uuid
+from itertools import chain, islice
 from pathlib import Path
 from typing import Protocol
 
@@ -23,6 +24,7 @@ from ..paths import cache_dir
 from ..redact import redact, redact_args
 from ..spec.dataset import dataset_hash
 from ..spec.matrix import Matrix
+from ..spec.spool import SpooledCases
 from .inputs import RunInputs
 from .load import Load, warmup_cases
 from .runner import Progress, RunContext, RunSummary, SilentProgress, case_rows, run_group
@@ -40,8 +42,10 @@ def create_run(ledger: Ledger, inp: RunInputs, load: Load) -> str:
     dhash = dataset_hash(dataset_path)
     gen = matrix.generation
     host = this_host()  # first: a bad EVALKIT_EMULATE_CPU stops the run before anything is written
-    turns = [c.turn_case(k) for c in cases for k in range(1, len(c.turns) + 1)]  # each turn is graded as a case
-    ledger.record_cases(case_rows(cases + turns + warmup_cases(cases, gen.warmup, gen.structured_output), dhash))
+    turns = (c.turn_case(k) for c in cases for k in range(1, len(c.turns) + 1))  # each turn is graded as a case
+    every = chain(cases, turns, warmup_cases(cases, gen.warmup, gen.structured_output))
+    while part := list(islice(every, 5000)):  # in parts: a trace's cases are not held
+        ledger.record_cases(case_rows(part, dhash))
     host_id = ledger.record_host(host)
     ledger.create_run({
         "id": run_id, "created_at": utcnow(), "finished_at": None, "status": "running",
@@ -147,7 +151,8 @@ def run_matrix(ledger: Ledger, inp: RunInputs, progress: Progress | None = None,
         raise UsageError(why)
     memory = plan_memory(inp.matrix, progress.say)  # a memory budget that cannot fit stops here, before anything is written
     summary, skip = start_run(ledger, inp, load, progress)
-    ctx = RunContext(ledger, summary.run_id, inp.matrix, list(inp.cases), inp.repeats, load, skip, progress,
+    cases = inp.cases if isinstance(inp.cases, SpooledCases) else list(inp.cases)  # a trace's stay on disk
+    ctx = RunContext(ledger, summary.run_id, inp.matrix, cases, inp.repeats, load, skip, progress,
                      log_dir or cache_dir() / "logs", summary, memory,
                      time_budget_s=budget if not resume_run else None)
     ok = False

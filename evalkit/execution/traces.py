@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from functools import lru_cache
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,8 @@ from ..engines.bundled import BF16, PREFIX, resolve_model
 from ..paths import default_dataset_path
 from ..spec.dataset import Case, Message
 from ..spec.matrix import Matrix, arg_value
-from ..spec.traces import BLOCK_TOKENS, TraceError, TraceRow, load_trace
+from ..spec.spool import SpooledCases
+from ..spec.traces import BLOCK_TOKENS, TraceError, TraceRow, iter_trace
 
 
 @dataclass
@@ -75,16 +78,23 @@ def exact_prompt(tok: Any, ids: list[int], target: int) -> str:
     return text
 
 
-def build_cases(rows: list[TraceRow], tok: Any, tok_path: str, max_model_len: int | None, path: str) -> list[Case]:
-    stream = _stream(tok_path) if any(r.messages is None for r in rows) else []
-    span = max(1, len(stream) - BLOCK_TOKENS)
+def build_cases(rows: Iterable[TraceRow], load_tokenizer: Callable[[], tuple[Any, str]], max_model_len: int | None,
+                path: str) -> Iterator[Case]:
+    """Each trace row as a case, made as the rows come; the tokenizer (and its path) loaded when
+    the first row without messages needs it."""
+    tok: Any = None
+    stream: list[int] = []
+    span = 1
     seen: set[int] = set()
-    out = []
     for r in rows:
         if r.messages is not None:
             msgs = [Message(**m) for m in r.messages]
             shared = 0
         else:
+            if tok is None:
+                tok, tok_path = load_tokenizer()
+                stream = _stream(tok_path)
+                span = max(1, len(stream) - BLOCK_TOKENS)
             need = (r.input_tokens or 1)
             if max_model_len and need + (r.output_tokens or 0) > max_model_len:
                 raise TraceError(f"{path}:{r.index}: input {need} + output {r.output_tokens} tokens is beyond "
@@ -108,24 +118,44 @@ def build_cases(rows: list[TraceRow], tok: Any, tok_path: str, max_model_len: in
             msgs = [Message(role="user", content=exact_prompt(tok, toks, need))]
             shared = min(shared, need)
         length = r.input_tokens or 0
-        out.append(Case(
+        yield Case(
             id=r.id or f"trace-{r.index:06d}", messages=msgs, attributes={"task": "trace"},
             complexity="short" if length < 400 else "medium" if length < 1000 else "long",
             max_tokens=r.output_tokens, meta={"trace_row": r.index, "trace_input_tokens": r.input_tokens,
-                                              "trace_output_tokens": r.output_tokens, "designed_shared_tokens": shared}))
-    return out
+                                              "trace_output_tokens": r.output_tokens, "designed_shared_tokens": shared})
 
 
-def trace_cases(spec: TraceSpec, matrix: Matrix, say: Any = lambda s: None) -> tuple[list[Case], list[float], str]:
-    """The trace's requests as cases, their offsets (seconds, sped up), and whose tokenizer built them."""
-    rows = load_trace(Path(spec.path), spec.format, spec.limit)
-    needs_prompts = any(r.messages is None for r in rows)
-    tok, label = tokenizer_for(matrix, say) if needs_prompts else (None, "messages as recorded")
+def trace_cases(spec: TraceSpec, matrix: Matrix, say: Any = lambda s: None) -> tuple[SpooledCases, list[float], str]:
+    """The trace's requests as cases, their offsets (seconds, sped up), and whose tokenizer built
+    them. Two passes over the file, neither holding it: the first checks every row (a bad row is
+    found before minutes of prompt building), the second makes the cases and spools them to disk
+    (`spec.spool`), the tokenizer loaded only if a row gives lengths, not messages."""
+    path = Path(spec.path)
+    offsets: list[float] = []
+    ids: set[str] = set()  # the ids the trace gives itself (generated ones are unique by row)
+    for r in _rows(path, spec):
+        if r.id is not None:
+            if r.id in ids:
+                raise TraceError(f"{spec.path}:{r.index}: two rows share an id ({r.id})")
+            ids.add(r.id)
+        offsets.append(r.offset_s / spec.speedup)
+    if not offsets:
+        raise TraceError(f"{spec.path}: the trace has no rows")
+    label = "messages as recorded"
+
+    def tokenizer() -> tuple[Any, str]:
+        nonlocal label
+        tok, label = tokenizer_for(matrix, say)
+        return tok, tok.name_or_path
+
     lens = [int(x) for v in matrix.variants if v.launched and (x := arg_value(v.vllm_args, "--max-model-len"))]
-    cases = build_cases(rows, tok, tok.name_or_path if tok is not None else "", min(lens) if lens else None, spec.path)
-    if len({c.id for c in cases}) != len(cases):
-        raise TraceError(f"{spec.path}: two rows share an id")
-    return cases, [r.offset_s / spec.speedup for r in rows], label
+    cases = SpooledCases(build_cases(_rows(path, spec), tokenizer, min(lens) if lens else None, spec.path))
+    return cases, offsets, label
+
+
+def _rows(path: Path, spec: TraceSpec) -> Iterator[TraceRow]:
+    rows = iter_trace(path, spec.format)
+    return islice(rows, spec.limit) if spec.limit else rows
 
 
 def trace_json(spec: TraceSpec, label: str) -> str:

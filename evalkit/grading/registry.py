@@ -8,6 +8,7 @@ columns and canned queries), the dataset card, the gate (`check --threshold`), m
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from importlib import import_module
 from importlib.metadata import entry_points
@@ -189,12 +190,16 @@ def use_workload(folder: str | Path | None) -> None:
 ROWS_NAMED = 5  # rows a note names before it counts the rest
 
 
-def rows_lacking(cases: list[Any], fields: tuple[str, ...], where: str) -> str:
+def rows_lacking(cases: Iterable[Any], fields: tuple[str, ...], where: str) -> str:
     """`data.jsonl:2 (persona), data.jsonl:7 (persona, task) and 3 more`: the rows that lack fields."""
-    lacking = [(c, [k for k in fields if not c.has(k)]) for c in cases]
-    lacking = [(c, ks) for c, ks in lacking if ks]
-    text = ", ".join(f"{where}:{c._line or '?'} ({', '.join(ks)})" for c, ks in lacking[:ROWS_NAMED])
-    return text + (f" and {len(lacking) - ROWS_NAMED} more" if len(lacking) > ROWS_NAMED else "")
+    named, more = [], 0
+    for c in cases:
+        if ks := [k for k in fields if not c.has(k)]:
+            if len(named) < ROWS_NAMED:
+                named.append(f"{where}:{c._line or '?'} ({', '.join(ks)})")
+            else:
+                more += 1
+    return ", ".join(named) + (f" and {more} more" if more else "")
 
 
 def can_grade(cls: type[Grader], case: Any) -> bool:
@@ -202,7 +207,7 @@ def can_grade(cls: type[Grader], case: Any) -> bool:
     return all(case.has(k) for k in cls.requires)
 
 
-def choose(names: list[str] | None, cases: list[Any], *, with_judge: bool = False,
+def choose(names: list[str] | None, cases: Sequence[Any], *, with_judge: bool = False,
            where: str = "dataset") -> tuple[list[str], list[str]]:
     """The graders a run uses: the ones named (the matrix's `graders:` or --grader), else every
     default one. A default grader grades the cases that carry the fields it reads (`requires`),
@@ -216,21 +221,22 @@ def choose(names: list[str] | None, cases: list[Any], *, with_judge: bool = Fals
     out, notes = [], []
     for n in chosen:
         cls = reg[n]
-        have = [c for c in cases if can_grade(cls, c)]
-        if len(have) < len(cases):
+        # passes that count, not lists: a trace's cases are read back from disk (`spec.spool`)
+        have = sum(1 for c in cases if can_grade(cls, c))
+        if have < len(cases):
             rows = rows_lacking(cases, cls.requires, where)
             missing = ", ".join(k for k in cls.requires if not all(c.has(k) for c in cases))
             if names is not None:
-                raise DatasetError(f"grader '{n}' is named explicitly but {len(cases) - len(have)} of {len(cases)} "
+                raise DatasetError(f"grader '{n}' is named explicitly but {len(cases) - have} of {len(cases)} "
                                    f"rows lack {missing}, which it reads: {rows}; add the field to them, or drop "
                                    "the grader")
             if not have:
                 notes.append(f"grader '{n}' skipped: {len(cases)} of {len(cases)} cases lack {missing}, which it reads")
                 continue
-            notes.append(f"grader '{n}' grades {len(have)} of {len(cases)} cases: the others lack {missing}, which it "
+            notes.append(f"grader '{n}' grades {have} of {len(cases)} cases: the others lack {missing}, which it "
                          f"reads: {rows}")
-        for c in have:
-            if (why := cls.check_case(c)) is not None:
+        for c in cases:
+            if can_grade(cls, c) and (why := cls.check_case(c)) is not None:
                 field, _, msg = why.partition(": ")
                 raise DatasetError(f"{where}:{c._line}: field '{field}': {msg} (grader '{n}' reads it)")
         out.append(n)
