@@ -381,7 +381,7 @@ def test_the_estimate_counts_one_prefill_per_scoring_pass(matrix, expected):
     assert estimate_parts(matrix) == pytest.approx(expected)
 
 
-def probe_estimate(divergence: bool):
+def probe_estimate(divergence: bool, load: Load | None = None):
     m = Matrix.model_validate({"name": "m", "baseline": "base", "variants": TWO, "divergence": {"enabled": divergence}})
     from evalkit.spec.dataset import Case, Message
 
@@ -392,9 +392,15 @@ def probe_estimate(divergence: bool):
     warm = [{"error_class": None, "ttft_ms": 50.0, "prompt_tokens": 20, "case_id": "_warmup-probe-short", "tpot_ms": 20.0},
             {"error_class": None, "ttft_ms": 150.0, "prompt_tokens": 400, "case_id": "_warmup-probe-long", "tpot_ms": 20.0}]
     warm_items = [WorkItem("base", case.model_copy(update={"id": w["case_id"]}), 0, True) for w in warm]
-    est = estimate_variant(warm, warm_items, [WorkItem("base", case, 0, False)], m, Load())
+    est = estimate_variant(warm, warm_items, [WorkItem("base", case, 0, False)], m, load or Load())
     assert est is not None
     return est
+
+
+def test_a_search_s_estimate_says_it_covers_the_reference_level_only():
+    from evalkit.execution.patterns import Search
+
+    assert "unloaded reference level only" in probe_estimate(False, Load(Search("concurrency"))).basis
 
 
 def test_the_run_estimate_line_names_the_scoring():
