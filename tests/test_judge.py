@@ -1,5 +1,5 @@
-"""The LLM judge's request and answer (issue 35): a vLLM judge is asked for a constrained `Score: N`
-answer, another server plainly, one that refuses the constraint (HTTP 400) again without it; the
+"""The LLM judge's request and answer (issue 35): a vLLM judge is asked for a constrained JSON answer
+(`{"score": N, "reason"}`), another server plainly, one that refuses the constraint (HTTP 400) again without it; the
 grade says how it was asked, and the parsing stays tolerant. No server: the transport is replaced."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from evalkit.grading.base import GradedRequest
-from evalkit.grading.judge import CONSTRAINED, STRUCTURED_REGEX, JudgeGrader, parse_grade
+from evalkit.grading.judge import CONSTRAINED, GRADE_SCHEMA, RESPONSE_FORMAT, JudgeGrader, parse_grade
 from evalkit.spec.dataset import load_cases
 from evalkit.spec.matrix import Judge
 
@@ -32,10 +32,14 @@ def test_a_grade_is_read_from_the_forms_judges_write(raw, grade):
     assert parse_grade(raw) == grade
 
 
-def test_a_constrained_answer_matches_the_regex_it_asked_for():
-    import re
+@pytest.mark.parametrize("answer,grade", [('{"score": 3, "reason": "It invents a degree."}', 3),
+                                          ('{"score":5,"reason":"It names the', 5)])  # cut at max_tokens
+def test_a_constrained_answer_is_read(answer, grade):
+    assert parse_grade(answer) == grade
 
-    assert re.fullmatch(STRUCTURED_REGEX, "Score: 3\nIt invents a degree.")
+
+def test_the_constraint_is_a_grade_from_one_to_five():
+    assert GRADE_SCHEMA["properties"]["score"]["enum"] == [1, 2, 3, 4, 5]
 
 
 class Fake(JudgeGrader):
@@ -69,20 +73,20 @@ def item() -> GradedRequest:
 def test_a_vllm_judge_is_asked_for_the_score_form(item):
     g = Fake(judge(), ["Score: 4"])
     g.grade(item)
-    assert g.bodies[0]["structured_outputs"] == {"regex": STRUCTURED_REGEX}
+    assert g.bodies[0]["response_format"] == RESPONSE_FORMAT
 
 
 def test_another_server_is_asked_plainly(item):
     g = Fake(judge(), ["Score: 4"], vllm=False)
     g.grade(item)
-    assert "structured_outputs" not in g.bodies[0]
+    assert "response_format" not in g.bodies[0]
 
 
 @pytest.mark.parametrize("mode,vllm,constrained", [("on", False, True), ("off", True, False), ("auto", True, True)])
 def test_the_setting_decides_when_it_is_not_auto(item, mode, vllm, constrained):
     g = Fake(judge(structured_output=mode), ["Score: 4"], vllm=vllm)
     g.grade(item)
-    assert ("structured_outputs" in g.bodies[0]) is constrained
+    assert ("response_format" in g.bodies[0]) is constrained
 
 
 def test_the_grade_says_it_was_constrained(item):
@@ -97,14 +101,14 @@ def test_a_refused_constraint_is_asked_again_plainly(item):
 
 def test_the_grade_says_the_server_refused_the_constraint(item):
     s = Fake(judge(structured_output="on"), [400, "Score: 2"]).grade(item)
-    assert s.detail["criteria"]["fit"]["asked"].startswith("plain: the server refused structured_outputs (HTTP 400")
+    assert s.detail["criteria"]["fit"]["asked"].startswith("plain: the server refused the JSON schema")
 
 
 def test_after_a_refusal_the_rest_are_asked_plainly(item):
     g = Fake(judge(structured_output="on"), [400, "Score: 2"])
     g.grade(item)
     g.grade(item)
-    assert [("structured_outputs" in b) for b in g.bodies] == [True, False, False]
+    assert [("response_format" in b) for b in g.bodies] == [True, False, False]
 
 
 def test_a_400_for_another_reason_stays_an_error(item):
@@ -133,7 +137,7 @@ def test_a_served_judge_that_answers_version_gets_the_constraint(item):
     cfg = StubConfig(fixed_text="Score: 4", ttft_ms=0, itl_ms=0, keep_bodies=True)
     with StubServer(cfg) as s:  # the stub answers /version as vLLM does
         JudgeGrader(Judge(endpoint=s.base_url, model="stub-model", criteria={"fit": "Is it fit?"})).grade(item)
-    assert cfg.bodies[0]["structured_outputs"] == {"regex": STRUCTURED_REGEX}
+    assert cfg.bodies[0]["response_format"] == RESPONSE_FORMAT
 
 
 # --- real vLLM: the bundled SmolLM2-135M as the judge of the shipped labels ----------------------------------
@@ -175,7 +179,7 @@ def test_a_served_small_models_kappa_has_an_interval(served_calibration):
 
 @pytest.mark.vllm
 def test_a_served_small_model_gives_every_text_a_verdict(served_calibration):
-    # constrained to `Score: N`, no answer is left unparsed (unconstrained, none was parsable)
+    # constrained to {"score": N, ...}, no answer is left unparsed (unconstrained, none was parsable)
     assert "left out" not in served_calibration[0], served_calibration[0]
 
 

@@ -146,8 +146,8 @@ def graders_list(ledger: Path | None, workload: Path | None, grader_paths: tuple
               help="the judge's answer length (--grader judge) [default: the matrix default, 200]")
 @click.option("--judge-structured", "judge_structured_output", type=click.Choice(["auto", "on", "off"]), default="auto",
               show_default=True, metavar="MODE",
-              help="constrain the judge's answer to `Score: N` (vLLM structured outputs): auto (when the endpoint is "
-                   "vLLM), on, off")
+              help="constrain the judge's answer to {score: 1-5, reason} (a JSON schema response_format): auto "
+                   "(when the endpoint is vLLM), on, off")
 def graders_calibrate(grader: str, path: Path | None, as_json: bool, use_reviews: bool, ledger: Path | None,
                       run_id: str | None, judge_endpoint: str | None, judge_model: str | None,
                       judge_max_tokens: int | None, judge_structured_output: str) -> None:

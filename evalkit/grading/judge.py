@@ -1,10 +1,13 @@
 """Optional LLM-as-judge: one rubric prompt per criterion, the judge's parsed 1-5 grade and its
 raw answer stored. Off unless the matrix has a `judge:` section (e.g. a larger model on a GPU).
 
-A vLLM judge is asked for a constrained answer (`structured_outputs` regex `Score: N…`), so even a
-small model answers in the form the grade is read from; another OpenAI-compatible server is asked
-plainly, and one that refuses the constraint (HTTP 400) is asked again without it. Each criterion's
-grade records how it was asked (`asked`). Parsing stays tolerant either way."""
+A vLLM judge is asked for a constrained answer (`response_format` JSON schema `{"score": 1-5,
+"reason"}`), so even a small model answers in the form the grade is read from; another
+OpenAI-compatible server is asked plainly, and one that refuses the constraint (HTTP 400) is asked
+again without it. Each criterion's grade records how it was asked (`asked`). Parsing stays tolerant
+either way. `response_format` is OpenAI's own parameter, so other servers know it too; vLLM's own
+`structured_outputs` regex is not used: a regex xgrammar cannot compile falls to vLLM 0.32's guidance
+backend, which on SmolLM2's tokenizer answered 500 and took the engine down (docs/measured.md)."""
 
 from __future__ import annotations
 
@@ -27,15 +30,22 @@ GRADE = re.compile(r"(?i)\bscore\s*[:=]\s*([1-5])\b")
 # also read, in this order: {"score": 4}, "4/5", an answer whose first line is the digit alone
 LENIENT = (re.compile(r'(?i)"score"\s*:\s*"?([1-5])\b'), re.compile(r"\b([1-5])\s*/\s*5\b"),
            re.compile(r"^\s*\**([1-5])\**\s*\.?\s*(?:\n|$)"))
-# what a constrained judge may write: the grade line, then at most one line of reasons
-STRUCTURED_REGEX = "Score: [1-5](\n[^\n]*)?"
-CONSTRAINED = "constrained (vLLM structured_outputs regex)"
+# what a constrained judge may write (OpenAI's `response_format`, which vLLM serves with xgrammar)
+GRADE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"score": {"type": "integer", "enum": [1, 2, 3, 4, 5]}, "reason": {"type": "string"}},
+    "required": ["score", "reason"], "additionalProperties": False,
+}
+RESPONSE_FORMAT = {"type": "json_schema", "json_schema": {"name": "judge_grade", "schema": GRADE_SCHEMA}}
+CONSTRAINED = "constrained (response_format JSON schema)"
 PROMPT = (
     "You grade one text written by an AI model for a resume platform.\n"
     "Criterion: {criterion}\n\nTask given to the model:\n{task}\n\nText to grade:\n{text}\n\n"
-    "Answer with one line 'Score: N' (N from 1 = fails the criterion to 5 = fully meets it), then one "
-    "short sentence of reasons."
 )
+ANSWER_PLAIN = ("Answer with one line 'Score: N' (N from 1 = fails the criterion to 5 = fully meets it), then one "
+                "short sentence of reasons.")
+ANSWER_JSON = ('Answer in JSON: {"score": N, "reason": "..."}, N from 1 = fails the criterion to 5 = fully meets '
+               "it, the reason one short sentence.")
 
 
 def parse_grade(raw: str) -> int | None:
@@ -115,25 +125,29 @@ class JudgeGrader(Grader):
         with urllib.request.urlopen(req, timeout=120) as r:
             return json.loads(r.read())["choices"][0]["message"]["content"] or ""
 
+    def _body(self, prompt: str, constrained: bool) -> dict[str, Any]:
+        j = self.judge
+        content = prompt + (ANSWER_JSON if constrained else ANSWER_PLAIN)
+        body = {"model": j.model, "messages": [{"role": "user", "content": content}], "max_tokens": j.max_tokens,
+                "temperature": 0.0}
+        return {**body, "response_format": RESPONSE_FORMAT} if constrained else body
+
     def _ask(self, prompt: str) -> tuple[str, str]:
         """The judge's answer and how it was asked for. A constrained request refused with HTTP 400
         is sent again plainly; when that one is answered, the refusal was the constraint's, and the
         rest are asked plainly too (a 400 for another reason, e.g. too long a prompt, stays an error)."""
-        j = self.judge
-        body = {"model": j.model, "messages": [{"role": "user", "content": prompt}], "max_tokens": j.max_tokens,
-                "temperature": 0.0}
         form = self.answer_form()
         if form != CONSTRAINED:
-            return self._post(body), form
+            return self._post(self._body(prompt, False)), form
         try:
-            return self._post({**body, "structured_outputs": {"regex": STRUCTURED_REGEX}}), form
+            return self._post(self._body(prompt, True)), form
         except urllib.error.HTTPError as e:
             if e.code != 400:
                 raise
             why = _error_text(e)
-        raw = self._post(body)
+        raw = self._post(self._body(prompt, False))
         with self._lock:
-            self._form = f"plain: the server refused structured_outputs (HTTP 400: {why})"
+            self._form = f"plain: the server refused the JSON schema response_format (HTTP 400: {why})"
             return raw, self._form
 
     def grade_batch(self, items: list[GradedRequest]) -> list[Score]:

@@ -252,7 +252,7 @@ class Judge(BaseModel):
     api_key_env: str | None = None
     max_tokens: int = Field(200, ge=1)
     structured_output: Literal["auto", "on", "off"] = Field(
-        "auto", description="constrain the judge's answer to `Score: N` (vLLM's structured_outputs regex): auto = "
+        "auto", description="constrain the judge's answer to {score: 1-5, reason} (a JSON schema `response_format`): auto = "
         "when the endpoint is a vLLM server (its /version answers), on = always, off = never; a server that "
         "refuses it (HTTP 400) is asked again plainly, and the grade says so")
     concurrency: int = Field(4, ge=1, le=64, description="judge requests in flight at once (a served model "
