@@ -19,8 +19,9 @@ from evalkit.ledger import open_ledger
 from evalkit.reporting.document import findings_blocks
 from evalkit.reporting.findings import build_report, findings, full_report, request_rows
 from evalkit.reporting.report import to_json
-from evalkit.reporting.rows import Column, Rows
+from evalkit.reporting.rows import Column, Rows, RunRows
 from evalkit.reporting.spike_summary import SPIKES_TOP
+from evalkit.reporting.streamed import streamed_report
 from evalkit.spec.traces import TraceError, iter_trace, load_trace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -243,3 +244,31 @@ def test_the_levels_from_sql_are_the_levels_of_the_rows(synth_ledger):
     path, info = synth_ledger
     db = open_ledger(path, create=False)
     assert db.slice_levels(info["run_id"]) == {"base": {1, 4}, "w8a8": {1, 4}, "fp8": {1, 4}}
+
+
+@pytest.mark.parametrize(("rows_from", "margins"), [
+    ("columns", None), ("dicts", None),
+    ("columns", "schema_pass=-2pp,formality_mae=0.3,ttft_mean=+10%,e2e_mean=+5%,schema_flips=10pp"),
+])
+def test_the_streamed_findings_are_the_findings_from_every_row(synth_ledger, rows_from, margins):
+    path, info = synth_ledger
+    db = open_ledger(path, create=False)
+    use_run(db.require_run(info["run_id"]))
+    rows = request_rows(db, info["run_id"]) if rows_from == "columns" else Rows(_dict_rows(db, info["run_id"]))
+    old = build_report(db, info["run_id"], rows=rows)
+    old_json = _report_json({**old, "findings": findings(db, info["run_id"], margins=margins, report=old, rows=rows)})
+    rep, fnd = streamed_report(db, info["run_id"], margins=margins)
+    assert _close(_report_json({**rep, "findings": fnd}), old_json) == []
+
+
+def test_the_streamed_findings_decide_the_margins_given(synth_ledger):
+    path, info = synth_ledger
+    db = open_ledger(path, create=False)
+    _, fnd = streamed_report(db, info["run_id"], margins="schema_pass=-2pp,ttft_mean=+10%")
+    assert len(fnd["verdicts"]) == 4
+
+
+def test_run_rows_are_every_row_in_order(synth_ledger):
+    path, info = synth_ledger
+    db = open_ledger(path, create=False)
+    assert [dict(r) for r in RunRows(db, info["run_id"], size=700)] == [dict(r) for r in request_rows(db, info["run_id"])]

@@ -40,14 +40,19 @@ def report(ledger: Path | None, run_id: str | None, as_json: bool, markdown: boo
     from ..ledger import open_ledger
     from ..reporting.findings import full_report
     from ..reporting.report import to_json
+    from ..reporting.streamed import streamed_report
 
     if as_json and markdown:
         raise UsageError("--json and --markdown are mutually exclusive")
     db = open_ledger(ledger_path(ledger), create=False)
     use_graders(db, run_id, grader_paths)  # the run's own graders, from any directory
     s = parse_slo(slo)
-    rep, fnd, rows = full_report(db, run_id, slo=s.absolute_ms if s else None, by=by.split(",") if by else None,
-                                 k=spike_k, margins=margins)
+    args = {"slo": s.absolute_ms if s else None, "by": by.split(",") if by else None, "k": spike_k, "margins": margins}
+    rows = None
+    if html_path:  # the HTML report draws every row
+        rep, fnd, rows = full_report(db, run_id, **args)
+    else:  # one variant's rows at a time (issue 37)
+        rep, fnd = streamed_report(db, run_id, **args)
     if margins is None and spike_k == 3.5:  # the findings `browse` shows: kept, so it need not compute them again
         from ..sharing.browse import store_derived
 

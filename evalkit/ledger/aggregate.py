@@ -23,14 +23,15 @@ class ReportReads:
             [run_id, first_seq, last_seq])]
 
     def measured_chunks(self, run_id: str, leave_out: Collection[str] = (), size: int = 20_000,
-                        variant: str | None = None, level: int | None = None
-                        ) -> Iterator[tuple[list[str], list[tuple[Any, ...]]]]:
+                        variant: str | None = None, level: int | None = None,
+                        seqs: tuple[int, int] | None = None) -> Iterator[tuple[list[str], list[tuple[Any, ...]]]]:
         """The measured rows of `Ledger.iter_measured` (``with_cases=False``: the same rows and order)
         as (column names, a chunk of tuples): no dict per row. ``leave_out``: columns not read (the
         lean read's `HEAVY_FIELDS | UNREPORTED`). ``variant``, ``level``: one slice's rows only
-        (``level`` as the report counts it: the concurrency, 1 when none)."""
+        (``level`` as the report counts it: the concurrency, 1 when none); ``seqs``: those with
+        first <= seq <= last (`seq_ranges`)."""
         cols = [c for c in self._db["requests"].columns_dict if c not in leave_out]
-        where, params = _slice_where(run_id, variant, level)
+        where, params = _slice_where(run_id, variant, level, seqs)
         cur = self._db.execute(
             f"""select {', '.join(f'r.[{c}]' for c in cols)} from requests r join runs u on u.id = r.run_id
                 join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
@@ -39,15 +40,16 @@ class ReportReads:
             yield cols, chunk
 
     def latest_grade_chunks(self, run_id: str, size: int = 20_000, variant: str | None = None,
-                            level: int | None = None) -> Iterator[list[tuple[Any, ...]]]:
+                            level: int | None = None, seqs: tuple[int, int] | None = None
+                            ) -> Iterator[list[tuple[Any, ...]]]:
         """`Ledger.latest_grades` as chunks of (request id, grader, version, value, passed,
         explanation, detail JSON) tuples: the newest grade without an error per request and grader.
         ``variant``, ``level``: of one slice's measured requests only."""
-        if variant is None and level is None:
+        if variant is None and level is None and seqs is None:
             inner, params = ("select max(id) as id from grades where run_id = ? and error_class is null "
                              "group by request_id, grader"), [run_id]
         else:
-            where, params = _slice_where(run_id, variant, level)
+            where, params = _slice_where(run_id, variant, level, seqs)
             inner = (f"select max(g.id) as id from grades g join requests r on r.id = g.request_id where {where} "
                      "and g.run_id = r.run_id and g.error_class is null group by g.request_id, g.grader")
         cur = self._db.execute(
@@ -66,6 +68,32 @@ class ReportReads:
                     where r.run_id = ? and r.is_warmup = 0 and r.final = 1 group by 1, 2 order by 3, 4""", [run_id]):
             out.setdefault(v, set()).add(lv)
         return out
+
+    def seq_ranges(self, run_id: str, size: int = 50_000) -> list[tuple[int, int]]:
+        """(first, last) seq of consecutive stretches of the measured rows, about ``size`` rows
+        each (a seq is never split): an ordered pass over the run a stretch at a time."""
+        out: list[tuple[int, int]] = []
+        lo = last = None
+        n = 0
+        for (seq,) in self._db.execute(
+                """select r.seq from requests r where r.run_id = ? and r.is_warmup = 0 and r.final = 1
+                   order by r.seq""", [run_id]):
+            if lo is None:
+                lo = seq
+            elif n >= size and seq != last:
+                out.append((lo, last))  # type: ignore[arg-type]
+                lo, n = seq, 0
+            last, n = seq, n + 1
+        if lo is not None:
+            out.append((lo, last))  # type: ignore[arg-type]
+        return out
+
+    def slice_repeats(self, run_id: str, variant: str, level: int) -> set[int]:
+        """The repeats of one variant's measured rows at one level."""
+        where, params = _slice_where(run_id, variant, level)
+        return {rep for (rep,) in self._db.execute(
+            f"""select distinct r.repeat from requests r join runs u on u.id = r.run_id
+                join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash where {where}""", params)}
 
     def measured_graders(self, run_id: str) -> set[str]:
         """The graders with a grade (no error) of at least one measured request."""
@@ -104,7 +132,8 @@ class ReportReads:
 LEVEL_SQL = "coalesce(nullif(r.concurrency, 0), 1)"
 
 
-def _slice_where(run_id: str, variant: str | None, level: int | None) -> tuple[str, list[Any]]:
+def _slice_where(run_id: str, variant: str | None, level: int | None, seqs: tuple[int, int] | None = None
+                 ) -> tuple[str, list[Any]]:
     where, params = ["r.run_id = ?", "r.is_warmup = 0", "r.final = 1"], [run_id]
     if variant is not None:
         where.append("r.variant = ?")
@@ -112,4 +141,7 @@ def _slice_where(run_id: str, variant: str | None, level: int | None) -> tuple[s
     if level is not None:
         where.append(f"{LEVEL_SQL} = ?")
         params.append(level)
+    if seqs is not None:
+        where.append("r.seq between ? and ?")
+        params.extend(seqs)
     return " and ".join(where), params

@@ -243,24 +243,31 @@ def study_summary(ledger: Ledger, run_id: str, rows: list[dict[str, Any]], basel
     firsts, alls = by_variant(first), by_variant(rows)
     base_ok = [r for r in firsts.get(baseline, []) if r["error_class"] is None]
     for v in sorted(alls):
-        vr = firsts.get(v, [])
-        ok = [r for r in vr if r["error_class"] is None]
-        entry: dict[str, Any] = {"variant": v, "is_baseline": v == baseline, "n": len(vr), "errors": len(vr) - len(ok)}
-        for cx in ("short", "medium", "long"):
-            t = ttft.get((v, cx))
-            entry[f"ttft_mean_{cx}_ms"] = mean([r["ttft_ms"] for r in ok if r["complexity"] == cx])
-            entry[f"ttft_tax_{cx}_pct"] = t["delta_pct"] if t else None
-            entry[f"ttft_tax_{cx}_ci_pct"] = t["ci_pct"] if t else None
-        m = e2e.get((v, "medium"))
-        entry["e2e_mean_medium_ms"] = mean([r["e2e_ms"] for r in ok if r["complexity"] == "medium"])
-        entry["e2e_delta_medium_pct"] = m["delta_pct"] if m else None
-        entry["e2e_delta_medium_ci_pct"] = m["ci_pct"] if m else None
-        entry["ttft_max_ms"] = max((r["ttft_ms"] for r in ok if r["ttft_ms"] is not None), default=None)
-        entry.update(kv_use(ledger, run_id, v, alls[v]))
-        entry["preemptions"] = ledger.series_delta(run_id, v, "num_preemptions_total") or 0.0
-        entry.update(quality(ok, None if v == baseline else base_ok))
-        out.append(entry)
+        out.append(study_entry(ledger, run_id, v, firsts.get(v, []), alls[v], baseline, base_ok, ttft, e2e))
     return out
+
+
+def study_entry(ledger: Ledger, run_id: str, v: str, vr: list[dict[str, Any]], vall: list[dict[str, Any]],
+                baseline: str, base_ok: list[dict[str, Any]], ttft: dict[tuple[str, str], dict[str, Any]],
+                e2e: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+    """One variant's row of `study_summary`: ``vr`` its first level, ``vall`` all its rows,
+    ``base_ok`` the baseline's successful first-level rows."""
+    ok = [r for r in vr if r["error_class"] is None]
+    entry: dict[str, Any] = {"variant": v, "is_baseline": v == baseline, "n": len(vr), "errors": len(vr) - len(ok)}
+    for cx in ("short", "medium", "long"):
+        t = ttft.get((v, cx))
+        entry[f"ttft_mean_{cx}_ms"] = mean([r["ttft_ms"] for r in ok if r["complexity"] == cx])
+        entry[f"ttft_tax_{cx}_pct"] = t["delta_pct"] if t else None
+        entry[f"ttft_tax_{cx}_ci_pct"] = t["ci_pct"] if t else None
+    m = e2e.get((v, "medium"))
+    entry["e2e_mean_medium_ms"] = mean([r["e2e_ms"] for r in ok if r["complexity"] == "medium"])
+    entry["e2e_delta_medium_pct"] = m["delta_pct"] if m else None
+    entry["e2e_delta_medium_ci_pct"] = m["ci_pct"] if m else None
+    entry["ttft_max_ms"] = max((r["ttft_ms"] for r in ok if r["ttft_ms"] is not None), default=None)
+    entry.update(kv_use(ledger, run_id, v, vall))
+    entry["preemptions"] = ledger.series_delta(run_id, v, "num_preemptions_total") or 0.0
+    entry.update(quality(ok, None if v == baseline else base_ok))
+    return entry
 
 
 def kv_use(ledger: Ledger, run_id: str, variant: str, rows: list[dict[str, Any]]) -> dict[str, float | None]:
@@ -331,7 +338,8 @@ def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = N
 def full_report(ledger: Ledger, run_id: str | None = None, *, slo: dict[str, float] | None = None,
                 by: list[str] | None = None, k: float = 3.5, margins: str | dict[str, Any] | None = None
                 ) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
-    """The report, its findings, and the rows both read (the HTML report draws them): one read."""
+    """The report, its findings, and the rows both read (the HTML report draws them): one read.
+    `streamed.streamed_report` gives the same without holding the run's rows."""
     rid = ledger.require_run(run_id)["id"]
     rows = request_rows(ledger, rid)
     rep = build_report(ledger, rid, slo, rows=rows)

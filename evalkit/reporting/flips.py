@@ -87,13 +87,14 @@ def _floor_repeat(rows: list[dict[str, Any]], baseline: str) -> int | None:
     return extra[0] if extra and others else None
 
 
-def flips(rows: list[dict[str, Any]], baseline: str | None) -> list[dict[str, Any]]:
+def flips(rows: list[dict[str, Any]], baseline: str | None, floor_rep: Any = "rows") -> list[dict[str, Any]]:
     """Per candidate and pass/fail grader (and persona rule): cases, gains, losses, the flip rate
     with its exact 95 % interval, the net pass-rate change, and the baseline's own flip rate
     between its passes (the floor; None without a floor pass)."""
     if not baseline:
         return []
-    floor_rep = _floor_repeat(rows, baseline)
+    if floor_rep == "rows":  # else the caller's, from every variant (these rows may be two of them)
+        floor_rep = _floor_repeat(rows, baseline)
     rules: dict[str, set[str]] = defaultdict(set)
     for r in rows:
         for name, g in r.get("grades", {}).items():

@@ -38,6 +38,12 @@ def quality_vs_cost(rows: list[dict[str, Any]], levels: list[dict[str, Any]], co
                     ) -> list[dict[str, Any]]:
     """Per variant and load level: the quality score (% of outputs passing schema, persona and
     formality), output tokens/s per user, $ per million output tokens; which are on the frontier."""
+    return mark_frontier(quality_points(rows, levels, cost))
+
+
+def quality_points(rows: list[dict[str, Any]], levels: list[dict[str, Any]], cost: list[dict[str, Any]]
+                   ) -> list[dict[str, Any]]:
+    """`quality_vs_cost`'s points before the frontier: a variant's rows give its own points."""
     usd = {(c["variant"], c["level"]): c["usd_per_m_output_tokens"] for c in cost}
     out = []
     for lv in levels:
@@ -49,6 +55,11 @@ def quality_vs_cost(rows: list[dict[str, Any]], levels: list[dict[str, Any]], co
         out.append({"variant": lv["variant"], "level": lv["level"], "concurrency": lv["concurrency"],
                     "quality_pct": 100.0 * sum(q) / len(q), "tps_per_user": mean([r["out_tps"] for r in rs]),
                     "usd_per_m_output_tokens": usd.get((lv["variant"], lv["level"]))})
+    return out
+
+
+def mark_frontier(out: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Which points are on the speed and the price frontier, over every variant's points."""
     key = {f"{e['variant']} c={e['concurrency']}": e for e in out}
     fast = frontier({k: (e["tps_per_user"], e["quality_pct"]) for k, e in key.items() if e["tps_per_user"]}, True)
     cheap = frontier({k: (e["usd_per_m_output_tokens"], e["quality_pct"]) for k, e in key.items()

@@ -36,6 +36,26 @@ class Rows(list):  # type: ignore[type-arg]
         self.memo = {}
 
 
+class RunRows:
+    """Every measured row of a run in order, read a stretch at a time each time it is iterated
+    (`Ledger.seq_ranges`): what a reader that needs the whole run in order gets, holding one
+    stretch. Iterable (again and again) and sized; not indexable."""
+
+    def __init__(self, ledger: Ledger, run_id: str, size: int = 50_000) -> None:
+        self.ledger, self.run_id = ledger, run_id
+        self.ranges = ledger.seq_ranges(run_id, size)
+        self._n: int | None = None
+
+    def __iter__(self) -> Iterator[Row]:
+        for seqs in self.ranges:
+            yield from request_rows(self.ledger, self.run_id, seqs=seqs)
+
+    def __len__(self) -> int:
+        if self._n is None:
+            self._n = sum(len(c) for c in self.ledger.measured_columns(self.run_id, ["id"]))
+        return self._n
+
+
 class Column:
     """One column, compact: floats as doubles (NaN: NULL), ints as int64 (`_NULL_INT`: NULL),
     strings as int32 codes (-1: NULL) into their distinct values; a column whose values mix types
@@ -174,16 +194,18 @@ class Row(Mapping[str, Any]):
         return repr(dict(self))
 
 
-def request_rows(ledger: Ledger, run_id: str, variant: str | None = None, level: int | None = None) -> Rows:
+def request_rows(ledger: Ledger, run_id: str, variant: str | None = None, level: int | None = None,
+                 seqs: tuple[int, int] | None = None) -> Rows:
     """Measured requests joined with their case and latest grades, lean (see `Ledger.iter_measured`),
     read a chunk at a time into columns. ``variant``, ``level``: one slice's rows only (the same
-    rows, values and order as the run's, filtered), so a reader holds one slice, not the run."""
+    rows, values and order as the run's, filtered), so a reader holds one slice, not the run;
+    ``seqs``: the rows with first <= seq <= last (`Ledger.seq_ranges`: an ordered pass)."""
     t = Table()
     enabled = gc.isenabled()
     gc.disable()  # chunks of tuples are acyclic: no collection while they come and go
     try:
         for names, chunk in ledger.measured_chunks(run_id, HEAVY_FIELDS | UNREPORTED, variant=variant,
-                                                   level=level):
+                                                   level=level, seqs=seqs):
             if not t.columns:
                 t.columns = {name: Column() for name in names}
             for j, c in enumerate(t.columns.values()):
@@ -194,7 +216,7 @@ def request_rows(ledger: Ledger, run_id: str, variant: str | None = None, level:
         for c in t.columns.values():
             c.compact()
         extra = _case_getters(ledger, run_id, t)
-        extra["grades"] = _grade_getter(ledger, run_id, t, variant, level)
+        extra["grades"] = _grade_getter(ledger, run_id, t, variant, level, seqs)
         extra["attributes"] = _attributes_getter(t, extra)
         extra["out_tps"] = _out_tps_getter(t)
         t.finish(extra)
@@ -249,8 +271,8 @@ def _out_tps_getter(t: Table) -> Any:
     return out_tps
 
 
-def _grade_getter(ledger: Ledger, run_id: str, t: Table, variant: str | None = None, level: int | None = None
-                  ) -> Any:
+def _grade_getter(ledger: Ledger, run_id: str, t: Table, variant: str | None = None, level: int | None = None,
+                  seqs: tuple[int, int] | None = None) -> Any:
     """Each row's newest grade per grader, as `Ledger.latest_grades` gives them, made when read:
     per grader its columns (version, value, passed, explanation; the detail parsed once per
     distinct text while few are distinct) and each row's place in them."""
@@ -259,7 +281,7 @@ def _grade_getter(ledger: Ledger, run_id: str, t: Table, variant: str | None = N
     sorted_ids = ids[order]
     graders: dict[str, _Graded] = {}
     details: dict[str | None, Any] = {}
-    for chunk in ledger.latest_grade_chunks(run_id, variant=variant, level=level):
+    for chunk in ledger.latest_grade_chunks(run_id, variant=variant, level=level, seqs=seqs):
         rid = np.fromiter((g[0] for g in chunk), dtype=np.int64, count=len(chunk))
         pos = np.minimum(np.searchsorted(sorted_ids, rid), len(sorted_ids) - 1)
         found = (sorted_ids[pos] == rid).tolist()
