@@ -60,6 +60,16 @@ def test_null_simulation_keeps_the_family_wise_false_flag_rate_at_5_percent():
     assert binom.sf(any_flag - 1, sims, 0.05) > 1e-3, any_flag
 
 
+def test_a_report_slice_is_tested_as_a_verdict_is():
+    """One road: the report's per-slice latency comparison uses the verdicts' robust test."""
+    from evalkit.reporting.verdicts import paired_test
+
+    data = _null_rows(random.Random(3))
+    entry = next(p for p in paired(data, "base", "e2e_ms") if p["complexity"] == "all")
+    t = paired_test(data, "base", "cand", parse_margins("e2e_mean=+5%")[0])
+    assert (entry["method"], entry["p"]) == (t.method, t.p(0.0))
+
+
 def test_margins_parse_with_units_and_signs():
     m = {x.metric: x for x in parse_margins("drift=0.05,schema_pass=-2pp,formality_mae=+0.2,e2e_mean=+0%,"
                                             "persona_pass=5pp")}

@@ -19,7 +19,7 @@ from ..grading.sample import sample_line
 from ..host import hosts_differ
 from ..ledger import Ledger
 from ..spec.dataset import COMPLEXITIES
-from ..stats import SignFlipRatio, mean, pct_delta, percentile
+from ..stats import mean, pct_delta, percentile, robust_ratio
 from .columns import Columns, slice_metrics, source_columns
 from .rows import Rows, grades_by_grader, request_rows, row_index
 from .selection import by_variant, first_level, level_note, sweep_levels
@@ -95,7 +95,8 @@ def columns(rows: list[dict[str, Any]], names: list[str]) -> Columns:
 
 def paired(rows: list[dict[str, Any]], baseline: str, metric: str, by: str = "complexity") -> list[dict[str, Any]]:
     """Candidate against baseline on the same cases (repeats averaged), per slice: the % difference
-    of the means, tested by a sign-flip test of the ratio of means. Each entry keeps its test
+    of the means, tested as the verdicts test it (`stats.robust_ratio`: sign-flip and bootstrap-t
+    tests of the ratio of means, all must reject). Each entry keeps its test
     (``_test``) until `verdicts.apply_holm` prints its interval at the family's Holm level."""
     out = []
     groups = by_variant(rows)
@@ -115,7 +116,7 @@ def paired(rows: list[dict[str, Any]], baseline: str, metric: str, by: str = "co
         b = case_means(base_rows, baseline, metric, shared)
         for s, cases in sorted(slices.items(), key=lambda kv: (kv[0] == "all", kv[0])):
             cs = sorted(c for c in cases if c in a and c in b)
-            t = SignFlipRatio([a[c] for c in cs], [b[c] for c in cs])
+            t = robust_ratio([a[c] for c in cs], [b[c] for c in cs])  # the verdicts' test: one road
             bm, vm = mean([b[c] for c in cs]), mean([a[c] for c in cs])
             out.append({
                 "variant": v, by: s, "metric": metric, "pairs": t.n, "baseline_mean": bm, "variant_mean": vm,
