@@ -7,7 +7,7 @@ OpenAI-compatible server is asked plainly, and one that refuses the constraint (
 again without it. Each criterion's grade records how it was asked (`asked`). Parsing stays tolerant
 either way. `response_format` is OpenAI's own parameter, so other servers know it too; vLLM's own
 `structured_outputs` regex is not used: a regex xgrammar cannot compile falls to vLLM 0.32's guidance
-backend, which on SmolLM2's tokenizer answered 500 and took the engine down (docs/measured.md)."""
+backend, which rejects SmolLM2's own space token and answers HTTP 500 (docs/measured.md)."""
 
 from __future__ import annotations
 
