@@ -273,6 +273,7 @@ def test_drift_grader_pairs_reference_floor_and_candidate():
     solo = g.grade_outputs([items[0], items[2]], {1: 0, 3: 0}, "bf16")
     assert solo[1].detail["kind"] == "reference"
     assert solo[3].detail["drift"] == pytest.approx(1.0)
+    assert solo[3].detail["same_seed"]  # one baseline pass: no other seed to compare with, and it says so
 
 
 def test_bootstrap_ci_and_verdict_on_known_data():
@@ -437,6 +438,32 @@ def test_each_candidate_repeat_is_compared_with_the_floor_pass_never_with_its_ow
 @pytest.mark.parametrize("request_id", [1, 2])
 def test_each_measured_baseline_repeat_is_a_noise_floor_pair(two_repeat_drift, request_id):
     assert two_repeat_drift[request_id].detail["kind"] == "noise_floor"
+
+
+@pytest.fixture
+def two_repeats_no_floor_pass():
+    """--repeats 2 with baseline_repeats 1: the baseline sends repeats 0 and 1 only, the reference
+    is its repeat 0."""
+    import numpy as np
+
+    c = case()
+    texts = {1: "b0", 2: "b1", 4: "w0", 5: "w1"}
+    vec = {t: np.array([1.0, float(i)]) / np.hypot(1.0, float(i)) for i, t in enumerate(texts.values())}
+    g = DriftGrader(lambda ts: [vec[t] for t in ts])
+    items = [GradedRequest(k, "bf16" if t[0] == "b" else "w8a8", t, "stop", c) for k, t in texts.items()]
+    return g.grade_outputs(items, {1: 0, 2: 1, 4: 0, 5: 1}, "bf16")
+
+
+@pytest.mark.parametrize(("request_id", "against"), [(2, 1), (4, 2), (5, 1)])
+def test_without_a_floor_pass_every_pair_is_a_seed_apart(two_repeats_no_floor_pass, request_id, against):
+    """The candidate's repeat 0 shares the reference's seed: it is compared with the baseline's
+    repeat 1 instead, like the floor pair (repeat 1 against repeat 0)."""
+    assert two_repeats_no_floor_pass[request_id].detail["against_request_id"] == against
+
+
+@pytest.mark.parametrize("request_id", [2, 4, 5])
+def test_without_a_floor_pass_no_pair_shares_a_seed(two_repeats_no_floor_pass, request_id):
+    assert "same_seed" not in two_repeats_no_floor_pass[request_id].detail
 
 
 def test_load_drift_says_how_often_answers_changed_not_a_restated_p_value():

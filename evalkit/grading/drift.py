@@ -7,7 +7,10 @@ pairs are the baseline's repeats 0..R-1 against that reference; the drift pairs 
 candidate's repeats 0..R-1 against it. Both pairs then differ by one seed; the only other
 difference is which model wrote the first output. (Comparing a candidate with a baseline output of
 the *same* seed would share the sampler's random stream and understate drift against a floor that
-does not.) Without a floor pass, the reference is the baseline's repeat 0 and there is no floor.
+does not.) Without a floor pass (`baseline_repeats: 1`) the reference is the baseline's repeat 0,
+the floor its other repeats against it, and a candidate's repeat 0, sent under the reference's own
+seed, is compared with the baseline's repeat 1 instead, so every pair is still a seed apart; with
+one baseline pass there is no other seed, and the pair's detail says ``same_seed``.
 
 Each pair stores cosine similarity of sentence embeddings, ROUGE-L F1 (lexical), and for JSON
 outputs a field-by-field comparison. Drift means 1 - cosine; the report compares drift with the
@@ -117,7 +120,7 @@ class DriftGrader(Grader):
     """Per-pair grader: needs the baseline's outputs for the same cases, so it grades a run at once."""
 
     name = "drift"
-    version = "3"  # 3: the reference is the first floor pass after the run's repeats (2: repeat 1; 1: the same seed)
+    version = "4"  # 4: no floor pass: repeat 0 against the baseline's repeat 1 (3: the floor pass is the reference)
     kind = "pair"
     description = "1 - cosine of MiniLM embeddings vs the baseline's output, next to the baseline's own noise floor"
     aggregate = DriftAggregate
@@ -155,7 +158,7 @@ class DriftGrader(Grader):
                 out[i.request_id] = Score(1.0, None, f"reference output for drift on {i.case.id}",
                                           {"kind": "reference"})
             elif i.variant != baseline:
-                pairs.append((i, ref, "drift"))
+                pairs.append((i, _a_seed_apart(i, ref, base, repeats), "drift"))
             elif repeats[i.request_id] < r:  # a measured repeat of the baseline against the floor pass
                 pairs.append((i, ref, "noise_floor"))
         if not pairs:
@@ -166,12 +169,27 @@ class DriftGrader(Grader):
             cos = float((vecs[2 * k] * vecs[2 * k + 1]).sum())
             rl = rouge_l(prose(i.text), prose(ref.text))
             what = "baseline repeat vs reference (noise floor)" if kind == "noise_floor" else f"vs {baseline}"
+            same = repeats[i.request_id] == repeats[ref.request_id]
             out[i.request_id] = Score(
-                cos, None, f"cosine {cos:.3f}, ROUGE-L {rl:.2f} {what}",
+                cos, None, f"cosine {cos:.3f}, ROUGE-L {rl:.2f} {what}"
+                + (" (same sampling seed: at temperature > 0 this understates drift)" if same else ""),
                 {"kind": kind, "against_request_id": ref.request_id, "cosine": round(cos, 6),
-                 "drift": round(1 - cos, 6), "rouge_l": round(rl, 6), "json": field_diff(i.text, ref.text)},
+                 "drift": round(1 - cos, 6), "rouge_l": round(rl, 6), "json": field_diff(i.text, ref.text),
+                 **({"same_seed": True} if same else {})},
             )
         return out
+
+
+def _a_seed_apart(i: GradedRequest, ref: GradedRequest, base: dict[tuple[str, str, int], GradedRequest],
+                  repeats: dict[int, int]) -> GradedRequest:
+    """The baseline output a candidate's repeat is compared with: the reference, unless the
+    reference was sent under this repeat's own seed (no floor pass: it is the baseline's repeat 0);
+    then the baseline's next repeat, one seed apart like every other pair (the reference when
+    there is none)."""
+    j = repeats[i.request_id]
+    if repeats[ref.request_id] != j:
+        return ref
+    return base.get((i.level, i.case.id, j + 1), ref)
 
 
 def _per_case(grades: list[dict[str, Any]], kind: str) -> dict[str, float]:
