@@ -83,20 +83,40 @@ def test_a_bootstrap_t_interval_excludes_exactly_what_its_test_rejects(n):
     assert t.p(hi + 1e-9) <= 0.05
 
 
-def test_the_robust_test_claims_only_what_both_tests_claim():
+@pytest.mark.parametrize("d", [-0.5, 0.0, 0.3, 1.0])
+def test_the_robust_test_claims_only_what_all_its_tests_claim(d):
     from evalkit.stats import robust_mean
 
     t = robust_mean(_skewed(24, 1))
-    for d in (-0.5, 0.0, 0.3, 1.0):
-        assert t.p(d) == max(t.flip.p(d), t.boot.p(d))
+    assert t.p(d) == max(t.flip.p(d), t.boot.p(d), t.hall.p(d))
 
 
-def test_the_robust_interval_is_the_hull_of_both():
+def test_the_robust_interval_is_the_hull_of_all():
     from evalkit.stats import robust_mean
 
     t = robust_mean(_skewed(24, 2))
-    a, b, r = t.flip.interval(0.05), t.boot.interval(0.05), t.interval(0.05)
-    assert r == (min(a[0], b[0]), max(a[1], b[1]))
+    ivs, r = [x.interval(0.05) for x in (t.flip, t.boot, t.hall)], t.interval(0.05)
+    assert r == (min(iv[0] for iv in ivs), max(iv[1] for iv in ivs))
+
+
+@pytest.mark.parametrize("n", [8, 20, 60])
+def test_a_skewness_corrected_interval_excludes_exactly_what_its_test_rejects(n):
+    import numpy as np
+
+    from evalkit.stats import BootstrapT
+
+    t = BootstrapT(np.asarray(_skewed(n, n)), skew_corrected=True)
+    lo, hi = t.interval(0.05)
+    assert (t.p(lo) > 0.05, t.p(lo - 1e-9) <= 0.05, t.p(hi) > 0.05, t.p(hi + 1e-9) <= 0.05) == (True,) * 4
+
+
+@pytest.mark.parametrize("t", [0.0, 1.5, -2.0])
+def test_hall_s_transformation_inverts(t):
+    import numpy as np
+
+    from evalkit.stats.robust import _hall, _hall_inverse
+
+    assert float(_hall_inverse(_hall(np.asarray(t), 0.4), 0.4)) == pytest.approx(t)
 
 
 def test_a_ratio_s_bootstrap_estimate_is_the_ratio_of_means_in_percent():

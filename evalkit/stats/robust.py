@@ -14,10 +14,16 @@ and the p-value at δ counts the t* at least (est − δ) / SE: one step functio
 inverts exactly into the interval it prints (the same structure as the subset statistics of a
 sign-flip test: `_SubsetTest`).
 
-`Robust` keeps a value δ when **either** the sign-flip test or the bootstrap-t keeps it (its p is
-the larger of the two): a claim needs both to agree, so its error is at most the smaller of the
-two errors: exact when the differences are symmetric, second-order correct when they are not,
-and never below the sign-flip test's own floor of 2 / 2ⁿ at a handful of pairs.
+At a dozen pairs of strongly skewed data (a zero-inflated KL floor, lognormal σ ≥ 0.75) the
+bootstrap-t still errs (7-9 % where 5 % is promised): its pivot is itself skewed. Hall's (1992)
+transformation removes that skewness from the pivot, t ↦ ((1 + a t / 3)³ − 1) / a + a / 6 with
+a = γ̂ / √n (γ̂ the skewness of the per-case values; monotone in t, so it inverts), and the
+bootstrap of the transformed pivot (Zhou & Dinh 2005) is the third test (`skew_corrected`).
+
+`Robust` keeps a value δ when **any** of its tests keeps it (its p is the largest): a claim needs
+all of them to agree, so its error is at most the smallest of their errors: exact when the
+differences are symmetric, second-order correct when they are not, and never below the sign-flip
+test's own floor of 2 / 2ⁿ at a handful of pairs.
 
 Strata: a graded sample keeps a different share of each slice (`grading/sample.py`); the
 estimate is then the stratified one, Σ W_h · mean_h (W_h the slice's share of the population),
@@ -63,10 +69,12 @@ class BootstrapT(_SubsetTest):
 
     def __init__(self, cand: np.ndarray, base: np.ndarray | None = None, *, strata: list[str] | None = None,
                  weights: dict[str, float] | None = None, sizes: dict[str, int] | None = None,
-                 boot: int = BOOT, seed: int = 0) -> None:
+                 boot: int = BOOT, seed: int = 0, skew_corrected: bool = False) -> None:
         n = len(cand)
         super().__init__(n, None)
         self.ratio = base is not None
+        if skew_corrected:
+            self.method = "skewness-corrected studentized bootstrap (Hall's transformation)"
         if n < 2:
             self.se = None
             self._set_stats(np.empty(0), 1, 1)
@@ -86,8 +94,23 @@ class BootstrapT(_SubsetTest):
         with np.errstate(divide="ignore", invalid="ignore"):
             t = (e_b - est) / s_b
         t = np.where(s_b > 0, t, np.where(e_b > est, np.inf, np.where(e_b < est, -np.inf, 0.0)))
-        with np.errstate(over="ignore"):
+        if skew_corrected and strata is None:  # each resample's pivot through its own skewness
+            root = n ** -0.5
+            a_b = root * _skewness(self._linear(cand[pick], None if base is None else base[pick]))
+            a = root * float(_skewness(self._linear(cand[None, :], None if base is None else base[None, :]))[0])
+            t = _hall_inverse(_hall(t, a_b), a)
+            t = np.where(np.isnan(t), 0.0, t)  # a degenerate resample says nothing either way
+        with np.errstate(over="ignore", invalid="ignore"):
             self._set_stats(self._unit(est - se * t), 1, boot + 1)
+
+    @staticmethod
+    def _linear(c: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+        """Row-wise, the per-case values the estimate is a mean of (to first order): the
+        differences, or a log ratio's linearised values cᵢ / mean(c) − bᵢ / mean(b)."""
+        if b is None:
+            return c
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return c / c.mean(axis=1, keepdims=True) - b / b.mean(axis=1, keepdims=True)
 
     def _unit(self, x: Any) -> Any:
         """From the scale tested on to the one printed: a log ratio to a % difference (monotone, so
@@ -122,17 +145,44 @@ class BootstrapT(_SubsetTest):
             return np.log(mc / mb), se
 
 
-class Robust(PairedTest):
-    """Both tests at once: a δ is kept when either keeps it, so a claim needs both. The p-value
-    is the larger of the two; the interval is the hull of both."""
+def _skewness(x: np.ndarray) -> np.ndarray:
+    """Row-wise sample skewness m₃ / m₂^1.5 (0 where a row has no spread)."""
+    dev = x - x.mean(axis=1, keepdims=True)
+    m2, m3 = (dev ** 2).mean(axis=1), (dev ** 3).mean(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(m2 > 0, m3 / np.maximum(m2, 1e-300) ** 1.5, 0.0)
 
-    def __init__(self, flip: PairedTest, boot: BootstrapT) -> None:
+
+def _hall(t: np.ndarray, a: np.ndarray | float) -> np.ndarray:
+    """Hall's transformation of a studentized mean, t + a t² / 3 + a² t³ / 27 + a / 6 with
+    a = skewness / √n, written as ((1 + a t / 3)³ − 1) / a: increasing in t for any a."""
+    a = np.asarray(a, dtype=float)
+    tiny = np.abs(a) < 1e-12
+    safe = np.where(tiny, 1.0, a)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.where(tiny, t, ((1.0 + safe * t / 3.0) ** 3 - 1.0) / safe) + a / 6.0
+
+
+def _hall_inverse(y: np.ndarray, a: float) -> np.ndarray:
+    """The t whose transformation (at the data's own a) is y."""
+    if abs(a) < 1e-12:
+        return y - a / 6.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        return 3.0 / a * (np.cbrt(1.0 + a * (y - a / 6.0)) - 1.0)
+
+
+class Robust(PairedTest):
+    """Several tests at once: a δ is kept when any keeps it, so a claim needs all of them. The
+    p-value is the largest; the interval is the hull of all."""
+
+    def __init__(self, flip: PairedTest, boot: BootstrapT, hall: BootstrapT | None = None) -> None:
         super().__init__(flip.n, boot.estimate if boot.estimate is not None else flip.estimate)
-        self.flip, self.boot = flip, boot
-        self.method = f"{flip.method} and studentized bootstrap (both must reject)"
+        self.flip, self.boot, self.hall = flip, boot, hall
+        self.method = (f"{flip.method}, studentized bootstrap and its skewness-corrected form (all must reject)"
+                       if hall is not None else f"{flip.method} and studentized bootstrap (both must reject)")
 
     def _parts(self) -> list[PairedTest]:
-        return [self.flip] + ([self.boot] if len(self.boot._stats) else [])
+        return [self.flip] + [b for b in (self.boot, self.hall) if b is not None and len(b._stats)]
 
     def p_greater(self, delta: float) -> float:
         return max(t.p_greater(delta) for t in self._parts())
@@ -163,7 +213,9 @@ def robust_mean(diffs: list[float], *, strata: list[str] | None = None, weights:
         flip = SignFlipMean(list(d * scale), n_patterns=n_patterns, seed=seed)
     else:
         flip = SignFlipMean(list(d), n_patterns=n_patterns, seed=seed)
-    return Robust(flip, BootstrapT(d, strata=strata, weights=weights, sizes=sizes, seed=seed))
+    if strata is not None:  # Hall's correction is for one sample's skewness: a stratified mean has two tests
+        return Robust(flip, BootstrapT(d, strata=strata, weights=weights, sizes=sizes, seed=seed))
+    return Robust(flip, BootstrapT(d, seed=seed), BootstrapT(d, seed=seed, skew_corrected=True))
 
 
 def robust_ratio(cand: list[float], base: list[float], *, n_patterns: int = MC_PATTERNS, seed: int = 0) -> PairedTest:
@@ -172,4 +224,4 @@ def robust_ratio(cand: list[float], base: list[float], *, n_patterns: int = MC_P
     c = np.asarray([p[0] for p in pairs], dtype=float)
     b = np.asarray([p[1] for p in pairs], dtype=float)
     flip = SignFlipRatio(list(c), list(b), n_patterns=n_patterns, seed=seed)
-    return Robust(flip, BootstrapT(c, b, seed=seed))
+    return Robust(flip, BootstrapT(c, b, seed=seed), BootstrapT(c, b, seed=seed, skew_corrected=True))

@@ -32,21 +32,23 @@ SCENARIOS: dict[str, tuple[str, str]] = {
 }
 # noise shapes per kind of margin (gauss is the plain one above)
 SHAPES: dict[str, tuple[str, ...]] = {
-    "ms": ("gauss", "lognormal", "spikes", "failures"),
+    "ms": ("gauss", "lognormal", "heavy", "spikes", "failures"),
     "%": ("gauss", "lognormal", "unequal", "spikes", "failures"),
-    "abs": ("gauss", "lognormal"),
+    "abs": ("gauss", "lognormal", "heavy"),
     "kl": ("zero_inflated", "lognormal"),
 }
 FAIL_SHARE = 0.1  # the "failures" shape: the candidate fails its slowest 10 % of requests
 
 
 def centred(rng: random.Random, shape: str, sd: float) -> float:
-    """One draw of mean 0 and SD ``sd`` in a shape: right-skewed lognormal (σ 0.5, skewness 1.8),
+    """One draw of mean 0 and SD ``sd`` in a shape: right-skewed lognormal (σ 0.5, skewness 1.8;
+    ``heavy``: σ 0.75, skewness 3.3),
     spikes (a quarter of the draws stall, the rest a tight body around a small speed-up)."""
-    if shape == "lognormal":
-        s2 = 0.5 ** 2
+    if shape in ("lognormal", "heavy"):  # heavy: σ 0.75, skewness 3.3
+        sigma = 0.75 if shape == "heavy" else 0.5
+        s2 = sigma ** 2
         m, v = math.exp(s2 / 2), (math.exp(s2) - 1) * math.exp(s2)
-        return (rng.lognormvariate(0.0, 0.5) - m) / math.sqrt(v) * sd
+        return (rng.lognormvariate(0.0, sigma) - m) / math.sqrt(v) * sd
     if shape == "spikes":
         p, body = 0.25, sd / 3
         size = math.sqrt((sd * sd - body * body) / (p * (1 - p)))
