@@ -188,7 +188,7 @@ def test_a_budget_too_small_to_decide_the_margins_is_stretched_and_says_so(runne
         assert r.exit_code == 0, r.output
     run = next(Database(ledger)["runs"].rows)
     assert run["n_cases"] == 12  # 4 hypotheses need 8 pairs: two whole rounds of the six strata
-    assert "stretched to 12 cases, the fewest that can decide its margins" in r.output
+    assert "stretched to 12 cases, the fewest at which every margin can be decided" in " ".join(r.output.split())
 
 
 def _jittered_run(runner, endpoint_matrix, ledger, limit: int, seed: int, repeats: int = 1) -> None:
@@ -350,3 +350,43 @@ def test_a_verdict_line_says_pairs_and_failures():
 def test_a_verdict_names_its_statistic():
     (e,) = verdicts(_failing_rows(12, 0), "base", parse_margins("ttft_mean=+50ms"))
     assert e["statistic"] == "mean difference, failed requests at the worst value"
+
+
+@pytest.mark.parametrize("margins", [{"e2e_mean": "+5%", "tpot_mean": "+5%", "drift": 0.1, "schema_pass": "-10pp"},
+                                     {"e2e_mean": "+5%", "kl": 0.01}, {"schema_pass": "-5pp"}, {"ttft_mean": "+50ms"}])
+def test_the_budget_and_the_verdicts_ask_one_floor(margins):
+    """One function: `--time-budget` (raw margins) and the verdicts and `plan` (parsed) agree."""
+    from evalkit.execution.sizing import margin_floor
+    from evalkit.reporting.verdicts import pairs_needed
+
+    assert margin_floor(margins) == pairs_needed(parse_margins(margins))
+
+
+@pytest.mark.parametrize(("extra", "verdict"), [(0, "non-inferior"), (-1, "inconclusive")])
+def test_a_pass_rate_floor_is_where_an_unchanged_candidate_first_can_be_shown_non_inferior(extra, verdict):
+    """−10 pp over its 2 hypotheses: at the floor no change at all is non-inferior; one pair fewer
+    it cannot be (the floor is reachability, exact)."""
+    from evalkit.reporting.verdicts import pairs_needed
+    from evalkit.testing.verdict_sim import pp_rows
+
+    s = parse_margins({"schema_pass": "-10pp"})
+    n = pairs_needed(s) + extra
+    assert verdicts(pp_rows(n, 0, 0), "base", s)[0]["verdict"] == verdict
+
+
+def test_a_kl_margin_below_its_floor_reads_inconclusive_and_says_why():
+    from evalkit.testing.verdict_sim import rows
+
+    (e,) = verdicts(rows("kl", 12, 0.0, 1, shape="zero_inflated"), "base", parse_margins({"kl": "0.01"}))
+    assert "needs at least 24 pairs" in e["why"]
+
+
+@pytest.mark.parametrize(("margins", "text"), [([], "no margins in the matrix: at least 6 pairs"),
+                                               (["schema_pass=-10pp"], "at least 48 pairs before every one")])
+def test_plan_says_its_floor_and_why(margins, text):
+    from evalkit.reporting.plan import floor_line
+    from evalkit.reporting.verdicts import hypotheses, pairs_needed
+
+    specs = parse_margins(",".join(margins))
+    p = {"margins": margins, "floor": pairs_needed(specs, max(1, hypotheses(specs))), "hypotheses": hypotheses(specs)}
+    assert text in floor_line(p)

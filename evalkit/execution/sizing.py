@@ -151,16 +151,38 @@ def margin_hypotheses(margins: dict[str, Any]) -> int:
     return sum(1 if zero(v) else 2 for v in margins.values())
 
 
-def buys(n: int, spreads: dict[str, tuple[float, int]], source: str, n_hypotheses: int = 0) -> str:
+def margin_floor(margins: dict[str, Any]) -> int:
+    """The fewest pairs at which every margin of a matrix can be decided: `stats.pairs_for_a_verdict`
+    on the raw margins, as `reporting.verdicts.pairs_needed` asks it of parsed ones (pass-rate and
+    flip margins by their exact tests, a grader margin's own floor)."""
+    from ..grading.registry import margins as declared
+
+    kinds, floors = [], [0]
+    for key, raw in margins.items():
+        text = str(raw).strip()
+        try:
+            num = float(re.sub(r"[^0-9.]", "", text) or "0")
+        except ValueError:
+            continue
+        if text.endswith("pp"):
+            flip = key == "flips_max" or str(key).endswith("_flips")
+            kinds.append(("flips", num) if flip else ("pp", num if text.startswith("+") else -num))
+        if key in declared():
+            floors.append(declared()[key][1].min_pairs)
+    return pairs_for_a_verdict(margin_hypotheses(margins), 0.05, tuple(kinds), max(floors))
+
+
+def buys(n: int, spreads: dict[str, tuple[float, int]], source: str, n_hypotheses: int = 0, need: int = 0) -> str:
     """What n pairs can detect, per metric, and whether they can decide the matrix's margins at all."""
     parts = []
     for metric, unit in (("drift", ""), ("e2e_mean", " %")):
         sd = spreads.get(metric, (PRIORS[metric], 0))[0]
         parts.append(f"{metric} {mde(sd, n):.3g}{unit}")
     line = f"with {n} cases per variant this run can detect (80 % power, 5 % two-sided): {', '.join(parts)} ({source})"
-    if n_hypotheses and n < (need := pairs_for_a_verdict(n_hypotheses)):
-        line += (f"; too few to decide its margins whatever the data ({n_hypotheses} hypotheses under Holm need at "
-                 f"least {need} cases: a larger --time-budget)")
+    need = max(need, pairs_for_a_verdict(n_hypotheses) if n_hypotheses else 0)
+    if n_hypotheses and n < need:
+        line += (f"; too few to decide every margin ({n_hypotheses} hypotheses under Holm: at least {need} cases "
+                 f"before each can be decided: a larger --time-budget)")
     return line
 
 
@@ -182,11 +204,11 @@ def size_to_budget(ctx: Any, est: RunEstimate | None, variants_after: int, serve
                    variants_after * (start_s + warm_s), len(cases))
     stretched = ""
     hyp = margin_hypotheses(matrix.margins)
-    need = pairs_for_a_verdict(hyp) if hyp else 0
+    need = margin_floor(matrix.margins) if hyp else 0
     need = min(len(cases), need + (-need) % 6)  # whole rounds of the six strata
     if n < need:  # a run that cannot decide its margins answers nothing: the budget gives way, and says so
-        stretched = (f"; stretched to {need} cases, the fewest that can decide its margins ({hyp} hypotheses under "
-                     f"Holm): about {mmss((need - n) * per_req * reqs_per_case)} past the budget")
+        stretched = (f"; stretched to {need} cases, the fewest at which every margin can be decided ({hyp} hypotheses "
+                     f"under Holm; docs/verdicts.md): about {mmss((need - n) * per_req * reqs_per_case)} past the budget")
         n = need
     kept = ctx.cases = cases[:n]  # the later variants send the same cases
     ledger.update_run(run_id, {"n_cases": n, "case_ids_json": dumps([c.id for c in kept])})
@@ -197,7 +219,7 @@ def size_to_budget(ctx: Any, est: RunEstimate | None, variants_after: int, serve
                      f"(at most {mmss(per_req * reqs_per_case)} per case across {len(matrix.variants)} variants{speeds})"
                      f"{stretched}; "
                      + buys(n, spreads, f"spread from run {pilot}" if pilot else "shipped priors; `evalkit plan` "
-                            "refines them from this run", margin_hypotheses(matrix.margins)))
+                            "refines them from this run", hyp, need))
     return {c.id for c in kept}
 
 

@@ -69,12 +69,15 @@ class Margin:
     """A paired, per-case metric a grader offers to non-inferiority margins (`margins:` in a matrix,
     `evalkit check --margins`): the candidate's value minus the baseline's on the same case, with
     its unit ("pp": percentage points of a pass rate; "abs": the metric's own unit) and which way is
-    better. ``Aggregate.margin_values`` supplies each side's per-case values."""
+    better. ``Aggregate.margin_values`` supplies each side's per-case values. ``min_pairs``: the
+    fewest pairs from which a verdict on it is read (its per-case shape: below it the tests err
+    more than they promise whatever the data, docs/verdicts.md); fewer read inconclusive."""
 
     name: str
     unit: Literal["pp", "abs"]
     higher_is_better: bool
     description: str
+    min_pairs: int = 0
 
 
 @dataclass(frozen=True)

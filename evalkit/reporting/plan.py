@@ -16,8 +16,7 @@ from ..grading.registry import available, use_run
 from ..grading.registry import margins as registry_margins
 from ..host import host_line, this_host
 from ..ledger import Ledger
-from ..stats import pairs_for_a_verdict
-from .verdicts import hypotheses, parse_margins
+from .verdicts import hypotheses, pairs_needed, parse_margins
 
 METRICS = {"drift": "", "e2e_mean": " %"}
 
@@ -119,8 +118,11 @@ def plan(ledger: Ledger, run_id: str | None, detect: dict[str, float], cases: in
     out: dict[str, Any] = {"pilot_run": rid, "matrix": run["matrix_name"], "runs_of_matrix": n_runs,
                            "pilot_host": host_line(ledger.host(run.get("host_id"))), "this_host": host_line(this_host()),
                            "seconds_per_case": per_case, "fixed_seconds": fixed, "metrics": []}
-    hyp = hypotheses(parse_margins(run.margins, "matrix margins"))
-    floor = pairs_for_a_verdict(max(hyp, 1))  # no margins: still the pairs one two-sided test needs (6)
+    specs = parse_margins(run.margins, "matrix margins")
+    hyp = hypotheses(specs)
+    # the fewest pairs at which every margin can be decided (no margins: one two-sided test, 6)
+    floor = pairs_needed(specs, max(hyp, 1))
+    out.update({"floor": floor, "margins": [ms.text for ms in specs], "hypotheses": hyp})
     for metric in sorted(set(detect) | (set(METRICS) if cases else set())):
         if metric not in spreads and metric not in PRIORS:
             raise UsageError(f"--detect {metric}: the pilot run {rid} has no paired grades of it to plan from")
@@ -144,6 +146,7 @@ def plan(ledger: Ledger, run_id: str | None, detect: dict[str, float], cases: in
 def plan_lines(p: dict[str, Any]) -> list[str]:
     lines = [f"pilot: run {p['pilot_run']} of matrix {p['matrix']} ({p['runs_of_matrix']} complete run(s) of it in "
              f"the ledger); {mmss(p['seconds_per_case'])} of requests per case across its variants"]
+    lines.append(floor_line(p))
     if p["pilot_host"] != p["this_host"]:
         lines.append(f"note: the pilot ran on another machine ({p['pilot_host']}); its times may not hold here")
     for e in p["metrics"]:
@@ -158,10 +161,21 @@ def plan_lines(p: dict[str, Any]) -> list[str]:
                 lines.append(f"{e['metric']}: to detect {e['detect']:g}{unit} at 80 % power (5 % two-sided): "
                              f"{e['cases']} cases, about {mmss(e['seconds'])} here (per-case SD {e['sd']:.3g}{unit} "
                              f"from {e['source']}{tau})"
-                             + (f"; raised to {e['floor']}, the fewest with which the matrix's margins can reach a "
-                                "verdict under Holm" if e.get("floor") else ""))
+                             + (f"; raised to {e['floor']}, the fewest pairs at which every margin of the matrix "
+                                "can be decided (above)" if e.get("floor") else ""))
         if "mde" in e:
             lines.append(f"{e['metric']}: {e['cases_given']} cases can detect {e['mde']:.3g}{unit} (80 % power; SD "
                          f"{e['sd']:.3g}{unit} from {e['source']}{tau})")
     return lines
 
+
+
+def floor_line(p: dict[str, Any]) -> str:
+    """What the smallest run that can answer the matrix's margins is, and why."""
+    if not p["margins"]:
+        return (f"no margins in the matrix: at least {p['floor']} pairs for one two-sided test to reach p < 0.05 "
+                "(an exact sign-flip test of n pairs cannot go below 2 / 2ⁿ)")
+    return (f"margins {', '.join(p['margins'])}: at least {p['floor']} pairs before every one can be decided: the "
+            f"fewest at which a candidate with no difference could be shown non-inferior on each (exact tests at "
+            f"Holm's first step over {p['hypotheses']} hypotheses; a KL margin's own floor; docs/verdicts.md). "
+            "This is reachability, not power: --detect sizes for 80 % power")

@@ -52,6 +52,7 @@ class MarginSpec:
     unit: str  # "pp", "abs", "%", "ms"
     higher_is_better: bool
     text: str
+    min_pairs: int = 0  # the grader's floor for this margin (its per-case shape): fewer pairs read inconclusive
 
     def describe(self) -> str:
         return f"{self.value:+g}{UNIT[self.unit]}"
@@ -101,7 +102,8 @@ def parse_margins(spec: dict[str, Any] | str | None, where: str = "--margins") -
         else:
             unit = "abs"
         value = -num if sign == "-" else num if sign == "+" else (-num if hib else num)
-        out.append(MarginSpec(key, value, unit, hib, f"{key}={raw}"))
+        declared = grader_margins().get(key)
+        out.append(MarginSpec(key, value, unit, hib, f"{key}={raw}", declared[1].min_pairs if declared else 0))
     return out
 
 
@@ -160,6 +162,20 @@ def paired_test(rows: list[dict[str, Any]], baseline: str, variant: str, ms: Mar
     return t
 
 
+def pairs_needed(specs: list[MarginSpec], n_hypotheses: int | None = None, alpha: float = ALPHA) -> int:
+    """The fewest pairs with which every one of these margins can reach a verdict
+    (`stats.pairs_for_a_verdict`: Holm's first step, exact pass-rate and flip tests, the
+    margins' own floors)."""
+    kinds = tuple(("flips" if flips.is_flips(ms.metric) else ms.unit, ms.value) for ms in specs)
+    return pairs_for_a_verdict(hypotheses(specs) if n_hypotheses is None else n_hypotheses, alpha, kinds,
+                               max((ms.min_pairs for ms in specs), default=0))
+
+
+def decides(t: PairedTest, ms: MarginSpec) -> bool:
+    """Whether a test's pairs are enough to read a verdict from: 2, or the margin's own floor."""
+    return t.n >= max(2, ms.min_pairs)
+
+
 def hypotheses(specs: list[MarginSpec]) -> int:
     """How many hypotheses a variant's margins bring: the margin and 0 each (one when the margin is 0)."""
     return sum(len(tested_values(ms)) for ms in specs)
@@ -201,14 +217,14 @@ def verdicts(rows: list[dict[str, Any]], baseline: str | None, specs: list[Margi
         cells = [(lv, rs, ms, paired_test(rs, baseline, variant, ms)) for lv, rs in groups
                  if any(r["variant"] == variant for r in rs) for ms in specs]
         hyp = [(k, d) for k, (_, _, ms, _) in enumerate(cells) for d in tested_values(ms)]
-        pvals = [cells[k][3].p(d) if cells[k][3].n >= 2 else None for k, d in hyp]
+        pvals = [cells[k][3].p(d) if decides(cells[k][3], cells[k][2]) else None for k, d in hyp]
         _, level = holm_level(pvals, alpha)
         adj = holm(pvals)
         m = max(1, sum(p is not None for p in pvals))  # hypotheses with data: Holm's family
-        need = pairs_for_a_verdict(m, alpha)
+        need = pairs_needed(specs, m, alpha)
         for k, (lv, rs, ms, t) in enumerate(cells):
             p_of = {d: (p, a) for (kk, d), p, a in zip(hyp, pvals, adj, strict=True) if kk == k}
-            iv = t.interval(level, tuple(p_of)) if t.n >= 2 else None
+            iv = t.interval(level, tuple(p_of)) if decides(t, ms) else None
             e: dict[str, Any] = {
                 "variant": variant, "metric": ms.metric, "margin": ms.value, "margin_text": ms.describe(),
                 "unit": ms.unit, "higher_is_better": ms.higher_is_better, "pairs": t.n, "estimate": t.estimate,
@@ -221,13 +237,16 @@ def verdicts(rows: list[dict[str, Any]], baseline: str | None, specs: list[Margi
                 "concurrency": lv if lv is not None else min((level_of(r) for r in rs if r["variant"] == variant),
                                                              default=None)}
             if iv is None:
-                e["verdict"], e["why"] = "inconclusive", ("too few pairs" if t.n < 2 else
-                                                          f"{t.n} pairs cannot bound the difference at this level")
+                e["verdict"], e["why"] = "inconclusive", (
+                    "too few pairs" if t.n < 2 else
+                    f"a {ms.metric} verdict needs at least {ms.min_pairs} pairs: its per-case values are too skewed "
+                    f"for fewer (docs/verdicts.md)" if t.n < ms.min_pairs else
+                    f"{t.n} pairs cannot bound the difference at this level")
             else:
                 e["verdict"], e["why"] = _decide(iv, ms)
                 if flips.is_flips(ms.metric) and e["verdict"] == "non-inferior":
                     e["why"] = "the flip rate's whole interval lies below the margin"
-            if e["verdict"] == "inconclusive" and t.n >= 2 and t.min_p() > alpha / m:
+            if e["verdict"] == "inconclusive" and decides(t, ms) and t.min_p() > alpha / m:
                 e["why"] = (f"{t.n} pairs cannot decide: the smallest p they allow is {t.min_p():.3f}, and Holm "
                             f"over {m} hypotheses needs {alpha / m:.4f} or less: at least {need} pairs")
             out.append(e)
@@ -278,7 +297,7 @@ def sentences(vs: list[dict[str, Any]], baseline: str) -> list[str]:
             if xs:
                 parts.append(f"{verdict} on " + ", ".join(f"{e['metric']} {fmt_estimate(e)} (margin {e['margin_text']}; "
                                                          f"{counts_text(e)})" for e in xs))
-        most, need = max((e["pairs"] for e in es), default=0), pairs_for_a_verdict(es[0]["hypotheses"])
+        most, need = max((e["pairs"] for e in es), default=0), max(e["need_pairs"] for e in es)
         tail = f"; {most} pairs cannot decide {len(es)} margins: at least {need} needed" if most < need else ""
         out.append(f"{v} vs {baseline}: " + "; ".join(parts) + tail + f" (intervals at {level_text(es[0]['ci_level'])}, "
                    f"the level of Holm's last step over {es[0]['hypotheses']} hypotheses: 5 % family-wise)")
