@@ -191,6 +191,23 @@ def test_a_budget_too_small_to_decide_the_margins_is_stretched_and_says_so(runne
     assert "stretched to 12 cases, the fewest at which every margin can be decided" in " ".join(r.output.split())
 
 
+def test_a_margin_no_verdict_can_read_is_refused_before_anything_is_sent(runner, endpoint_matrix, tmp_path):
+    ledger = tmp_path / "u.db"
+    m = endpoint_matrix("http://127.0.0.1:9", "http://127.0.0.1:9", extra="margins: {ttft_p99: +5%}\n")
+    r = runner.invoke(cli, ["run", "--matrix", str(m), "--ledger", str(ledger), "--limit", "2", "--no-grade"])
+    assert (r.exit_code, "matrix margins: unknown metric 'ttft_p99'" in r.output, ledger.exists()) == (2, True, False)
+
+
+@pytest.mark.integration  # starts stub servers
+def test_a_fixed_run_too_small_for_its_margins_says_so_before_sending(runner, endpoint_matrix, tmp_path):
+    with StubServer(StubConfig(ttft_ms=1, itl_ms=0)) as a, StubServer(StubConfig(ttft_ms=1, itl_ms=0)) as b:
+        m = endpoint_matrix(a.base_url, b.base_url, extra="divergence: {enabled: false}\nmargins: {e2e_mean: +5%}\n")
+        r = runner.invoke(cli, ["run", "--matrix", str(m), "--ledger", str(tmp_path / "t.db"), "--limit", "3",
+                                "--no-grade"])
+    assert "3 cases cannot decide the matrix's margins (2 hypotheses under Holm): at least 7 needed" in \
+        " ".join(r.output.split())
+
+
 def _jittered_run(runner, endpoint_matrix, ledger, limit: int, seed: int, repeats: int = 1) -> None:
     with StubServer(StubConfig(ttft_ms=5, itl_ms=1, jitter_ms=40, seed=seed)) as a, \
             StubServer(StubConfig(ttft_ms=5, itl_ms=1, jitter_ms=40, seed=seed + 1)) as b:
@@ -353,13 +370,14 @@ def test_a_verdict_names_its_statistic():
 
 
 @pytest.mark.parametrize("margins", [{"e2e_mean": "+5%", "tpot_mean": "+5%", "drift": 0.1, "schema_pass": "-10pp"},
-                                     {"e2e_mean": "+5%", "kl": 0.01}, {"schema_pass": "-5pp"}, {"ttft_mean": "+50ms"}])
+                                     {"e2e_mean": "+5%", "kl": 0.01}, {"schema_pass": "-5pp"}, {"ttft_mean": "+50ms"},
+                                     {"flips_max": "5pp", "e2e_mean": "+5%"}])
 def test_the_budget_and_the_verdicts_ask_one_floor(margins):
-    """One function: `--time-budget` (raw margins) and the verdicts and `plan` (parsed) agree."""
+    """`--time-budget` (raw margins) and the verdicts and `plan` (parsed) agree on the family and its floor."""
     from evalkit.execution.sizing import margin_floor
-    from evalkit.reporting.verdicts import pairs_needed
+    from evalkit.reporting.verdicts import hypotheses, pairs_needed
 
-    assert margin_floor(margins) == pairs_needed(parse_margins(margins))
+    assert margin_floor(margins) == (hypotheses(parse_margins(margins)), pairs_needed(parse_margins(margins)))
 
 
 @pytest.mark.parametrize(("extra", "verdict"), [(0, "non-inferior"), (-1, "inconclusive")])
@@ -390,3 +408,17 @@ def test_plan_says_its_floor_and_why(margins, text):
     specs = parse_margins(",".join(margins))
     p = {"margins": margins, "floor": pairs_needed(specs, max(1, hypotheses(specs))), "hypotheses": hypotheses(specs)}
     assert text in floor_line(p)
+
+
+def test_a_kl_margin_tests_the_margin_only():
+    """The batching floor is what a variant identical to the baseline reads: no "better" hypothesis."""
+    from evalkit.reporting.verdicts import hypotheses
+
+    assert hypotheses(parse_margins({"kl": 0.01, "e2e_mean": "+5%"})) == 3
+
+
+def test_a_kl_interval_below_the_floor_reads_non_inferior_not_superior():
+    from evalkit.testing.verdict_sim import rows
+
+    (e,) = verdicts(rows("kl", 48, -0.015, 3, shape="zero_inflated"), "base", parse_margins({"kl": "0.01"}))
+    assert (e["verdict"], e["ci"][1] < 0) == ("non-inferior", True)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..grading.margins import hypotheses, pairs_needed, parse_margins
 from ..grading.registry import add_path, choose, serve_only, specs, use_workload
 from ..ledger import Ledger
 from ..paths import default_dataset_path
@@ -79,10 +80,12 @@ def resolve_inputs(ledger: Ledger | None, q: RunOptions, say: Any = lambda s: No
             out = RunInputs(matrix, cases, dpath, load, q.repeats)
     out.time_budget_s = budget_s
     out.opts = q
+    if q.grader_path is not None:
+        add_path(q.grader_path)
+    use_workload(out.matrix.folder)
+    if not q.resume_id:
+        check_margins(out, say)
     if q.grade:  # which graders apply to these cases: bad case fields stop here, before anything is written
-        if q.grader_path is not None:
-            add_path(q.grader_path)
-        use_workload(out.matrix.folder)
         names = list(q.graders) if q.graders else out.matrix.graders
         out.graders, out.grader_notes = choose(names, out.cases, with_judge=out.matrix.judge is not None,
                                                where=str(out.dataset_path))
@@ -91,3 +94,15 @@ def resolve_inputs(ledger: Ledger | None, q: RunOptions, say: Any = lambda s: No
     out.run_extra = {**(out.run_extra or {}), "graders_json": json.dumps(specs(out.graders)),
                      "workload_dir": str(out.matrix.folder) if out.matrix.folder else None}
     return out
+
+
+def check_margins(inp: RunInputs, say: Any) -> None:
+    """The matrix's margins, before anything is sent: a metric no verdict can read is refused, and
+    a fixed number of cases too small to decide them is said (`--time-budget` stretches instead)."""
+    if not inp.matrix.margins:
+        return
+    margins = parse_margins(inp.matrix.margins, "matrix margins")
+    need = pairs_needed(margins)
+    if inp.time_budget_s is None and len(inp.cases) < need:
+        say(f"{len(inp.cases)} cases cannot decide the matrix's margins ({hypotheses(margins)} hypotheses under Holm): "
+            f"at least {need} needed, so every verdict will read inconclusive (docs/verdicts.md)")

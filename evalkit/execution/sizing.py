@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from ..errors import UsageError
+from ..grading.margins import hypotheses, pairs_needed, parse_margins
 from ..ledger import dumps
 from ..stats import Z_DETECT, pairs_for_a_verdict
 from .estimate import RunEstimate
@@ -139,37 +140,12 @@ def earlier_spread(ledger: object, matrix_name: str, exclude: str) -> tuple[dict
     return {}, None
 
 
-def margin_hypotheses(margins: dict[str, Any]) -> int:
-    """How many hypotheses a matrix's margins bring to each variant's Holm family: the margin and
-    0 each, one when the margin is 0 (reporting.verdicts)."""
-    def zero(v: Any) -> bool:
-        try:
-            return float(re.sub(r"[^0-9.]", "", str(v)) or "0") == 0
-        except ValueError:
-            return False
-
-    return sum(1 if zero(v) else 2 for v in margins.values())
-
-
-def margin_floor(margins: dict[str, Any]) -> int:
-    """The fewest pairs at which every margin of a matrix can be decided: `stats.pairs_for_a_verdict`
-    on the raw margins, as `reporting.verdicts.pairs_needed` asks it of parsed ones (pass-rate and
-    flip margins by their exact tests, a grader margin's own floor)."""
-    from ..grading.registry import margins as declared
-
-    kinds, floors = [], [0]
-    for key, raw in margins.items():
-        text = str(raw).strip()
-        try:
-            num = float(re.sub(r"[^0-9.]", "", text) or "0")
-        except ValueError:
-            continue
-        if text.endswith("pp"):
-            flip = key == "flips_max" or str(key).endswith("_flips")
-            kinds.append(("flips", num) if flip else ("pp", num if text.startswith("+") else -num))
-        if key in declared():
-            floors.append(declared()[key][1].min_pairs)
-    return pairs_for_a_verdict(margin_hypotheses(margins), 0.05, tuple(kinds), max(floors))
+def margin_floor(margins: dict[str, Any]) -> tuple[int, int]:
+    """A matrix's margins: how many hypotheses each variant's Holm family holds, and the fewest
+    pairs at which every margin can be decided: the verdicts' own answer (`grading.margins`), so
+    the budget and the report never disagree."""
+    specs = parse_margins(margins, where="matrix margins")
+    return (hypotheses(specs), pairs_needed(specs)) if specs else (0, 0)
 
 
 def buys(n: int, spreads: dict[str, tuple[float, int]], source: str, n_hypotheses: int = 0, need: int = 0) -> str:
@@ -203,8 +179,7 @@ def size_to_budget(ctx: Any, est: RunEstimate | None, variants_after: int, serve
     n = fit_time(budget_s, time.monotonic() - summary.t0, per_req, reqs_per_case,
                    variants_after * (start_s + warm_s), len(cases))
     stretched = ""
-    hyp = margin_hypotheses(matrix.margins)
-    need = margin_floor(matrix.margins) if hyp else 0
+    hyp, need = margin_floor(matrix.margins)
     need = min(len(cases), need + (-need) % 6)  # whole rounds of the six strata
     if n < need:  # a run that cannot decide its margins answers nothing: the budget gives way, and says so
         stretched = (f"; stretched to {need} cases, the fewest at which every margin can be decided ({hyp} hypotheses "

@@ -71,13 +71,17 @@ class Margin:
     its unit ("pp": percentage points of a pass rate; "abs": the metric's own unit) and which way is
     better. ``Aggregate.margin_values`` supplies each side's per-case values. ``min_pairs``: the
     fewest pairs from which a verdict on it is read (its per-case shape: below it the tests err
-    more than they promise whatever the data, docs/verdicts.md); fewer read inconclusive."""
+    more than they promise whatever the data, docs/verdicts.md); fewer read inconclusive.
+    ``one_sided``: the baseline's side is the best any variant can read (a floor that a variant
+    identical to the baseline reaches), so the margin is its only hypothesis and no verdict says
+    "superior": an interval below 0 reads as no difference, non-inferior."""
 
     name: str
     unit: Literal["pp", "abs"]
     higher_is_better: bool
     description: str
     min_pairs: int = 0
+    one_sided: bool = False
 
 
 @dataclass(frozen=True)

@@ -54,11 +54,12 @@ class DivergenceAggregate(Aggregate):
     # tests read up to 8 % wrong where 5 % is promised (docs/verdicts.md, the shapes table)
     margins = (
         Margin("kl", "abs", False, "teacher-forced KL per token against the baseline, minus the baseline's batching "
-               "floor, per case (nats)", min_pairs=MIN_PAIRS),
+               "floor, per case (nats)", min_pairs=MIN_PAIRS, one_sided=True),
         Margin("top1_agreement", "abs", True, "top-1 agreement with the baseline minus the floor's, per case "
-               "(percentage points of answer tokens)", min_pairs=MIN_PAIRS),
+               "(percentage points of answer tokens)", min_pairs=MIN_PAIRS, one_sided=True),
         Margin("greedy_drift", "abs", False, "temperature 0: drift (1 − cosine) against the baseline's answer minus "
-               "the baseline against its regeneration in another batch, per case", min_pairs=MIN_PAIRS),
+               "the baseline against its regeneration in another batch, per case", min_pairs=MIN_PAIRS,
+               one_sided=True),
     )
     view_columns = (("kl_mean", "value"),)
     canned_queries = (CannedQuery("worst_divergence", "Answers whose next-token distributions diverge most from the "

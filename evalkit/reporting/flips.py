@@ -17,32 +17,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from ..grading.registry import available
+from ..grading.margins import flip_metrics as flip_metrics
+from ..grading.margins import is_flips as is_flips
 from ..stats.binomial import FlipRate, cases_to_show_below
-
-ALL = "flips_max"  # a margin on every flips metric at once
-
-
-def flip_metrics() -> dict[str, str]:
-    """flips metric -> grader: every registered grader with a pass-rate ("pp") margin."""
-    return {f"{name}_flips": name for name, cls in available().items() if any(m.unit == "pp"
-                                                                               for m in cls.aggregate.margins)}
-
-
-def is_flips(metric: str) -> bool:
-    return metric in flip_metrics()
-
-
-def expand(items: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
-    """`flips_max=5pp` -> one margin per flips metric (an explicit one for a grader wins)."""
-    given = {str(k).strip() for k, _ in items}
-    out = []
-    for k, v in items:
-        if str(k).strip() == ALL:
-            out += [(m, v) for m in flip_metrics() if m not in given]
-        else:
-            out.append((k, v))
-    return out
 
 
 def _passes(rows: list[dict[str, Any]], variant: str, grader: str, rule: str | None, repeat: int = 0
