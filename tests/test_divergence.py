@@ -317,11 +317,11 @@ def test_the_first_top_token_difference_is_recorded(greedy):
 
 @pytest.fixture(scope="module")
 def kl_floor_run(tmp_path_factory) -> tuple[Path, str, str]:
-    """As many cases as a KL margin's floor (24: its per-case values are too skewed for fewer)."""
-    return run_stubs(tmp_path_factory.mktemp("kl24"), {
+    """As many cases as a KL margin's floor (48: its per-case values are too skewed for fewer)."""
+    return run_stubs(tmp_path_factory.mktemp("kl48"), {
         "base": StubConfig(ttft_ms=2, itl_ms=0, batch_noise=0.05),
         "noisy": StubConfig(ttft_ms=2, itl_ms=0, logit_noise=0.4),
-    }, limit=24)
+    }, limit=48)
 
 
 def test_a_kl_margin_is_decided_like_the_others(kl_floor_run):
@@ -331,7 +331,7 @@ def test_a_kl_margin_is_decided_like_the_others(kl_floor_run):
 
 def test_a_kl_margin_below_its_floor_is_undecided_from_a_real_run(greedy):
     vs = verdicts(request_rows(open_ledger(greedy[0]), greedy[1]), "base", parse_margins({"kl": 0.005}))
-    assert "needs at least 24 pairs" in next(e for e in vs if e["variant"] == "noisy")["why"]
+    assert "needs at least 48 pairs" in next(e for e in vs if e["variant"] == "noisy")["why"]
 
 
 @pytest.mark.integration

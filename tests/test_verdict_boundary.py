@@ -53,8 +53,8 @@ def test_wrong_verdicts_at_the_margin_stay_within_5_percent(unit, n):
 
 SHAPE_SIMS = 150
 # every shape of the table (docs/verdicts.md) at the fewest pairs each margin decides from and
-# twice that (a KL margin: 24 and 48; below 24 it reads inconclusive by design)
-FIRST = {"kl": 24}
+# twice that (a KL margin: 48 and 96; below 48 it reads inconclusive by design)
+FIRST = {"kl": 48}
 AT_MARGIN = [(u, sh, k * FIRST.get(u, 12)) for u, shapes in SHAPES.items() for sh in shapes if sh != "gauss"
              for k in (1, 2)]
 AT_ZERO = [(u, sh, FIRST.get(u, 12)) for u, shapes in SHAPES.items() for sh in shapes if sh != "gauss"]
@@ -211,3 +211,12 @@ def test_holm_level_is_where_the_step_down_stopped():
 
 def test_holm_level_is_alpha_when_every_hypothesis_is_rejected():
     assert holm_level([0.001, 0.01], 0.05) == ([True, True], 0.05)
+
+
+@pytest.mark.parametrize(("unit", "field", "effect"), [("ms", "ttft_ms", 50.0), ("%", "e2e_ms", 5.0)])
+def test_the_real_shape_is_a_real_run_shifted_to_the_margin(unit, field, effect):
+    rs = rows(unit, 20_000, effect, 5, shape="real")
+    c = [r[field] for r in rs if r["variant"] == "cand"]
+    b = [r[field] for r in rs if r["variant"] == "base"]
+    got = (sum(c) - sum(b)) / len(c) if unit == "ms" else 100 * (sum(c) / sum(b) - 1)
+    assert abs(got - effect) < 0.1 * abs(effect), got

@@ -396,7 +396,7 @@ def test_a_kl_margin_below_its_floor_reads_inconclusive_and_says_why():
     from evalkit.testing.verdict_sim import rows
 
     (e,) = verdicts(rows("kl", 12, 0.0, 1, shape="zero_inflated"), "base", parse_margins({"kl": "0.01"}))
-    assert "needs at least 24 pairs" in e["why"]
+    assert "needs at least 48 pairs" in e["why"]
 
 
 @pytest.mark.parametrize(("margins", "text"), [([], "no margins in the matrix: at least 6 pairs"),

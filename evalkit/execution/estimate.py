@@ -97,7 +97,7 @@ def estimate_variant(warm_rows: list[dict[str, Any]], warm: list[WorkItem], main
                           decode_ms)
     if score_ms:
         total_ms += score_ms
-        basis += f"; teacher-forced scoring about {score_ms / 1000:.0f} s"
+        basis += f"; teacher-forced scoring about {score_ms / n / 1000:.1f} s per case"  # a budget keeps a share
     measure_s = total_ms / 1000.0
     rest_s = remaining_variants * (measure_s + server_start_s)
     return RunEstimate(n, measure_s, rest_s, basis)

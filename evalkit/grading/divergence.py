@@ -26,7 +26,7 @@ from .token_kl import APPROXIMATION, compare, first_diff_token, mismatch
 
 KINDS = ("reference", "floor", "candidate", "regen")
 
-MIN_PAIRS = 24  # the fewest pairs a token-level margin is decided from (its shape; docs/verdicts.md)
+MIN_PAIRS = 48  # the fewest pairs a token-level margin is decided from (its shape; docs/verdicts.md)
 
 
 class DivergenceAggregate(Aggregate):

@@ -2,8 +2,9 @@
 margin the team chose: *superior*, *non-inferior*, *inferior* or *inconclusive*.
 
 A margin is how much worse (in the metric's own unit: candidate minus baseline, paired by case)
-the team accepts. Each margin brings two hypotheses, "the true difference is the margin" and "it
-is 0" (one when the margin is 0), each tested two-sided; every hypothesis of one variant is in one
+the team accepts (parsed by `grading.margins`). Each margin brings two hypotheses, "the true
+difference is the margin" and "it is 0" (one when the margin is 0, or the margin alone when it is
+one-sided: a flip rate, a batching floor), each tested two-sided; every hypothesis of one variant is in one
 Holm family, so the chance that any verdict of the variant is wrong stays at or below 5 %. Each
 metric's interval is printed at the level Holm's last step used (`stats.holm_level`), and the
 verdict is read from that interval, so the two never disagree:
@@ -12,8 +13,8 @@ verdict is read from that interval, so the two never disagree:
 - inferior: the whole interval is worse than the margin; inconclusive: it reaches across it.
 
 The test depends on the metric's kind: a ratio of means for % margins and a mean difference for
-ms and absolute ones (a sign-flip test and a studentized bootstrap, both of which must reject:
-`stats.robust`, valid on skewed and unequal-spread data), an exact unconditional score test for
+ms and absolute ones (a sign-flip test, a studentized bootstrap and a skewness-corrected one,
+all of which must reject: `stats.robust`, valid on skewed and unequal-spread data), an exact unconditional score test for
 pass rates (pp). Repeats of a case are averaged (a pass rate takes the case's first repeat) before
 any test; a failed request takes the worst value observed (`pairing`); a graded sample is weighted
 to its population. A sweep's levels can share one family (``levels``). Definitions and the

@@ -12,15 +12,20 @@ One scenario per kind of margin, each with a true difference the caller sets in 
 
 ``shape`` swaps the noise for the shapes real data has (`SHAPES`), each with the same mean (the
 true difference stays exactly ``effect``): right-skewed lognormal and spike mixtures, a noisier
-candidate (unequal spread), a zero-inflated KL floor against a smooth candidate, and a candidate
-that fails its slowest requests. `strata_rows` draws a graded sample of unequal slices and
+candidate (unequal spread), a zero-inflated KL floor against a smooth candidate, a candidate
+that fails its slowest requests, and ``real``: the cases of a real run (`real_per_case.json`,
+written by benchmarks/real_per_case.py from a ledger) resampled with replacement and shifted so the
+true difference (the pool's own) is exactly ``effect``. `strata_rows` draws a graded sample of unequal slices and
 `sweep_rows` a sweep of several load levels.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import random
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 SCENARIOS: dict[str, tuple[str, str]] = {
@@ -32,11 +37,49 @@ SCENARIOS: dict[str, tuple[str, str]] = {
 }
 # noise shapes per kind of margin (gauss is the plain one above)
 SHAPES: dict[str, tuple[str, ...]] = {
-    "ms": ("gauss", "lognormal", "heavy", "spikes", "failures"),
-    "%": ("gauss", "lognormal", "unequal", "spikes", "failures"),
-    "abs": ("gauss", "lognormal", "heavy"),
-    "kl": ("zero_inflated", "lognormal"),
+    "ms": ("gauss", "lognormal", "heavy", "spikes", "failures", "real"),
+    "%": ("gauss", "lognormal", "unequal", "spikes", "failures", "real"),
+    "abs": ("gauss", "lognormal", "heavy", "real"),
+    "kl": ("zero_inflated", "lognormal", "real"),
 }
+REAL = Path(__file__).with_name("real_per_case.json")
+_REAL_FIELD = {"%": "e2e_ms", "ms": "ttft_ms", "abs": "drift", "kl": "kl"}
+
+
+@cache
+def real_pool(unit: str) -> tuple[tuple[float, float], ...]:
+    """A real run's (candidate, baseline) per case for this kind of margin (`real_per_case.json`)."""
+    return tuple((float(c), float(b)) for c, b in json.loads(REAL.read_text(encoding="utf-8"))[_REAL_FIELD[unit]])
+
+
+def _real_rows(unit: str, n: int, effect: float, rng: random.Random) -> list[dict[str, Any]]:
+    """n cases resampled from a real run, the candidate shifted so the pool's true difference is
+    ``effect``: a ratio of means for %, a mean difference otherwise."""
+    pool = real_pool(unit)
+    if unit == "%":
+        scale = (1 + effect / 100.0) * sum(b for _, b in pool) / sum(c for c, _ in pool)
+    else:
+        shift = effect - sum(c - b for c, b in pool) / len(pool)
+    out: list[dict[str, Any]] = []
+    for i in range(n):
+        c, b = pool[rng.randrange(len(pool))]
+        if unit == "%":
+            out += [_row("base", i, e2e_ms=b), _row("cand", i, e2e_ms=c * scale)]
+        elif unit == "ms":
+            out += [_row("base", i, ttft_ms=b), _row("cand", i, ttft_ms=c + shift)]
+        elif unit == "abs":
+            d = c + shift
+            out += [_row("base", i, grades={"drift": {"value": 1 - b, "passed": None,
+                                                      "detail": {"kind": "noise_floor", "drift": b}}}),
+                    _row("cand", i, grades={"drift": {"value": 1 - d, "passed": None,
+                                                      "detail": {"kind": "drift", "drift": d}}})]
+        else:
+            k = c + shift
+            out += [_row("base", i, grades={"divergence": {"value": b, "passed": None, "detail": {
+                        "kind": "floor", "status": "ok", "kl_mean": b, "top1_pct": 99.0}}}),
+                    _row("cand", i, grades={"divergence": {"value": k, "passed": None, "detail": {
+                        "kind": "candidate", "status": "ok", "kl_mean": k, "top1_pct": 98.0}}})]
+    return out
 FAIL_SHARE = 0.1  # the "failures" shape: the candidate fails its slowest 10 % of requests
 
 
@@ -76,6 +119,11 @@ def rows(unit: str, n: int, effect: float, seed: int, gain: float = 0.0, shape: 
          level: int = 1) -> list[dict[str, Any]]:
     """n cases of baseline and candidate rows whose true difference is ``effect``."""
     rng = random.Random(seed)
+    if shape == "real":
+        out = _real_rows(unit, n, effect, rng)
+        for r in out:
+            r["concurrency"] = level
+        return out
     out: list[dict[str, Any]] = []
     noise = "gauss" if shape == "failures" else shape
     for i in range(n):
