@@ -38,7 +38,6 @@ def report(ledger: Path | None, run_id: str | None, as_json: bool, markdown: boo
     noise floor); paired comparisons with bootstrap intervals; spikes and their causes."""
     from ..execution.stops import parse_slo
     from ..ledger import open_ledger
-    from ..reporting.findings import full_report
     from ..reporting.report import to_json
     from ..reporting.streamed import streamed_report
 
@@ -48,11 +47,7 @@ def report(ledger: Path | None, run_id: str | None, as_json: bool, markdown: boo
     use_graders(db, run_id, grader_paths)  # the run's own graders, from any directory
     s = parse_slo(slo)
     args = {"slo": s.absolute_ms if s else None, "by": by.split(",") if by else None, "k": spike_k, "margins": margins}
-    rows = None
-    if html_path:  # the HTML report draws every row
-        rep, fnd, rows = full_report(db, run_id, **args)
-    else:  # one variant's rows at a time (issue 37)
-        rep, fnd = streamed_report(db, run_id, **args)
+    rep, fnd = streamed_report(db, run_id, **args)  # one variant's rows at a time (issue 37)
     if margins is None and spike_k == 3.5:  # the findings `browse` shows: kept, so it need not compute them again
         from ..sharing.browse import store_derived
 
@@ -63,7 +58,7 @@ def report(ledger: Path | None, run_id: str | None, as_json: bool, markdown: boo
     if html_path:
         from ..reporting.html import write_html
 
-        write_html(db, html_path, rep["run"]["id"], (rep, fnd, rows))
+        write_html(db, html_path, rep["run"]["id"], (rep, fnd, None))  # its charts read a variant at a time
         say(f"wrote {html_path}")
     if as_json:
         click.echo(to_json({**rep, "findings": fnd}))

@@ -15,8 +15,9 @@ from .document import Block, Table, sections
 from .findings import full_report
 from .plots import plots
 
-# what `full_report` returns: the report, its findings, the rows they read
-Read = tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]
+# what `full_report` returns: the report, its findings, the rows they read (None: the charts read
+# each variant's rows from the ledger in turn, `plots.plots`)
+Read = tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]] | None]
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:24px auto;max-width:1180px;color:#222}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from array import array
 from collections import defaultdict
 from typing import Any
 
@@ -11,7 +12,7 @@ from ..ledger import Ledger
 from ..stats import mean, percentile
 from . import svgplot
 from .load_curve import curve_plots
-from .token_plots import divergence_plots
+from .token_plots import divergence_plots, kl_add, kl_series, row_order
 
 # the graders whose pass/fail makes the quality score of the quality-vs-speed/price charts
 QUALITY_GRADERS = ("schema", "persona", "formality")
@@ -69,25 +70,118 @@ def mark_frontier(out: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def plots(ledger: Ledger, run_id: str, rows: list[dict[str, Any]], f: dict[str, Any],
+class PlotData:
+    """What the charts draw from the rows, gathered a variant's rows at a time and held compactly
+    (arrays of doubles, not a row each): the HTML report of any run holds one variant's rows, not
+    the run's (issue 37). Fed the rows in their order, variant by variant in ``variants``' order,
+    the charts are the same as from the whole run's rows."""
+
+    def __init__(self, variants: list[str], f: dict[str, Any]) -> None:
+        self.variants = variants
+        self.spiked = {s["request_id"] for s in f["spikes"]}
+        self.levels = f["load_levels"]
+        self.sweep = len({lv["concurrency"] for lv in self.levels}) > 1
+        self.n: dict[tuple[str, str], int] = defaultdict(int)  # ok rows per variant x complexity
+        self.ttft: dict[tuple[str, str], array[float]] = defaultdict(lambda: array("d"))
+        self.e2e: dict[tuple[str, str], array[float]] = defaultdict(lambda: array("d"))
+        self.tok: dict[str, tuple[array[int], array[float]]] = {}  # (prompt tokens, TTFT) per variant
+        self.marked: list[tuple[tuple[Any, ...], tuple[float, float]]] = []  # (row order, point)
+        self.p99: dict[tuple[str, str], float] = {}
+        self.scatter = {name: cls.aggregate.scatter for name, cls in available().items() if cls.aggregate.scatter}
+        self.rng = {name: random.Random(0) for name in self.scatter}  # one jitter stream a grader, as before
+        self.pts: dict[str, dict[str, tuple[array[float], array[float]]]] = {name: {} for name in self.scatter}
+        self.kl: dict[str, dict[int, list[float]]] = {}  # name -> position -> [sum, count]
+        self.kl_first: dict[str, tuple[Any, ...]] = {}  # name -> its first row's order
+
+    def add(self, rows: list[dict[str, Any]]) -> None:
+        """One variant's rows (or the run's: each variant's part is taken in ``variants``' order)."""
+        ok = [r for r in rows if r["error_class"] is None]
+        names = list(dict.fromkeys(r["variant"] for r in ok))
+        for v in [v for v in self.variants if v in names] + [v for v in names if v not in self.variants]:
+            self._variant(v, [r for r in ok if r["variant"] == v])
+
+    def _variant(self, v: str, ok: list[dict[str, Any]]) -> None:
+        if v in self.variants:
+            for r in ok:
+                key = (v, r["complexity"])
+                self.n[key] += 1
+                if r["ttft_ms"] is not None:
+                    self.ttft[key].append(r["ttft_ms"])
+                if r["e2e_ms"] is not None:
+                    self.e2e[key].append(r["e2e_ms"])
+            xs, ys = self.tok.setdefault(v, (array("q"), array("d")))
+            for r in ok:
+                if r["prompt_tokens"]:
+                    xs.append(r["prompt_tokens"])
+                    ys.append(r["ttft_ms"])
+            if self.sweep:
+                for lv in self.levels:
+                    if lv["variant"] == v:
+                        self.p99[(v, lv["level"])] = percentile(
+                            [r["ttft_ms"] for r in ok if (r["level"] or "main") == lv["level"]], 99) or 0.0
+            for name, (fld, _, _) in self.scatter.items():
+                rng = self.rng[name]
+                px, py = self.pts[name].setdefault(v, (array("d"), array("d")))
+                for r in ok:
+                    if name in r["grades"] and r.get(fld) is not None and r["grades"][name]["value"] is not None:
+                        px.append(float(r[fld]) + rng.uniform(-0.15, 0.15))
+                        py.append(r["grades"][name]["value"] + rng.uniform(-0.15, 0.15))
+        for r in ok:
+            if r["id"] in self.spiked and r["prompt_tokens"]:
+                self.marked.append((row_order(r), (r["prompt_tokens"], r["ttft_ms"])))
+            kl_add(self.kl, self.kl_first, r)
+
+
+class Pairs:
+    """(x, y) points kept as two arrays: iterated as tuples, counted without building them."""
+
+    def __init__(self, xs: Any, ys: Any) -> None:
+        self.xs, self.ys = xs, ys
+
+    def __len__(self) -> int:
+        return len(self.xs)
+
+    def __iter__(self) -> Any:
+        return zip(self.xs, self.ys, strict=True)
+
+    def __bool__(self) -> bool:
+        return len(self.xs) > 0
+
+
+def plots(ledger: Ledger, run_id: str, rows: list[dict[str, Any]] | None, f: dict[str, Any],
           report: dict[str, Any]) -> list[tuple[str, str]]:
-    ok = [r for r in rows if r["error_class"] is None]
-    variants = list(dict.fromkeys(v["name"] for v in report["variants"])) or list(dict.fromkeys(r["variant"] for r in rows))
+    """The charts; ``rows``: the run's rows when the caller holds them, else each variant's are read
+    from the ledger in turn and let go (`PlotData`)."""
+    if rows is not None:
+        variants = list(dict.fromkeys(v["name"] for v in report["variants"])) or list(dict.fromkeys(r["variant"] for r in rows))
+        data = PlotData(variants, f)
+        data.add(rows)
+    else:
+        from .rows import request_rows
+
+        present = list(ledger.slice_levels(run_id))
+        variants = list(dict.fromkeys(v["name"] for v in report["variants"])) or present
+        data = PlotData(variants, f)
+        for v in [v for v in variants if v in present] + [v for v in present if v not in variants]:
+            data.add(request_rows(ledger, run_id, v))  # one variant's rows at a time
+    return draw(ledger, run_id, data, f, report)
+
+
+def draw(ledger: Ledger, run_id: str, data: PlotData, f: dict[str, Any], report: dict[str, Any]
+         ) -> list[tuple[str, str]]:
+    variants = data.variants
     cols = svgplot.color_map(variants)
     out: list[tuple[str, str]] = []
     for cx in ("short", "medium", "long"):
-        samples = {v: [r["ttft_ms"] for r in ok if r["variant"] == v and r["complexity"] == cx] for v in variants}
-        if any(samples.values()):
+        samples = {v: data.ttft[(v, cx)] for v in variants}
+        if any(data.n[(v, cx)] for v in variants):
             out.append((f"TTFT CDF, {cx}", svgplot.cdf(f"TTFT CDF — {cx} prompts", "TTFT (ms)", samples, cols)))
-    groups = {f"{v}/{cx[0]}": [r["e2e_ms"] for r in ok if r["variant"] == v and r["complexity"] == cx]
-              for v in variants for cx in ("short", "medium", "long")}
+    groups = {f"{v}/{cx[0]}": data.e2e[(v, cx)] for v in variants for cx in ("short", "medium", "long")}
     owner = {f"{v}/{cx[0]}": v for v in variants for cx in ("short", "medium", "long")}
     out.append(("E2E distributions", svgplot.boxes("E2E by variant / complexity (s, m, l)", "E2E (ms)", groups, cols,
                                                    owner)))
-    spiked = {s["request_id"] for s in f["spikes"]}
-    series = {v: [(r["prompt_tokens"], r["ttft_ms"]) for r in ok if r["variant"] == v and r["prompt_tokens"]]
-              for v in variants}
-    marked = [(r["prompt_tokens"], r["ttft_ms"]) for r in ok if r["id"] in spiked and r["prompt_tokens"]]
+    series = {v: Pairs(*data.tok.get(v, ((), ()))) for v in variants}
+    marked = [p for _, p in sorted(data.marked, key=lambda m: m[0])]  # the rows' order
     out.append(("TTFT vs prompt tokens", svgplot.scatter("TTFT vs prompt tokens (spikes circled)", "prompt tokens",
                                                          "TTFT (ms)", series, marked, cols)))
     for metric, label in (("kv_cache_usage_perc", "KV-cache use (%)"), ("num_requests_waiting", "requests waiting"),
@@ -98,14 +192,14 @@ def plots(ledger: Ledger, run_id: str, rows: list[dict[str, Any]], f: dict[str, 
         if ts:
             out.append((f"{label} timeline", svgplot.lines(f"{label} over the run", "seconds since the variant's start",
                                                            label, dict(ts), step=True, colors=cols)))
-    out += capacity_plots(ok, f, report, variants, cols)
+    out += capacity_plots(data, f, report, variants, cols)
     out += curve_plots(f["load_levels"], variants, cols)  # the knee and first saturated level marked
-    out += quality_plots(ok, f, report, variants, cols)
-    out += divergence_plots(ok, variants, cols)  # KL along the answer (reporting/token_plots.py)
+    out += quality_plots(data, f, report, variants, cols)
+    out += divergence_plots(kl_series(data.kl, data.kl_first), variants, cols)  # KL along the answer
     return out
 
 
-def capacity_plots(ok: list[dict[str, Any]], f: dict[str, Any], report: dict[str, Any], variants: list[str],
+def capacity_plots(data: PlotData, f: dict[str, Any], report: dict[str, Any], variants: list[str],
                    cols: dict[str, str]) -> list[tuple[str, str]]:
     """A sweep: goodput and TTFT p99 against concurrency, every variant on one chart, each
     variant's predicted capacity (requests its KV cache holds at once) marked."""
@@ -121,9 +215,8 @@ def capacity_plots(ok: list[dict[str, Any]], f: dict[str, Any], report: dict[str
             "Goodput (requests meeting every SLO) vs concurrency; dotted: predicted capacity", "concurrency",
             "goodput (%)", gp, ylim=(0, 100), colors=cols, vlines=pred)))
     slo = report["slo_ms"]
-    p99 = {v: [(lv["concurrency"], percentile([r["ttft_ms"] for r in ok if r["variant"] == v
-                                               and (r["level"] or "main") == lv["level"]], 99) or 0.0)
-                for lv in levels if lv["variant"] == v] for v in variants}
+    p99 = {v: [(lv["concurrency"], data.p99.get((v, lv["level"]), 0.0)) for lv in levels if lv["variant"] == v]
+           for v in variants}
     out.append(("TTFT p99 vs concurrency", svgplot.lines(
         "TTFT p99 vs concurrency" + (" (dashed: the TTFT SLO)" if slo.get("ttft") else ""), "concurrency",
         "TTFT p99 (ms)", p99, hlines=[(slo["ttft"], f"SLO {slo['ttft']:,.0f} ms")] if slo.get("ttft") else None,
@@ -131,7 +224,7 @@ def capacity_plots(ok: list[dict[str, Any]], f: dict[str, Any], report: dict[str
     return out
 
 
-def quality_plots(ok: list[dict[str, Any]], f: dict[str, Any], report: dict[str, Any], variants: list[str],
+def quality_plots(data: PlotData, f: dict[str, Any], report: dict[str, Any], variants: list[str],
                   cols: dict[str, str]) -> list[tuple[str, str]]:
     out = []
     drift_rows = [r for r in report["rows"] if r["complexity"] == "all" and r["variant"] != report["baseline"]]
@@ -144,14 +237,8 @@ def quality_plots(ok: list[dict[str, Any]], f: dict[str, Any], report: dict[str,
                 for r in drift_rows if r.get("drift_minus_floor_ci95") and r.get("floor_mean") is not None}
         out.append(("Drift vs noise floor", svgplot.bars("Drift (1 − cosine) vs the baseline; dashed: noise floor",
                                                          "drift", g, errs, refs, cols)))
-    for name, cls in available().items():  # each grader that asks for it: its value against a case field
-        if not cls.aggregate.scatter:
-            continue
-        fld, xl, yl = cls.aggregate.scatter
-        rng = random.Random(0)
-        pts = {v: [(float(r[fld]) + rng.uniform(-0.15, 0.15), r["grades"][name]["value"] + rng.uniform(-0.15, 0.15))
-                   for r in ok if r["variant"] == v and name in r["grades"] and r.get(fld) is not None
-                   and r["grades"][name]["value"] is not None] for v in variants}
+    for name, (_, xl, yl) in data.scatter.items():  # each grader that asks: its value against a case field
+        pts = {v: Pairs(*data.pts[name].get(v, ((), ()))) for v in variants}  # jittered as they were read
         if any(pts.values()):
             title = f"{name.capitalize()}: {xl} vs {yl} (jittered)"
             out.append((title, svgplot.scatter(title, xl, yl, pts, colors=cols)))

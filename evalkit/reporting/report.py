@@ -181,7 +181,8 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
         if baseline and name != baseline and name in levels:  # paired against the baseline, the same cases
             both = Rows([*base_first, *vfirst])
             pairs_of[name] = {m: paired(both, baseline, m) for m in ("ttft_ms", "e2e_ms", "tpot_ms")}
-        del vfirst, vcases  # one candidate's slice at a time
+            del both
+        del vfirst, vcases  # one candidate's slice at a time: gone before the next is read
     table = [e for v in variants for e in entries.get(v["name"], [])]
     base_rows = {r["complexity"]: r for r in table if r["variant"] == baseline}
     for r in table:

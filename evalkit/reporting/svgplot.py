@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from html import escape
+from typing import Any
 
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 W, H = 560, 300
@@ -211,8 +212,10 @@ def bands(title: str, xlabel: str, ylabel: str, series: dict[str, list[tuple[flo
     line) and its 10th-90th percentile band (shaded); the most extreme marked points circled."""
     from ..stats import percentile
 
-    xs = [p[0] for s in series.values() for p in s]
-    lo, hi = (min(xs), max(xs)) if xs else (0.0, 1.0)
+    # the x range without a list of every point (a run's worth of them; issue 37)
+    lo = min((x for s in series.values() for x, _ in s), default=None)
+    hi = max((x for s in series.values() for x, _ in s), default=None)
+    lo, hi = (lo, hi) if lo is not None and hi is not None else (0.0, 1.0)
     width = (hi - lo) / bins or 1.0
     summary: dict[str, list[tuple[float, float, float, float]]] = {}
     for name, s in series.items():
@@ -251,7 +254,10 @@ def boxes(title: str, ylabel: str, groups: dict[str, list[float]], colors: dict[
     the colour of its ``owner`` (its variant), so one variant is one colour in every chart."""
     from ..stats import percentile
 
-    vals = [v for g in groups.values() for v in g if v is not None]
+    # how many values and their finite range (all the chart's scale reads), not a list of them all
+    n_vals = sum(1 for g in groups.values() for v in g if v is not None)
+    fin = [v for g in groups.values() for v in (_finite_range(g)) if v is not None]
+    vals = [min(fin), max(fin)] if fin else []
     owners = owner or {g: g for g in groups}
     cols = colors or color_map(list(dict.fromkeys(owners.values())))
     legend = list(dict.fromkeys(owners.values()))
@@ -273,13 +279,18 @@ def boxes(title: str, ylabel: str, groups: dict[str, list[float]], colors: dict[
             f'fill="{col}" fill-opacity="0.25" stroke="{col}"/>'
             f'<line x1="{x - w:.1f}" y1="{c.py(q[50]):.1f}" x2="{x + w:.1f}" y2="{c.py(q[50]):.1f}" stroke="{col}" '
             f'stroke-width="2"/>')
-        if len(vals) <= MAX_POINTS:  # the points themselves, while they can be told apart
+        if n_vals <= MAX_POINTS:  # the points themselves, while they can be told apart
             c.parts += [f'<circle cx="{x + 26 + (j % 5) * 3:.1f}" cy="{c.py(v):.1f}" r="2" fill="{col}"/>'
                         for j, v in enumerate(g)]
     c.legend(legend, cols)
-    if len(vals) > MAX_POINTS:
-        c.note(f"{len(vals):,} values: boxes only (p10-p90 whiskers, p25-p75 box, median), no points")
+    if n_vals > MAX_POINTS:
+        c.note(f"{n_vals:,} values: boxes only (p10-p90 whiskers, p25-p75 box, median), no points")
     return c.svg()
+
+
+def _finite_range(g: Any) -> tuple[float | None, float | None]:
+    lo = min((v for v in g if v is not None and math.isfinite(v)), default=None)
+    return lo, max((v for v in g if v is not None and math.isfinite(v)), default=None)
 
 
 def bars(title: str, ylabel: str, groups: dict[str, float | None], errors: dict[str, tuple[float, float]] | None = None,
