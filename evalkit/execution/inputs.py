@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..grading.margins import hypotheses, pairs_needed, parse_margins
-from ..grading.registry import add_path, choose, serve_only, specs, use_workload
+from ..grading.registry import add_path, choose, resolve, serve_only, specs, use_workload
 from ..ledger import Ledger
 from ..paths import default_dataset_path
 from ..spec.dataset import Case, load_cases, stratified_subset
@@ -83,14 +83,16 @@ def resolve_inputs(ledger: Ledger | None, q: RunOptions, say: Any = lambda s: No
     if q.grader_path is not None:
         add_path(q.grader_path)
     use_workload(out.matrix.folder)
-    if not q.resume_id:
-        check_margins(out, say)
     if q.grade:  # which graders apply to these cases: bad case fields stop here, before anything is written
         names = list(q.graders) if q.graders else out.matrix.graders
         out.graders, out.grader_notes = choose(names, out.cases, with_judge=out.matrix.judge is not None,
                                                where=str(out.dataset_path))
         if not q.resume_id:  # only what the chosen graders read is sent (a resumed run keeps what it recorded)
             out.grader_notes += serve_only(out.matrix, out.graders)
+    elif out.matrix.graders:  # not grading now, but a plugin grader the matrix names declares margins too
+        resolve(out.matrix.graders)
+    if not q.resume_id:  # after the graders are known: a plugin's margins are margins
+        check_margins(out, say)
     out.run_extra = {**(out.run_extra or {}), "graders_json": json.dumps(specs(out.graders)),
                      "workload_dir": str(out.matrix.folder) if out.matrix.folder else None}
     return out
