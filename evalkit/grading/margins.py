@@ -23,8 +23,6 @@ _VALUE = re.compile(r"^\s*([+-]?)\s*(\d+(?:\.\d+)?)\s*(pp|%|ms)?\s*$")
 UNIT = {"pp": " pp", "abs": "", "%": " %", "ms": " ms"}
 # absolute margins whose own unit is percentage points (of answer tokens): "pp" may be said
 POINTS = {"top1_agreement"}
-
-
 ALL_FLIPS = "flips_max"  # a margin on every flips metric at once (reporting/flips.py)
 
 
