@@ -307,3 +307,82 @@ def test_kl_along_the_answer_taken_a_variant_at_a_time_is_taken_from_every_row()
                 kl_add(acc, first, r)
     assert kl_series(acc, first) == kl_along(rows)
     assert list(kl_along(rows)) == ["b", "a (floor)", "b (floor)", "a"]  # the rows' order
+
+
+# What the synthesized run lacks, written into a copy of it: the findings read a load level at a
+# time (`streamed_findings`) must still equal the ones from every row for each of these shapes.
+SHAPES = {
+    "trace": ["update requests set trace_row = (id * 7919) % 1000, scheduled_ms = id * 10.0, sent_ms = id * 10.0 + "
+              "(id % 13), trace_input_tokens = prompt_tokens + (id % 3), trace_output_tokens = 100"],
+    "conversations": ["update requests set conversation_id = 'conv-' || (id % 40) where id % 5 != 0"],
+    "prefix_sharing": ["update requests set designed_shared_tokens = id % 50, cached_prompt_tokens = id % 30"],
+    "relative_slo": ["""update runs set load_json = json_set(load_json, '$.slo_relative', json('{"ttft": 3, "e2e": 4}'),
+                        '$.slo_ttft_ms', 2000)"""],
+    "two_servers": ["update requests set replica = id % 2"],
+    "a_label_over_two_levels": ["update requests set level = 'main' where variant = 'w8a8'"],
+    "first_level_all_failed": ["update requests set error_class = 'timeout', ttft_ms = null, e2e_ms = null "
+                               "where variant = 'fp8' and concurrency = 1"],
+}
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_the_findings_read_a_level_at_a_time_are_the_findings_from_every_row(synth_ledger, tmp_path, shape):
+    path, info = synth_ledger
+    copy = tmp_path / "shaped.db"
+    copy.write_bytes(path.read_bytes())
+    db = open_ledger(copy, create=False)
+    for sql in SHAPES[shape]:
+        db._db.execute(sql)
+    db._db.conn.commit()
+    run = db.require_run(info["run_id"])
+    use_run(run)
+    rows = request_rows(db, info["run_id"])
+    old = build_report(db, info["run_id"], rows=rows)
+    old_json = _report_json({**old, "findings": findings(db, info["run_id"], report=old, rows=rows)})
+    rep, fnd = streamed_report(db, info["run_id"])
+    assert _close(_report_json({**rep, "findings": fnd}), old_json) == []
+
+
+@pytest.mark.parametrize("shape", ["plain", "two_servers", "a_label_over_two_levels"])
+def test_the_level_outline_from_sql_is_the_one_from_the_rows(synth_ledger, tmp_path, shape):
+    path, info = synth_ledger
+    copy = tmp_path / "shaped.db"
+    copy.write_bytes(path.read_bytes())
+    db = open_ledger(copy, create=False)
+    for sql in SHAPES.get(shape, []):
+        db._db.execute(sql)
+    db._db.conn.commit()
+    from evalkit.reporting.capacity import _spans, level_groups
+
+    rows = request_rows(db, info["run_id"])
+    outline = db.level_outline(info["run_id"])
+    expected = {k: _spans(rs) for k, rs in level_groups(rows).items()}
+    assert [(k, list(sp.items())) for k, sp in outline["spans"].items()] == \
+        [(k, list(sp.items())) for k, sp in expected.items()]
+
+
+def test_the_level_outline_knows_each_variant_s_first_request(synth_ledger):
+    path, info = synth_ledger
+    db = open_ledger(path, create=False)
+    rows = request_rows(db, info["run_id"])
+    firsts: dict[str, int] = {}
+    for r in rows:
+        firsts.setdefault(r["variant"], r["seq"])
+    assert db.level_outline(info["run_id"])["first_seq"] == firsts
+
+
+@pytest.mark.parametrize("where", [{"seqs": (1, 500)}, {"variant": "w8a8", "level": 4}])
+def test_a_slice_s_grades_are_read_through_its_requests(synth_ledger, where):
+    """A stretch or slice reads its own requests' grades by index, not every grade of the run:
+    that scan made a long run's report quadratic (one scan per stretch)."""
+    path, info = synth_ledger
+    db = open_ledger(path, create=False)
+    seen: list[str] = []
+    db._db.conn.set_trace_callback(seen.append)
+    try:
+        next(db.latest_grade_chunks(info["run_id"], **where))
+    finally:
+        db._db.conn.set_trace_callback(None)
+    sql = next(s for s in seen if "from grades g join" in s)
+    plan = " | ".join(r[3] for r in db._db.execute("explain query plan " + sql).fetchall())
+    assert "SCAN g" not in plan and "USING INDEX idx_grades_request_id" in plan, plan

@@ -222,9 +222,12 @@ class Grader:
 
 
 def paired_differences(agg: type[Aggregate], grades: list[dict[str, Any]],
-                       base_grades: list[dict[str, Any]]) -> dict[str, list[float]]:
-    """margin name -> candidate-minus-baseline per-case differences, for the cases both have."""
-    a, b = agg.margin_values(grades, False), agg.margin_values(base_grades, True)
+                       base_grades: list[dict[str, Any]] | None = None,
+                       base_values: dict[str, dict[str, float]] | None = None) -> dict[str, list[float]]:
+    """margin name -> candidate-minus-baseline per-case differences, for the cases both have.
+    ``base_values``: the baseline side's `margin_values`, when computed before (its grades gone)."""
+    a = agg.margin_values(grades, False)
+    b = base_values if base_values is not None else agg.margin_values(base_grades or [], True)
     return {m: [a[m][c] - b[m][c] for c in sorted(set(a[m]) & set(b.get(m, {})))] for m in a}
 
 

@@ -50,7 +50,9 @@ class ReportReads:
                              "group by request_id, grader"), [run_id]
         else:
             where, params = _slice_where(run_id, variant, level, seqs)
-            inner = (f"select max(g.id) as id from grades g join requests r on r.id = g.request_id where {where} "
+            # from the slice's requests to their grades (CROSS JOIN keeps that order): the planner's
+            # own choice scanned every grade of the run for each slice, quadratic in a long run
+            inner = (f"select max(g.id) as id from requests r cross join grades g on g.request_id = r.id where {where} "
                      "and g.run_id = r.run_id and g.error_class is null group by g.request_id, g.grader")
         cur = self._db.execute(
             f"""select g.request_id, g.grader, g.grader_version, g.value, g.passed, g.explanation, g.detail_json
@@ -115,6 +117,54 @@ class ReportReads:
                 where r.run_id = ? and r.is_warmup = 0 and r.final = 1 order by r.seq, r.id""", [run_id])
         while chunk := cur.fetchmany(size):
             yield chunk
+
+    def level_outline(self, run_id: str) -> dict[str, Any]:
+        """What a report read one variant x load level at a time needs from the other levels, by
+        SQL over the measured rows: ``spans`` (variant, level label) -> replica -> (first send, last
+        end), replicas in the order the rows first show them (`capacity._spans`); ``first_seq``
+        variant -> its first seq; ``slices`` (variant, label) -> the load levels (concurrency, 1
+        when none) its rows fall in; ``ok`` (variant, level) -> its rows without an error;
+        ``traced`` variant -> its rows of a replayed trace."""
+        where, params = _slice_where(run_id, None, None)
+        joins = """from requests r join runs u on u.id = r.run_id
+                   join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash"""
+        label = "coalesce(nullif(r.level, ''), 'main')"
+        spans: dict[tuple[str, str], dict[Any, tuple[float, float]]] = {}
+        for v, lab, rep, lo, hi, _, _ in self._db.execute(
+                f"""select r.variant, {label}, r.replica, min(r.mono_start_ms),
+                           max(r.mono_start_ms + coalesce(r.e2e_ms, 0.0)), min(r.seq), min(r.id)
+                    {joins} where {where} and r.mono_start_ms is not null group by 1, 2, 3 order by 6, 7""", params):
+            spans.setdefault((v, lab), {})[rep] = (lo, hi)
+        first_seq: dict[str, int] = {}
+        slices: dict[tuple[str, str], set[int]] = {}
+        ok: dict[tuple[str, int], int] = {}
+        traced: dict[str, int] = {}
+        trace = "count(r.trace_row)" if "trace_row" in self._db["requests"].columns_dict else "0"
+        for v, lab, lv, seq, n_ok, n_trace in self._db.execute(
+                f"""select r.variant, {label}, {LEVEL_SQL}, min(r.seq), sum(r.error_class is null), {trace}
+                    {joins} where {where} group by 1, 2, 3""", params):
+            first_seq[v] = min(first_seq.get(v, seq), seq)
+            slices.setdefault((v, lab), set()).add(lv)
+            ok[(v, lv)] = ok.get((v, lv), 0) + n_ok
+            traced[v] = traced.get(v, 0) + n_trace
+        return {"spans": spans, "first_seq": first_seq, "slices": slices, "ok": ok, "traced": traced}
+
+    def trace_rows(self, run_id: str, variant: str, size: int = 20_000) -> Iterator[dict[str, Any]]:
+        """One variant's measured rows of a replayed trace in trace order (then seq, id: the order
+        a stable sort of the run's rows gives), with what trace fidelity reads, a chunk at a time."""
+        names = ["scheduled_ms", "sent_ms", "error_class", "prompt_tokens", "completion_tokens",
+                 "trace_input_tokens", "trace_output_tokens"]
+        have = self._db["requests"].columns_dict
+        if "trace_row" not in have:
+            return
+        where, params = _slice_where(run_id, variant, None)
+        cur = self._db.execute(
+            f"""select {', '.join(f'r.[{c}]' if c in have else 'null' for c in names)} from requests r
+                join runs u on u.id = r.run_id join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
+                where {where} and r.trace_row is not null order by r.trace_row, r.seq, r.id""", params)
+        while chunk := cur.fetchmany(size):
+            for row in chunk:
+                yield dict(zip(names, row, strict=True))
 
     @_write
     def insert_grade_rows(self, rows: list[dict[str, Any]]) -> None:

@@ -371,3 +371,10 @@ def m021_reviews(db: Database) -> None:
         "candidate_request_id": int, "reviewer": str, "verdict": str, "comment": str, "created_at": str,
     }, pk="id", foreign_keys=[("run_id", "runs", "id")])
     db["reviews"].create_index(["run_id", "candidate", "case_id"])
+
+
+@migration("m022_report_reads")
+def m022_report_reads(db: Database) -> None:
+    # A report reads a run an ordered stretch of seqs at a time (`Ledger.seq_ranges`) and each
+    # stretch's grades through its requests: without this index every stretch scanned the run.
+    db["requests"].create_index(["run_id", "seq"], if_not_exists=True)

@@ -12,7 +12,7 @@ from ..engines.memory import requests_that_fit
 from ..execution.stops import SLO_METRICS, reference_latencies, slowdowns
 from ..ledger import Ledger
 from ..spec.sizes import human
-from ..stats import mean, percentile, wilson
+from ..stats import percentile, wilson
 from .load_curve import curve_lines, dtype_lines, kv_dtype_of, level_signals, mark_curve
 from .selection import by_variant
 
@@ -43,23 +43,46 @@ def load_levels(rows: list[dict[str, Any]], load: dict[str, Any], ledger: Ledger
     wall time; KV peak, most running and waiting, preemptions (the server's counter); goodput (the
     share meeting every per-request limit, with a Wilson 95 % interval); and whether the level met
     the run's SLOs (p99 of each at or under its limit, the sweep's own rule)."""
-    absolute, relative = _slo_of(load)
+    groups = level_groups(rows)
+    spans = {k: _spans(rs) for k, rs in groups.items()}  # one pass per level: first sends, wall time, counters
+    return finish_levels(level_entries(groups, spans, level_refs(groups, load), load, ledger, run_id))
+
+
+def level_groups(rows: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """(variant, level label) -> its rows, in the order the rows first show them."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         groups[(r["variant"], r["level"] or "main")].append(r)
-    refs = {v: reference_latencies(rs) for (v, _), rs in groups.items() if max((r["concurrency"] or 1) for r in rs) == 1}
-    spans = {k: _spans(rs) for k, rs in groups.items()}  # one pass per level: first sends, wall time, counters
+    return groups
+
+
+def level_refs(groups: dict[tuple[str, str], list[dict[str, Any]]], load: dict[str, Any]
+               ) -> dict[str, dict[tuple[str, int], dict[str, float]]]:
+    """variant -> its concurrency-1 latencies per (case, repeat), what relative SLOs divide by;
+    none without a relative SLO (a dict a row, not worth holding otherwise)."""
+    if not _slo_of(load)[1]:
+        return {}
+    return {v: reference_latencies(rs) for (v, _), rs in groups.items() if max((r["concurrency"] or 1) for r in rs) == 1}
+
+
+def level_entries(groups: dict[tuple[str, str], list[dict[str, Any]]], spans: dict[tuple[str, str], dict[Any, Any]],
+                  refs: dict[str, dict[tuple[str, int], dict[str, float]]], load: dict[str, Any],
+                  ledger: Ledger | None = None, run_id: str | None = None) -> list[dict[str, Any]]:
+    """`load_levels`' entry for each level in ``groups``; ``spans``: every level's of the run
+    (`_spans`, or the ledger's `level_outline`): where one level's preemption count stops is where
+    the variant's next level began on that server. Not yet sorted or marked (`finish_levels`)."""
+    absolute, relative = _slo_of(load)
     starts = {k: {rep: lo for rep, (lo, _) in sp.items()} for k, sp in spans.items()}
     out = []
     for (v, level), rs in groups.items():
         ok = [r for r in rs if r["error_class"] is None]
-        wall_s = _wall_s(spans[(v, level)])
+        wall_s = _wall_s(spans.get((v, level), {}))
         # the next level on each server began when its first request went: the counter stops there
         until: dict[Any, float] = {}
         for (v2, ph2), st in starts.items():
             if v2 == v and ph2 != level:
                 for rep, t in st.items():
-                    if t > starts[(v, level)].get(rep, float("inf")):
+                    if t > starts.get((v, level), {}).get(rep, float("inf")):
                         until[rep] = min(until.get(rep, float("inf")), t)
         out_tok = sum(r["completion_tokens"] or 0 for r in ok)
         in_tok = sum(r["prompt_tokens"] or 0 for r in ok)
@@ -68,7 +91,7 @@ def load_levels(rows: list[dict[str, Any]], load: dict[str, Any], ledger: Ledger
         p99_rel = {k: percentile(slowdowns(ok, ref, k), 99) for k in relative}
         slo = bool(absolute or relative)
         good = sum(meets(r, absolute, relative, ref) for r in rs)
-        preempted = ledger.level_counter_delta(run_id, v, spans[(v, level)], "num_preemptions_total", until) \
+        preempted = ledger.level_counter_delta(run_id, v, spans.get((v, level), {}), "num_preemptions_total", until) \
             if ledger and run_id else None
 
         out.append({
@@ -89,6 +112,11 @@ def load_levels(rows: list[dict[str, Any]], load: dict[str, Any], ledger: Ledger
                            and all(p99_rel[k] is None or p99_rel[k] <= relative[k] for k in relative)) if slo else None,
             **level_signals(rs, preempted, load.get("stop_kv") or 0.9),
         })
+    return out
+
+
+def finish_levels(out: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Levels in (variant, concurrency, label) order, each variant's curve marked (`mark_curve`)."""
     out.sort(key=lambda x: (x["variant"], x["concurrency"], x["level"]))
     mark_curve(out)
     return out
@@ -126,11 +154,41 @@ def slo_held_up_to(levels: list[dict[str, Any]], variant: str) -> int | None:
     return best
 
 
+class Usage:
+    """What `capacity` reads from a variant's rows, gathered a load level at a time: prompt tokens
+    per complexity (integers: the sum is exact, so the mean is the one over every row), the
+    concurrencies that saturated the cache or preempted, and the highest tested."""
+
+    def __init__(self) -> None:
+        self.prompt: dict[str, list[int]] = {}  # complexity -> [sum, count]
+        self.saturated: set[Any] = set()
+        self.tested: int | None = None
+
+    def add(self, rows: list[dict[str, Any]], stop_kv: float) -> Usage:
+        for r in rows:
+            if r["prompt_tokens"] and r["complexity"] in ("short", "medium", "long"):
+                acc = self.prompt.setdefault(r["complexity"], [0, 0])
+                acc[0] += r["prompt_tokens"]
+                acc[1] += 1
+            if (r["srv_kv_cache_usage_peak"] or 0) >= stop_kv or (r["srv_preemptions"] or 0) > 0:
+                self.saturated.add(r["concurrency"])
+            c = r["concurrency"] or 1
+            self.tested = c if self.tested is None else max(self.tested, c)
+        return self
+
+    def prompt_mean(self, complexity: str) -> float | None:
+        total, n = self.prompt.get(complexity, (0, 0))
+        return total / n if n else None
+
+
 def capacity(variants: list[dict[str, Any]], rows: list[dict[str, Any]], levels: list[dict[str, Any]],
-             max_tokens: int, stop_kv: float = 0.9) -> list[dict[str, Any]]:
+             max_tokens: int, stop_kv: float = 0.9, usage: dict[str, Usage] | None = None) -> list[dict[str, Any]]:
     """Per variant: the KV cache its budget bought (blocks as the engine made them), the requests
     that fit at once at the run's lengths (predicted), where its sweep saturated and why, and the
-    highest concurrency at which it kept the SLOs (measured)."""
+    highest concurrency at which it kept the SLOs (measured). ``usage``: each variant's `Usage`
+    when gathered a level at a time (else read from ``rows``)."""
+    if usage is None:
+        usage = {v: Usage().add(rs, stop_kv) for v, rs in by_variant(rows).items()}
     out = []
     for v in variants:
         cfg = json.loads(v.get("cache_config_json") or "{}")
@@ -140,13 +198,11 @@ def capacity(variants: list[dict[str, Any]], rows: list[dict[str, Any]], levels:
             out.append({"variant": v["name"], "kv_tokens": None, "note": "the engine did not report cache_config_info"})
             continue
         per = {}
-        vrows = by_variant(rows).get(v["name"], [])
+        use = usage.get(v["name"]) or Usage()
         for cx in ("short", "medium", "long"):
-            p = mean([r["prompt_tokens"] for r in vrows if r["complexity"] == cx and r["prompt_tokens"]])
-            if p:
+            if p := use.prompt_mean(cx):
                 per[cx] = requests_that_fit(blocks, bs, p + max_tokens)
-        sat = [r["concurrency"] for r in vrows if (r["srv_kv_cache_usage_peak"] or 0) >= stop_kv
-               or (r["srv_preemptions"] or 0) > 0]
+        sat = use.saturated
         out.append({"variant": v["name"], "kv_tokens": blocks * bs, "block_size": bs, "blocks": blocks,
                     "kv_cache_dtype": kv_dtype_of(v),
                     "memory_budget_bytes": v.get("memory_budget_bytes"), "weight_bytes": v.get("weight_bytes"),
@@ -157,7 +213,7 @@ def capacity(variants: list[dict[str, Any]], rows: list[dict[str, Any]], levels:
                     "saturated_at": v.get("saturated_at"), "saturation_reason": v.get("saturation_reason"),
                     "measured_saturation_concurrency": v.get("saturated_at") or (min(sat) if sat else None),
                     "slo_held_up_to": slo_held_up_to(levels, v["name"]),
-                    "max_concurrency_tested": max((r["concurrency"] or 1) for r in vrows) if vrows else None})
+                    "max_concurrency_tested": use.tested})
     return out
 
 

@@ -142,15 +142,19 @@ def attribute_spike(r: dict[str, Any], slice_rows: list[dict[str, Any]], metric:
     return "unexplained", "queue, prefill and preemptions were all normal"
 
 
-def spikes(rows: list[dict[str, Any]], metric: str = "ttft_ms", k: float = 3.5) -> list[dict[str, Any]]:
+def spikes(rows: list[dict[str, Any]], metric: str = "ttft_ms", k: float = 3.5,
+           first_seqs: dict[str, int] | None = None) -> list[dict[str, Any]]:
+    """Requests far above their slice (variant x level x complexity), each with its likely cause.
+    ``first_seqs``: each variant's first seq over the run, when ``rows`` are one level of it."""
     out = []
     groups: dict[tuple[str, int, str], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:  # like with like: a request is compared with its own slice at its own load level
         if r["error_class"] is None and r[metric] is not None:
             groups[(r["variant"], level_of(r), r["complexity"] or "all")].append(r)
-    firsts: dict[str, int] = {}
-    for r in rows:
-        firsts[r["variant"]] = min(firsts.get(r["variant"], r["seq"]), r["seq"])
+    firsts: dict[str, int] = dict(first_seqs or {})
+    if first_seqs is None:
+        for r in rows:
+            firsts[r["variant"]] = min(firsts.get(r["variant"], r["seq"]), r["seq"])
     for (v, level, cx), rs in sorted(groups.items()):
         vals = [r[metric] for r in rs]
         med, scale = centred = centre(vals)
@@ -247,11 +251,11 @@ def study_summary(ledger: Ledger, run_id: str, rows: list[dict[str, Any]], basel
     return out
 
 
-def study_entry(ledger: Ledger, run_id: str, v: str, vr: list[dict[str, Any]], vall: list[dict[str, Any]],
+def study_entry(ledger: Ledger, run_id: str, v: str, vr: list[dict[str, Any]], vall: list[dict[str, Any]] | None,
                 baseline: str, base_ok: list[dict[str, Any]], ttft: dict[tuple[str, str], dict[str, Any]],
-                e2e: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
-    """One variant's row of `study_summary`: ``vr`` its first level, ``vall`` all its rows,
-    ``base_ok`` the baseline's successful first-level rows."""
+                e2e: dict[tuple[str, str], dict[str, Any]], ends: dict[Any, float] | None = None) -> dict[str, Any]:
+    """One variant's row of `study_summary`: ``vr`` its first level, ``vall`` all its rows (or,
+    read a level at a time, ``ends``: `kv_use`'s), ``base_ok`` the baseline's successful first-level rows."""
     ok = [r for r in vr if r["error_class"] is None]
     entry: dict[str, Any] = {"variant": v, "is_baseline": v == baseline, "n": len(vr), "errors": len(vr) - len(ok)}
     for cx in ("short", "medium", "long"):
@@ -264,26 +268,39 @@ def study_entry(ledger: Ledger, run_id: str, v: str, vr: list[dict[str, Any]], v
     entry["e2e_delta_medium_pct"] = m["delta_pct"] if m else None
     entry["e2e_delta_medium_ci_pct"] = m["ci_pct"] if m else None
     entry["ttft_max_ms"] = max((r["ttft_ms"] for r in ok if r["ttft_ms"] is not None), default=None)
-    entry.update(kv_use(ledger, run_id, v, vall))
+    entry.update(kv_use(ledger, run_id, v, vall or [], ends))
     entry["preemptions"] = ledger.series_delta(run_id, v, "num_preemptions_total") or 0.0
     entry.update(quality(ok, None if v == baseline else base_ok))
     return entry
 
 
-def kv_use(ledger: Ledger, run_id: str, variant: str, rows: list[dict[str, Any]]) -> dict[str, float | None]:
+def kv_use(ledger: Ledger, run_id: str, variant: str, rows: list[dict[str, Any]],
+           ends: dict[Any, float] | None = None) -> dict[str, float | None]:
     """KV-cache use over the whole run of a variant: the peak, and the mean over time (each
-    server's step series up to its last request, averaged over its servers)."""
+    server's step series up to its last request, averaged over its servers). ``ends``: each
+    server's last end (`request_ends`), when the rows are not at hand."""
     by: dict[Any, list[tuple[float, float]]] = defaultdict(list)
     for x in ledger.server_series(run_id, "kv_cache_usage_perc", variant):
         by[x["replica"]].append((x["mono_ms"], x["value"]))
-    ends: dict[Any, float] = {}
-    for r in rows:
-        if r["mono_start_ms"] is not None:
-            ends[r["replica"]] = max(ends.get(r["replica"], 0.0), r["mono_start_ms"] + (r["e2e_ms"] or 0.0))
+    if ends is None:
+        ends = {}
+        for r in rows:
+            if r["mono_start_ms"] is not None:
+                ends[r["replica"]] = max(ends.get(r["replica"], 0.0), r["mono_start_ms"] + (r["e2e_ms"] or 0.0))
     means = [time_weighted_mean(pts, ends.get(rep)) for rep, pts in by.items()]
     peak = max((v for pts in by.values() for _, v in pts), default=None)
     return {"kv_cache_peak_pct": None if peak is None else 100 * peak,
             "kv_cache_mean_pct": None if not means else 100 * (mean(means) or 0.0)}
+
+
+def request_ends(spans: dict[tuple[str, str], dict[Any, tuple[float, float]]], variant: str) -> dict[Any, float]:
+    """Each server's last end over a variant's levels (`Ledger.level_outline`'s spans): `kv_use`'s ``ends``."""
+    ends: dict[Any, float] = {}
+    for (v, _), sp in spans.items():
+        if v == variant:
+            for rep, (_, hi) in sp.items():
+                ends[rep] = max(ends.get(rep, 0.0), hi)
+    return ends
 
 
 def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = None, k: float = 3.5,

@@ -344,20 +344,22 @@ class _Graded:
 class GradeRow(Mapping[str, Any]):
     """One grade of a report row, with its case: what `Ledger.latest_grades` gives plus ``case_id``,
     as a read-only mapping onto the grader's columns (a slice of a million rows hands its
-    grader a million of these, not a million dicts)."""
+    grader a million of these, not a million dicts). It holds the row's index (the `Row`'s own
+    int, shared) and finds the grade, id and case when asked: no new number a grade."""
 
-    __slots__ = ("_f", "_k", "_rid", "_case")
+    __slots__ = ("_c", "_i", "_case")
     KEYS = ("request_id", "grader", "grader_version", "value", "passed", "explanation", "detail", "case_id")
 
-    def __init__(self, fields: dict[str, Any], k: int, request_id: int, case_id: str) -> None:
-        self._f, self._k, self._rid, self._case = fields, k, request_id, case_id
+    def __init__(self, ctx: _GradeContext, i: int, case_id: str | None = None) -> None:
+        self._c, self._i, self._case = ctx, i, case_id
 
     def __getitem__(self, key: str) -> Any:
+        c = self._c
         if key == "case_id":
-            return self._case
+            return c.case_of(self._i) if self._case is None else self._case
         if key == "request_id":
-            return self._rid
-        return self._f[key](self._k)
+            return c.id_of(self._i)
+        return c.fields[key](c.at[self._i])
 
     def get(self, key: str, default: Any = None) -> Any:
         return self[key] if key in self.KEYS else default
@@ -373,6 +375,16 @@ class GradeRow(Mapping[str, Any]):
 
     def __repr__(self) -> str:
         return repr(dict(self))
+
+
+class _GradeContext:
+    """What a grader's `GradeRow`s share: its columns' getters, each row's place in them, the
+    row's id and case."""
+
+    __slots__ = ("fields", "at", "id_of", "case_of")
+
+    def __init__(self, fields: dict[str, Any], at: Any, id_of: Any, case_of: Any) -> None:
+        self.fields, self.at, self.id_of, self.case_of = fields, at, id_of, case_of
 
 
 def _table_of(rows: list[Any]) -> Table | None:
@@ -405,10 +417,11 @@ def grade_views(rows: list[Any], grader: str, case: Any = None) -> list[Mapping[
     version, value, passed, explanation = (c.getter() for c in g.cols)
     fields = {"grader": lambda k: grader, "grader_version": version, "value": value, "passed": passed,
               "explanation": explanation, "detail": g.detail.__getitem__}
-    at, id_of, case_of = g.at, t.get["id"], t.get["case_id"]
+    at = g.at
+    ctx = _GradeContext(fields, at, t.get["id"], t.get["case_id"])
     if case is None:
-        return [GradeRow(fields, k, id_of(r._i), case_of(r._i)) for r in rows if (k := at[r._i]) >= 0]
-    return [GradeRow(fields, k, id_of(r._i), case(r)) for r in rows if (k := at[r._i]) >= 0]
+        return [GradeRow(ctx, r._i) for r in rows if at[r._i] >= 0]
+    return [GradeRow(ctx, r._i, case(r)) for r in rows if at[r._i] >= 0]
 
 
 def row_index(rows: list[Any]) -> tuple[Table, np.ndarray] | None:

@@ -6,6 +6,7 @@ the whole-run version gives it, so the findings are the same to the last digit
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from ..grading.base import Aggregate
@@ -13,15 +14,15 @@ from ..grading.registry import available, use_run
 from ..ledger import Ledger
 from . import flips
 from .by_attr import measured
-from .capacity import capacity, capacity_statement, cost, load_levels
-from .findings import findings, full_report, slices, spikes, study_entry
+from .capacity import Usage, capacity, capacity_statement, cost, finish_levels, level_entries, level_groups, level_refs
+from .findings import findings, full_report, request_ends, slices, spikes, study_entry
 from .plots import mark_frontier, quality_points
 from .report import build_report
 from .rows import Rows, RunRows, request_rows
 from .selection import first_level
-from .traffic import conversations, prefix_sharing, trace_fidelity, traffic_lines
+from .traffic import conversation_sums, conversations, prefix_sharing, prefix_sums, trace_entry, traffic_lines
 from .under_load import lines as ul_lines
-from .under_load import quality_under_load
+from .under_load import load_entry, quality_under_load, seq_values
 from .verdicts import parse_margins, sentences, verdicts
 
 
@@ -44,17 +45,21 @@ def streamed_report(ledger: Ledger, run_id: str | None = None, *, slo: dict[str,
 
 
 def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, report: dict[str, Any] | None) -> dict[str, Any]:
-    """`findings` holding one variant's rows at a time (all its levels), the baseline's first
-    level beside them: every part below is per variant (or per variant against the baseline) and
-    merged in the order the whole-run version gives. The grader notes read the run in one ordered
-    pass a stretch at a time (`RunRows`). The same findings, to the last digit."""
+    """`findings` holding one variant x load level's rows at a time, the baseline's first level
+    beside them: each part below is per level (what it needs of the variant's other levels comes
+    from `Ledger.level_outline` in SQL, or is added up a level at a time), per variant against the
+    baseline's first level, and merged in the order the whole-run version gives. The grader notes
+    read the run in one ordered pass a stretch at a time (`RunRows`). The same findings, to the
+    last digit (`tests/test_report_scale.py`)."""
     run_id = run["id"]
     report = report or build_report(ledger, run_id)
     baseline = ledger.baseline(run_id)
     load = run.load
+    stop_kv = load.get("stop_kv", 0.9)
     variants = ledger.variants(run_id)
     by_name = {v["name"]: v for v in variants}
     levels_of = ledger.slice_levels(run_id)  # variants in the order the rows first show them
+    outline = ledger.level_outline(run_id)
     base_first = request_rows(ledger, run_id, baseline, min(levels_of[baseline])) \
         if baseline in levels_of else Rows()
     base_ok = [r for r in base_first if r["error_class"] is None]
@@ -66,27 +71,49 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
     pairs = report["paired"]
     ttft = {(p["variant"], p["complexity"]): p for p in pairs if p["metric"] == "ttft_ms"}
     e2e = {(p["variant"], p["complexity"]): p for p in pairs if p["metric"] == "e2e_ms"}
+    usage: dict[str, Usage] = {}
+    prefix: dict[str, list[int]] = {}
+    convs: dict[str, Any] = {}
     part: dict[str, dict[str, Any]] = {}
     for v in levels_of:
-        vrows = request_rows(ledger, run_id, v)
-        vfirst = first_level(vrows)
-        lv = load_levels(vrows, load, ledger, run_id)
-        vcost = cost(variants, lv, run.matrix.get("reference_price"))
-        both = vfirst if v == baseline else Rows([*base_first, *vfirst])
-        part[v] = {
-            "levels": lv, "cost": vcost, "qul": quality_under_load(vrows),
-            "slices": slices(measured(vfirst, baseline, run.repeats), ["complexity"]),
-            "verdicts": [] if v == baseline else verdicts(both, baseline, specs),
-            "spikes": (spikes(vrows, "ttft_ms", k), spikes(vrows, "e2e_ms", k)),
-            "capacity": capacity([by_name[v]], vrows, lv, run.matrix["generation"]["max_tokens"],
-                                 load.get("stop_kv", 0.9)) if v in by_name else [],
-            "study": study_entry(ledger, run_id, v, vfirst, vrows, baseline, base_ok, ttft, e2e) if baseline else None,
-            "points": quality_points(vrows, lv, vcost),
-            "trace": trace_fidelity(vrows), "prefix": prefix_sharing(ledger, run_id, vrows),
-            "conversations": conversations(vrows),
-            "flips": [] if v == baseline else flips.flips(both, baseline, floor_rep),
-        }
-        del vrows, vfirst, both  # the next variant's rows replace these
+        p = part[v] = {"levels": [], "points": [], "qul": [], "spikes": ([], [])}
+        usage[v] = Usage()
+        first, top = min(levels_of[v]), max((lv for (v2, lv), n in outline["ok"].items() if v2 == v and n), default=1)
+        refs: dict[str, Any] = {}
+        seq: dict[str, Any] | None = None
+        for level, rows in _level_reads(ledger, run_id, v, levels_of[v], outline, base_first if v == baseline else None):
+            vfirst = first_level(rows) if level is None else rows if level == first else None
+            if vfirst is not None:  # the comparisons against the baseline: its first level and this one's
+                both = vfirst if v == baseline else Rows([*base_first, *vfirst])
+                p["slices"] = slices(measured(vfirst, baseline, run.repeats), ["complexity"])
+                p["verdicts"] = [] if v == baseline else verdicts(both, baseline, specs)
+                p["flips"] = [] if v == baseline else flips.flips(both, baseline, floor_rep)
+                p["study"] = study_entry(ledger, run_id, v, vfirst, None, baseline, base_ok, ttft, e2e,
+                                         ends=request_ends(outline["spans"], v)) if baseline else None
+                del both, vfirst
+            groups = level_groups(rows)
+            refs = refs or level_refs(groups, load)  # the concurrency-1 level comes first
+            entries = level_entries(groups, outline["spans"], refs, load, ledger, run_id)
+            p["levels"] += entries
+            p["points"] += quality_points(rows, entries, cost(variants, entries, run.matrix.get("reference_price")))
+            for i, metric in enumerate(("ttft_ms", "e2e_ms")):
+                p["spikes"][i].extend(spikes(rows, metric, k, outline["first_seq"]))
+            usage[v].add(rows, stop_kv)
+            prefix_sums(rows, prefix)
+            conversation_sums(rows, convs)
+            if level is None:  # every level at once (a level label split over concurrencies)
+                p["qul"] = quality_under_load(rows)
+            elif top > 1 and level == 1 and outline["ok"].get((v, 1)):
+                seq = seq_values([r for r in rows if r["error_class"] is None])
+            elif level == top and seq is not None:
+                p["qul"] = [load_entry(v, top, [r for r in rows if r["error_class"] is None], seq)]
+            del rows, groups
+        p["levels"] = finish_levels(p["levels"])
+        p["cost"] = cost(variants, p["levels"], run.matrix.get("reference_price"))
+        p["capacity"] = capacity([by_name[v]], [], p["levels"], run.matrix["generation"]["max_tokens"], stop_kv,
+                                 usage) if v in by_name else []
+        p["trace"] = [trace_entry(v, ledger.trace_rows(run_id, v))] if outline["traced"].get(v) else []
+    del base_first, base_ok
     names = sorted(part)
     levels = sorted((x for v in names for x in part[v]["levels"]), key=lambda x: (x["variant"], x["concurrency"], x["level"]))
     costs = [c for v in names for c in part[v]["cost"]]
@@ -94,8 +121,8 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
     qul = [e for v in levels_of for e in part[v]["qul"]]
     vs = [e for v in names for e in part[v]["verdicts"]]
     traffic = {"trace_fidelity": [e for v in levels_of for e in part[v]["trace"]],
-               "prefix_sharing": [e for v in levels_of for e in part[v]["prefix"]],
-               "conversations": [e for v in levels_of for e in part[v]["conversations"]]}
+               "prefix_sharing": prefix_sharing(ledger, run_id, [], prefix),
+               "conversations": conversations([], convs)}
     flip_table = [e for v in names for e in part[v]["flips"]]
     everything = RunRows(ledger, run_id)
     graded = ledger.measured_graders(run_id)
@@ -114,7 +141,7 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
         "spikes": [s for v in names for s in part[v]["spikes"][0]] + [s for v in names for s in part[v]["spikes"][1]],
         "capacity": [c for v in variants for c in (part[v["name"]]["capacity"] if v["name"] in part else
                                                    capacity([v], [], levels, run.matrix["generation"]["max_tokens"],
-                                                            load.get("stop_kv", 0.9)))],
+                                                            stop_kv, usage))],
         "capacity_statement": capacity_lines,
         "load_levels": levels,
         "cost": costs,
@@ -126,6 +153,21 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
         "reviews": None,  # reviews are read with every row (`findings` takes that path when there are any)
         "notes": notes + capacity_lines + ul_lines(qul) + traffic_lines(traffic) + flips.lines(flip_table, specs),
     }
+
+
+def _level_reads(ledger: Ledger, run_id: str, variant: str, levels: set[int], outline: dict[str, Any],
+                 base_first: Rows | None) -> Iterator[tuple[int | None, Rows]]:
+    """(level, its rows) for each of a variant's load levels in order, read one at a time (the
+    baseline's first level is the one already held, ``base_first``); (None, every row) when one of
+    its level labels spans several concurrencies, so no level's reader would see that label whole."""
+    if any(len(ls) > 1 for (v, _), ls in outline["slices"].items() if v == variant):
+        yield None, request_rows(ledger, run_id, variant)
+        return
+    for level in sorted(levels):
+        if base_first is not None and level == min(levels):
+            yield level, base_first
+        else:
+            yield level, request_rows(ledger, run_id, variant, level)
 
 
 def _has_notes(agg: Any, grader: str, graded: set[str]) -> bool:

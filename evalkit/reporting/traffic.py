@@ -4,6 +4,8 @@ served, and how conversations went (turns answered, turns left)."""
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..catalogue import Metric, fmt
@@ -16,64 +18,117 @@ def trace_fidelity(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for v in dict.fromkeys(r["variant"] for r in rows if r.get("trace_row") is not None):
         rs = sorted((r for r in rows if r["variant"] == v and r.get("trace_row") is not None),
                     key=lambda r: r["trace_row"])
-        timed = [r for r in rs if r["scheduled_ms"] is not None and r["sent_ms"] is not None]
-        rec = [b["scheduled_ms"] - a["scheduled_ms"] for a, b in zip(timed, timed[1:], strict=False)]
-        got = [b["sent_ms"] - a["sent_ms"] for a, b in zip(timed, timed[1:], strict=False)]
-        err = [abs(g - r) for g, r in zip(got, rec, strict=True)]
-        span_rec, span_got = sum(rec), sum(got)
-        ok = [r for r in rs if r["error_class"] is None]
-        inp = [r for r in ok if r.get("trace_input_tokens") and r["prompt_tokens"]]
-        outp = [r for r in ok if r.get("trace_output_tokens") and r["completion_tokens"]]
-        out.append({
-            "variant": v, "rows": len(rs), "errors": len(rs) - len(ok),
-            "recorded_span_s": span_rec / 1000.0, "achieved_span_s": span_got / 1000.0,
-            "span_error_pct": 100.0 * (span_got - span_rec) / span_rec if span_rec else None,
-            "gap_error_mean_ms": mean(err), "gap_error_p99_ms": percentile(err, 99),
-            "mean_gap_error_pct": 100.0 * (mean(got) - mean(rec)) / mean(rec) if rec and mean(rec) else None,
-            "input_exact_pct": 100.0 * sum(r["prompt_tokens"] == r["trace_input_tokens"] for r in inp) / len(inp)
-            if inp else None,
-            "input_abs_diff_mean": mean([abs(r["prompt_tokens"] - r["trace_input_tokens"]) for r in inp]),
-            "output_exact_pct": 100.0 * sum(r["completion_tokens"] == r["trace_output_tokens"] for r in outp) / len(outp)
-            if outp else None,
-        })
+        out.append(trace_entry(v, rs))
     return out
 
 
-def prefix_sharing(ledger: Ledger, run_id: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def trace_entry(v: str, rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """One variant's trace fidelity from its trace rows in trace order, in one pass (the rows, or
+    `Ledger.trace_rows` read as they come)."""
+    rec, got = array("d"), array("d")
+    prev: tuple[float, float] | None = None
+    n = errors = inp_n = inp_exact = outp_n = outp_exact = 0
+    inp_diff: list[int] = []
+    for r in rows:
+        n += 1
+        if r["scheduled_ms"] is not None and r["sent_ms"] is not None:
+            if prev is not None:
+                rec.append(r["scheduled_ms"] - prev[0])
+                got.append(r["sent_ms"] - prev[1])
+            prev = (r["scheduled_ms"], r["sent_ms"])
+        if r["error_class"] is not None:
+            errors += 1
+            continue
+        if r.get("trace_input_tokens") and r["prompt_tokens"]:
+            inp_n += 1
+            inp_exact += r["prompt_tokens"] == r["trace_input_tokens"]
+            inp_diff.append(abs(r["prompt_tokens"] - r["trace_input_tokens"]))
+        if r.get("trace_output_tokens") and r["completion_tokens"]:
+            outp_n += 1
+            outp_exact += r["completion_tokens"] == r["trace_output_tokens"]
+    err = [abs(g - x) for g, x in zip(got, rec, strict=True)]
+    span_rec, span_got = sum(rec), sum(got)
+    return {
+        "variant": v, "rows": n, "errors": errors,
+        "recorded_span_s": span_rec / 1000.0, "achieved_span_s": span_got / 1000.0,
+        "span_error_pct": 100.0 * (span_got - span_rec) / span_rec if span_rec else None,
+        "gap_error_mean_ms": mean(err), "gap_error_p99_ms": percentile(err, 99),
+        "mean_gap_error_pct": 100.0 * (mean(got) - mean(rec)) / mean(rec) if rec and mean(rec) else None,  # type: ignore[operator]
+        "input_exact_pct": 100.0 * inp_exact / inp_n if inp_n else None,
+        "input_abs_diff_mean": mean(inp_diff),  # type: ignore[arg-type]
+        "output_exact_pct": 100.0 * outp_exact / outp_n if outp_n else None,
+    }
+
+
+# a variant's prefix sums: requests with designed sharing, their shared and prompt tokens; requests
+# with a cached count, whether any was non-zero, their cached and prompt tokens
+_PREFIX = ("designed", "designed_shared", "designed_prompt", "cached", "cached_any", "cached_tokens", "cached_prompt")
+
+
+def prefix_sums(rows: list[dict[str, Any]], into: dict[str, list[int]] | None = None) -> dict[str, list[int]]:
+    """`prefix_sharing`'s sums per variant (integers: added a load level at a time, the same)."""
+    out = into if into is not None else {}
+    for r in rows:
+        acc = out.get(r["variant"])
+        if acc is None:
+            acc = out[r["variant"]] = [0] * len(_PREFIX)
+        if r["error_class"] is not None or not r["prompt_tokens"]:
+            continue
+        if r.get("designed_shared_tokens") is not None:
+            acc[0] += 1
+            acc[1] += r["designed_shared_tokens"]
+            acc[2] += r["prompt_tokens"]
+        if r.get("cached_prompt_tokens") is not None:
+            acc[3] += 1
+            acc[4] = acc[4] or bool(r["cached_prompt_tokens"])
+            acc[5] += r["cached_prompt_tokens"]
+            acc[6] += r["prompt_tokens"]
+    return out
+
+
+def prefix_sharing(ledger: Ledger, run_id: str, rows: list[dict[str, Any]],
+                   sums: dict[str, list[int]] | None = None) -> list[dict[str, Any]]:
     """Per variant: the share of prompt tokens the workload shares by design (a trace's repeated
     hash blocks, a shared system prompt), the share the server reported as served from its prefix
-    cache (per request, `cached_tokens`), and its own hit counters over the run."""
+    cache (per request, `cached_tokens`), and its own hit counters over the run. ``sums``:
+    `prefix_sums` gathered a level at a time (else from ``rows``)."""
     out = []
-    for v in dict.fromkeys(r["variant"] for r in rows):
-        rs = [r for r in rows if r["variant"] == v and r["error_class"] is None and r["prompt_tokens"]]
-        designed = [r for r in rs if r.get("designed_shared_tokens") is not None]
-        cached = [r for r in rs if r.get("cached_prompt_tokens") is not None]
+    for v, (designed, shared, dprompt, cached, cached_any, ctokens, cprompt) in (
+            sums if sums is not None else prefix_sums(rows)).items():
         hits = ledger.series_delta(run_id, v, "prefix_cache_hits_total")
         queries = ledger.series_delta(run_id, v, "prefix_cache_queries_total")
-        if not designed and not any(r["cached_prompt_tokens"] for r in cached) and not queries:
+        if not designed and not cached_any and not queries:
             continue  # nothing shared by design and nothing served from a cache: nothing to say
         out.append({
             "variant": v,
-            "designed_shared_pct": 100.0 * sum(r["designed_shared_tokens"] for r in designed)
-            / sum(r["prompt_tokens"] for r in designed) if designed else None,
-            "cached_pct": 100.0 * sum(r["cached_prompt_tokens"] for r in cached) / sum(r["prompt_tokens"] for r in cached)
-            if cached else None,
+            "designed_shared_pct": 100.0 * shared / dprompt if designed else None,
+            "cached_pct": 100.0 * ctokens / cprompt if cached else None,
             "server_hit_pct": 100.0 * hits / queries if queries else None,
         })
     return out
 
 
-def conversations(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out = []
-    for v in dict.fromkeys(r["variant"] for r in rows if r.get("conversation_id")):
-        rs = [r for r in rows if r["variant"] == v and r.get("conversation_id")]
-        convs: dict[tuple[str, int], list[dict[str, Any]]] = {}
-        for r in rs:
-            convs.setdefault((r["conversation_id"], r["repeat"]), []).append(r)
-        whole = sum(all(r["error_class"] is None for r in c) for c in convs.values())
-        out.append({"variant": v, "conversations": len(convs), "turns": len(rs), "completed": whole,
-                    "turns_failed": sum(r["error_class"] is not None for r in rs)})
+def conversation_sums(rows: list[dict[str, Any]], into: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`conversations`' tallies per variant: (conversation, repeat) -> every turn answered, turns,
+    turns failed; added a load level at a time, the same."""
+    out = into if into is not None else {}
+    for r in rows:
+        if not r.get("conversation_id"):
+            continue
+        acc = out.get(r["variant"])
+        if acc is None:
+            acc = out[r["variant"]] = [{}, 0, 0]
+        key = (r["conversation_id"], r["repeat"])
+        acc[0][key] = acc[0].get(key, True) and r["error_class"] is None
+        acc[1] += 1
+        acc[2] += r["error_class"] is not None
     return out
+
+
+def conversations(rows: list[dict[str, Any]], sums: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    return [{"variant": v, "conversations": len(convs), "turns": turns, "completed": sum(convs.values()),
+             "turns_failed": failed}
+            for v, (convs, turns, failed) in (sums if sums is not None else conversation_sums(rows)).items()]
 
 
 def traffic_lines(f: dict[str, Any]) -> list[str]:

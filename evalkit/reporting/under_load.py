@@ -22,27 +22,40 @@ def quality_under_load(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         load = [r for r in mine if (r["concurrency"] or 1) == top]
         if top <= 1 or not seq or not load:
             continue
-        lg = [r["grades"]["load_drift"] for r in load if "load_drift" in r["grades"]]
-        entry: dict[str, Any] = {"variant": v, "level": top, "pairs": len(lg),
-                                 "identical_pct": 100.0 * sum(bool(g["passed"]) for g in lg) / len(lg) if lg else None,
-                                 "drift_mean": mean([g["detail"]["drift"] for g in lg]), "deltas": {}}
-        for name, cls in available().items():
-            if not cls.aggregate.margins:
-                continue
-
-            def grades(rs: list[dict[str, Any]], grader: str = name) -> list[dict[str, Any]]:
-                # key by case and repeat: the pairing is within one variant across load levels
-                if (views := grade_views(rs, grader, lambda r: f"{r['case_id']}#{r['repeat']}")) is not None:
-                    return views  # type: ignore[return-value]  # rows from the ledger: no dict a grade
-                return [{**r["grades"][grader], "case_id": f"{r['case_id']}#{r['repeat']}"} for r in rs
-                        if grader in r["grades"]]
-
-            for m, diffs in paired_differences(cls.aggregate, grades(load), grades(seq)).items():
-                if diffs:
-                    ci = bootstrap_ci(diffs)
-                    entry["deltas"][m] = {"delta": mean(diffs), "ci95": list(ci) if ci else None, "pairs": len(diffs)}
-        out.append(entry)
+        out.append(load_entry(v, top, load, seq_values(seq)))
     return out
+
+
+def _margin_graders() -> dict[str, Any]:
+    return {name: cls.aggregate for name, cls in available().items() if cls.aggregate.margins}
+
+
+def _grades(rs: list[dict[str, Any]], grader: str) -> list[dict[str, Any]]:
+    # key by case and repeat: the pairing is within one variant across load levels
+    if (views := grade_views(rs, grader, lambda r: f"{r['case_id']}#{r['repeat']}")) is not None:
+        return views  # type: ignore[return-value]  # rows from the ledger: no dict a grade
+    return [{**r["grades"][grader], "case_id": f"{r['case_id']}#{r['repeat']}"} for r in rs if grader in r["grades"]]
+
+
+def seq_values(seq: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+    """The concurrency-1 side of every margin grader's pairs (grader -> margin -> case#repeat ->
+    value): all `load_entry` needs of those rows, so a report read a level at a time lets them go."""
+    return {name: agg.margin_values(_grades(seq, name), True) for name, agg in _margin_graders().items()}
+
+
+def load_entry(v: str, top: int, load: list[dict[str, Any]], seq: dict[str, dict[str, dict[str, float]]]
+               ) -> dict[str, Any]:
+    """One variant's entry: its successful rows at the top level ``load`` against ``seq`` (`seq_values`)."""
+    lg = [r["grades"]["load_drift"] for r in load if "load_drift" in r["grades"]]
+    entry: dict[str, Any] = {"variant": v, "level": top, "pairs": len(lg),
+                             "identical_pct": 100.0 * sum(bool(g["passed"]) for g in lg) / len(lg) if lg else None,
+                             "drift_mean": mean([g["detail"]["drift"] for g in lg]), "deltas": {}}
+    for name, agg in _margin_graders().items():
+        for m, diffs in paired_differences(agg, _grades(load, name), base_values=seq.get(name, {})).items():
+            if diffs:
+                ci = bootstrap_ci(diffs)
+                entry["deltas"][m] = {"delta": mean(diffs), "ci95": list(ci) if ci else None, "pairs": len(diffs)}
+    return entry
 
 
 def lines(entries: list[dict[str, Any]]) -> list[str]:

@@ -50,7 +50,8 @@ def _boot_means(xs: list[float], n_resamples: int, seed: int) -> np.ndarray:
     a = np.asarray(xs, dtype=float)
     rng = np.random.default_rng(seed)
     out = np.empty(n_resamples)
-    block = max(1, min(n_resamples, 4_000_000 // max(1, a.size)))
+    # ~8 MB of indices a block: the draws are one stream however it is cut, so the means are the same
+    block = max(1, min(n_resamples, 1_000_000 // max(1, a.size)))
     for s in range(0, n_resamples, block):
         k = min(block, n_resamples - s)
         out[s:s + k] = a[rng.integers(0, a.size, size=(k, a.size))].mean(axis=1)
