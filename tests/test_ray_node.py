@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -75,12 +76,20 @@ def _ray_run(tmp: Path, a: StubServer, b: StubServer, until_sql: str | None = No
                           "--no-grade"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and p.poll() is None:
-        if until_sql and ledger.exists() and Database(ledger).execute(until_sql).fetchone()[0]:
+        if until_sql and ledger.exists() and _holds(ledger, until_sql):
             break
         if until_proc and any(until_proc in _cmdline(q) for q in _descendants(p.pid)):
             break
         time.sleep(0.1)
     return p, ledger
+
+
+def _holds(ledger: Path, sql: str) -> bool:
+    """``sql`` is true of the ledger; false while the run is still creating its tables."""
+    try:
+        return bool(Database(ledger).execute(sql).fetchone()[0])
+    except sqlite3.OperationalError:  # the file exists before its migrations have made the tables
+        return False
 
 
 def _wait_gone(pids: list[int], limit_s: float = 20) -> None:
