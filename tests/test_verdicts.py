@@ -98,8 +98,9 @@ def test_a_bare_latency_margin_is_refused_with_the_units_it_takes(bare):
 
 @pytest.fixture
 def slow_candidate_ledger(runner, endpoint_matrix, tmp_path):
-    """Nine cases; the candidate answers 20 ms later than the baseline (a true latency difference)."""
-    with StubServer(StubConfig(ttft_ms=5, itl_ms=1)) as a, StubServer(StubConfig(ttft_ms=25, itl_ms=1)) as b:
+    """Nine cases; the candidate answers 100 ms later than the baseline (a true latency difference, wide
+    enough that one stall of a loaded machine cannot pull the interval across 0)."""
+    with StubServer(StubConfig(ttft_ms=5, itl_ms=1)) as a, StubServer(StubConfig(ttft_ms=105, itl_ms=1)) as b:
         m = endpoint_matrix(a.base_url, b.base_url, baseline_repeats=2,
                             extra="margins: {e2e_mean: +0%, schema_pass: -2pp, drift: 0.05}\n")
         ledger = tmp_path / "l.db"
