@@ -160,6 +160,48 @@ def test_a_row_raises_key_error_for_an_unknown_column(synth_ledger):
         r["no such column"]
 
 
+def test_a_slice_s_rows_are_freed_as_soon_as_the_report_lets_them_go(synth_ledger):
+    """No reference cycle keeps a slice alive until the cyclic collector runs (at a million rows
+    that held a slice or two past its use: the report's peak)."""
+    import gc
+
+    from evalkit.reporting.rows import Table
+    from evalkit.reporting.selection import by_variant, first_level
+
+    path, info = synth_ledger
+    db = open_ledger(path, create=False)
+    gc.collect()
+    gc.disable()
+    try:
+        rows = request_rows(db, info["run_id"], "base", 1)
+        first_level(rows), by_variant(rows), [(r["attributes"], r["grades"], r["out_tps"]) for r in rows[:50]]
+        del rows
+        assert sum(type(o) is Table for o in gc.get_objects()) == 0
+    finally:
+        gc.enable()
+
+
+def test_a_grader_s_views_read_as_the_list_of_its_grades(synth_ledger):
+    from evalkit.reporting.rows import grade_views
+
+    path, info = synth_ledger
+    rows = request_rows(open_ledger(path, create=False), info["run_id"], "base", 1)
+    views = grade_views(rows, "formality")
+    listed = [{**r["grades"]["formality"], "case_id": r["case_id"]} for r in rows if "formality" in r["grades"]]
+    assert (len(views), list(views), views[3], list(views[2:5])) == (len(listed), listed, listed[3], listed[2:5])
+
+
+def test_a_spike_reads_as_the_dict_it_replaced():
+    from evalkit.reporting.spike_summary import Spike
+
+    s = Spike(7, "w8a8", "long", "c1", 4, "ttft_ms", 2599.6, 178.5, 92.5, "queued", "server queue 2240 ms")
+    assert dict(s) == {"request_id": 7, "variant": "w8a8", "complexity": "long", "case_id": "c1", "concurrency": 4,
+                       "metric": "ttft_ms", "value": 2599.6, "slice_median": 178.5, "robust_z": 92.5,
+                       "cause": "queued", "evidence": "server queue 2240 ms",
+                       "line": "w8a8 long c=4 c1: TTFT 2,600 ms (slice median 178 ms, robust z 92.5): queued: "
+                               "server queue 2240 ms"}
+
+
 @pytest.mark.parametrize("values", [
     [1.5, None, 2.25], [3, None, -(2**40)], ["a", None, "b", "a"], [None, None], [1, 2.5, None, "x", b"y"],
     [None, 4, 5], [2**62, 1],
@@ -386,3 +428,20 @@ def test_a_slice_s_grades_are_read_through_its_requests(synth_ledger, where):
     sql = next(s for s in seen if "from grades g join" in s)
     plan = " | ".join(r[3] for r in db._db.execute("explain query plan " + sql).fetchall())
     assert "SCAN g" not in plan and "USING INDEX idx_grades_request_id" in plan, plan
+
+
+def test_the_packed_concurrency_1_side_reads_as_its_dict():
+    from evalkit.reporting.under_load import PairValues, _pack
+
+    d = {"a#0": 0.5, "a#10": 1.0, "b#x#2": 0.25, "a#2": 0.1 + 0.2}
+    packed = _pack(d)
+    assert isinstance(packed, PairValues)
+    assert (dict(packed), len(packed), packed["a#2"]) == (d, 4, 0.1 + 0.2)
+    assert [k in packed for k in ("a#10", "a#1", "c#0", "a", "a#00")] == [True, False, False, False, False]
+
+
+@pytest.mark.parametrize("d", [{"a#0": 1}, {"a": 0.5}, {"a#01": 0.5}, {("a", 0): 0.5}])
+def test_what_a_plugin_returns_unlike_case_repeat_floats_is_kept_as_it_is(d):
+    from evalkit.reporting.under_load import _pack
+
+    assert _pack(d) is d

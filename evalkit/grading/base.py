@@ -5,7 +5,7 @@ views and queries, plots. docs/plugins.md documents every hook; a test keeps it 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -223,12 +223,17 @@ class Grader:
 
 def paired_differences(agg: type[Aggregate], grades: list[dict[str, Any]],
                        base_grades: list[dict[str, Any]] | None = None,
-                       base_values: dict[str, dict[str, float]] | None = None) -> dict[str, list[float]]:
+                       base_values: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, list[float]]:
     """margin name -> candidate-minus-baseline per-case differences, for the cases both have.
     ``base_values``: the baseline side's `margin_values`, when computed before (its grades gone)."""
     a = agg.margin_values(grades, False)
     b = base_values if base_values is not None else agg.margin_values(base_grades or [], True)
-    return {m: [a[m][c] - b[m][c] for c in sorted(set(a[m]) & set(b.get(m, {})))] for m in a}
+    out = {}
+    for m, mine in a.items():
+        theirs = b.get(m, {})
+        # membership, not a set of each side's keys: the baseline side may be packed (`PairValues`)
+        out[m] = [mine[c] - theirs[c] for c in sorted(c for c in mine if c in theirs)]
+    return out
 
 
 def pass_pct(grades: list[dict[str, Any]]) -> float | None:

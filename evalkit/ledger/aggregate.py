@@ -124,7 +124,8 @@ class ReportReads:
         end), replicas in the order the rows first show them (`capacity._spans`); ``first_seq``
         variant -> its first seq; ``slices`` (variant, label) -> the load levels (concurrency, 1
         when none) its rows fall in; ``ok`` (variant, level) -> its rows without an error;
-        ``traced`` variant -> its rows of a replayed trace."""
+        ``traced`` variant -> its rows of a replayed trace; ``seqs`` (variant, level) -> its first and
+        last seq."""
         where, params = _slice_where(run_id, None, None)
         joins = """from requests r join runs u on u.id = r.run_id
                    join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash"""
@@ -139,15 +140,18 @@ class ReportReads:
         slices: dict[tuple[str, str], set[int]] = {}
         ok: dict[tuple[str, int], int] = {}
         traced: dict[str, int] = {}
+        seqs: dict[tuple[str, int], tuple[int, int]] = {}
         trace = "count(r.trace_row)" if "trace_row" in self._db["requests"].columns_dict else "0"
-        for v, lab, lv, seq, n_ok, n_trace in self._db.execute(
-                f"""select r.variant, {label}, {LEVEL_SQL}, min(r.seq), sum(r.error_class is null), {trace}
-                    {joins} where {where} group by 1, 2, 3""", params):
+        for v, lab, lv, seq, n_ok, n_trace, last in self._db.execute(
+                f"""select r.variant, {label}, {LEVEL_SQL}, min(r.seq), sum(r.error_class is null), {trace},
+                           max(r.seq) {joins} where {where} group by 1, 2, 3""", params):
             first_seq[v] = min(first_seq.get(v, seq), seq)
+            lo, hi = seqs.get((v, lv), (seq, last))
+            seqs[(v, lv)] = (min(lo, seq), max(hi, last))
             slices.setdefault((v, lab), set()).add(lv)
             ok[(v, lv)] = ok.get((v, lv), 0) + n_ok
             traced[v] = traced.get(v, 0) + n_trace
-        return {"spans": spans, "first_seq": first_seq, "slices": slices, "ok": ok, "traced": traced}
+        return {"spans": spans, "first_seq": first_seq, "slices": slices, "ok": ok, "traced": traced, "seqs": seqs}
 
     def trace_rows(self, run_id: str, variant: str, size: int = 20_000) -> Iterator[dict[str, Any]]:
         """One variant's measured rows of a replayed trace in trace order (then seq, id: the order

@@ -5,7 +5,7 @@ is a vectorised aggregate over a slice's index. One pass per column, whatever th
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from operator import itemgetter
 from typing import Any
 
@@ -26,7 +26,7 @@ class Columns:
         # one pass over the rows for every column (a million dicts: each pass is memory-bound)
         try:
             get = itemgetter("error_class", *names)
-            table = [get(r) for r in rows]
+            table = [get(r) for r in rows] if names else [(get(r),) for r in rows]  # one key: no tuple
         except KeyError:  # rows made by hand (tests, importers) may lack a column: missing is None
             table = [(r["error_class"], *(r.get(n) for n in names)) for r in rows]
         self.ok = np.fromiter((t[0] is None for t in table), dtype=bool, count=self.n)
@@ -66,9 +66,17 @@ def declared() -> list[Metric]:
     return [m for m in catalogue.REPORT if m.agg is not None]
 
 
-def slice_metrics(cols: Columns, idx: np.ndarray) -> dict[str, Any]:
-    return {m.key: aggregate(m, cols, idx) for m in declared()}
-
-
-def source_columns() -> list[str]:
-    return [m.source for m in declared() if m.source and m.agg not in ("count", "errors")]
+def slices_metrics(cols_of: Callable[[list[str]], Columns], idxs: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
+    """Every declared metric (source + agg) of several slices of the same rows, read a source column at a time
+    (``cols_of(names)``: those columns of the rows), so one column's values are held, not all."""
+    ms = declared()
+    by_source: dict[str | None, list[Metric]] = {}
+    for m in ms:
+        by_source.setdefault(None if m.agg in ("count", "errors") else m.source or m.key, []).append(m)
+    got: dict[str, dict[str, Any]] = {s: {} for s in idxs}
+    for source, group in by_source.items():
+        cols = cols_of([] if source is None else [source])
+        for s, idx in idxs.items():
+            got[s].update((m.key, aggregate(m, cols, idx)) for m in group)
+        del cols
+    return {s: {m.key: got[s][m.key] for m in ms} for s in idxs}

@@ -24,6 +24,7 @@ from .report import build_report, quality
 from .reviews import review_lines, review_summary
 from .rows import request_rows
 from .selection import by_variant, first_level, level_of
+from .spike_summary import Spike
 from .traffic import conversations, prefix_sharing, trace_fidelity, traffic_lines
 from .under_load import lines as ul_lines
 from .under_load import quality_under_load
@@ -143,7 +144,7 @@ def attribute_spike(r: dict[str, Any], slice_rows: list[dict[str, Any]], metric:
 
 
 def spikes(rows: list[dict[str, Any]], metric: str = "ttft_ms", k: float = 3.5,
-           first_seqs: dict[str, int] | None = None) -> list[dict[str, Any]]:
+           first_seqs: dict[str, int] | None = None) -> list[Spike]:
     """Requests far above their slice (variant x level x complexity), each with its likely cause.
     ``first_seqs``: each variant's first seq over the run, when ``rows`` are one level of it."""
     out = []
@@ -163,13 +164,8 @@ def spikes(rows: list[dict[str, Any]], metric: str = "ttft_ms", k: float = 3.5,
             r = rs[i]
             medians = medians or slice_medians(rs, metric)  # once per slice: a slice with many spikes stays linear
             cause, why = attribute_spike(r, rs, metric, firsts[v], medians)
-            z = (r[metric] - med) / scale
-            where = f"{v} {cx}" + ("" if level == 1 else f" c={level}")
-            out.append({"request_id": r["id"], "variant": v, "complexity": cx, "case_id": r["case_id"],
-                        "concurrency": level, "metric": metric, "value": r[metric], "slice_median": med,
-                        "robust_z": z, "cause": cause, "evidence": why,
-                        "line": f"{where} {r['case_id']}: {metric.removesuffix('_ms').upper()} {r[metric]:,.0f} ms "
-                                f"(slice median {med:,.0f} ms, robust z {z:.1f}): {cause}: {why}"})
+            out.append(Spike(r["id"], v, cx, r["case_id"], level, metric, r[metric], med, (r[metric] - med) / scale,
+                             cause, why))
     return out
 
 

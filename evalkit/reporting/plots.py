@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from array import array
 from collections import defaultdict
+from itertools import pairwise
 from typing import Any
 
 from ..grading.registry import available
@@ -115,10 +116,13 @@ class PlotData:
                     xs.append(r["prompt_tokens"])
                     ys.append(r["ttft_ms"])
             if self.sweep:
+                labels = {r["level"] or "main" for r in ok}  # fed a level at a time: only these are here
                 for lv in self.levels:
-                    if lv["variant"] == v:
+                    if lv["variant"] == v and lv["level"] in labels:
                         self.p99[(v, lv["level"])] = percentile(
                             [r["ttft_ms"] for r in ok if (r["level"] or "main") == lv["level"]], 99) or 0.0
+                    elif lv["variant"] == v:
+                        self.p99.setdefault((v, lv["level"]), 0.0)
             for name, (fld, _, _) in self.scatter.items():
                 rng = self.rng[name]
                 px, py = self.pts[name].setdefault(v, (array("d"), array("d")))
@@ -157,14 +161,28 @@ def plots(ledger: Ledger, run_id: str, rows: list[dict[str, Any]] | None, f: dic
         data = PlotData(variants, f)
         data.add(rows)
     else:
-        from .rows import request_rows
+        from .rows import give_back, request_rows
 
         present = list(ledger.slice_levels(run_id))
         variants = list(dict.fromkeys(v["name"] for v in report["variants"])) or present
         data = PlotData(variants, f)
+        outline = ledger.level_outline(run_id)
         for v in [v for v in variants if v in present] + [v for v in present if v not in variants]:
-            data.add(request_rows(ledger, run_id, v))  # one variant's rows at a time
+            for level in _in_row_order(outline, v):  # one level's rows at a time, in the rows' order
+                data.add(request_rows(ledger, run_id, v, level))
+                give_back()
     return draw(ledger, run_id, data, f, report)
+
+
+def _in_row_order(outline: dict[str, Any], variant: str) -> list[int | None]:
+    """A variant's load levels in the order its rows show them, when each level's rows come
+    one after another (a sweep) and no level label spans two concurrencies; else [None]: the
+    variant's rows at once (read a level at a time, they would be fed out of order)."""
+    spans = sorted((lo, hi, lv) for (v, lv), (lo, hi) in outline["seqs"].items() if v == variant)
+    split = any(len(ls) > 1 for (v, _), ls in outline["slices"].items() if v == variant)
+    if split or any(a[1] >= b[0] for a, b in pairwise(spans)):
+        return [None]
+    return [lv for _, _, lv in spans]
 
 
 def draw(ledger: Ledger, run_id: str, data: PlotData, f: dict[str, Any], report: dict[str, Any]

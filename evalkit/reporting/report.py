@@ -20,8 +20,8 @@ from ..host import hosts_differ
 from ..ledger import Ledger
 from ..spec.dataset import COMPLEXITIES
 from ..stats import mean, pct_delta, percentile, robust_ratio
-from .columns import Columns, slice_metrics, source_columns
-from .rows import Rows, grades_by_grader, request_rows, row_index
+from .columns import Columns, slices_metrics
+from .rows import Rows, give_back, grades_by_grader, request_rows, row_index
 from .selection import by_variant, first_level, level_note, sweep_levels
 from .spike_summary import bounded
 from .verdicts import apply_holm, case_means, flag, multiplicity_notes
@@ -65,10 +65,11 @@ def _meets(r: dict[str, Any], slo: dict[str, float]) -> bool:
     return all(r[f"{k}_ms"] is not None and r[f"{k}_ms"] <= v for k, v in slo.items())
 
 
-def _slice_stats(rows: list[dict[str, Any]], cols: Columns, idx: np.ndarray, slo: dict[str, float]
+def _slice_stats(rows: list[dict[str, Any]], metrics: dict[str, Any], idx: np.ndarray, slo: dict[str, float]
                  ) -> dict[str, Any]:
-    """Every declared report metric over one slice, and the ones computed by name."""
-    out = slice_metrics(cols, idx)
+    """Every declared report metric over one slice (``metrics``: `slices_metrics`'s), and the ones
+    computed by name."""
+    out = dict(metrics)
     out["goodput_pct"] = 100.0 * sum(_meets(rows[i], slo) for i in idx) / idx.size if slo and idx.size else None
     out["srv_methods"] = sorted({rows[i]["srv_method"] for i in idx if rows[i]["srv_method"]})
     return out
@@ -101,14 +102,16 @@ def paired(rows: list[dict[str, Any]], baseline: str, metric: str, by: str = "co
     out = []
     groups = by_variant(rows)
     base_rows = groups.get(baseline, [])
-    base = {(r["case_id"], r["repeat"]) for r in base_rows}
-    base_reps = {r["repeat"] for r in base_rows}
+    base: dict[str, set[int]] = defaultdict(set)  # case -> its repeats: no tuple a row
+    for r in base_rows:
+        base[r["case_id"]].add(r["repeat"])
+    base_reps = set().union(*base.values())
     for v in sorted(set(groups) - {baseline}):
         vrows = groups[v]
         shared = base_reps & {r["repeat"] for r in vrows}  # the baseline's noise-floor passes are not cases
         slices: dict[str, set[str]] = defaultdict(set)
         for r in vrows:
-            if (r["case_id"], r["repeat"]) in base:
+            if r["repeat"] in base.get(r["case_id"], ()):
                 if r.get(by) is not None:  # a workload without the slice has only "all"
                     slices[str(r[by])].add(r["case_id"])
                 slices["all"].add(r["case_id"])
@@ -183,6 +186,7 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
             pairs_of[name] = {m: paired(both, baseline, m) for m in ("ttft_ms", "e2e_ms", "tpot_ms")}
             del both
         del vfirst, vcases  # one candidate's slice at a time: gone before the next is read
+        give_back()
     table = [e for v in variants for e in entries.get(v["name"], [])]
     base_rows = {r["complexity"]: r for r in table if r["variant"] == baseline}
     for r in table:
@@ -235,14 +239,12 @@ def _variant_table(ledger: Ledger, run_id: str, variant: str, cases: list[dict[s
                    base: dict[str, Any], slo: dict[str, float]) -> list[dict[str, Any]]:
     """One variant's rows of the tables: per slice its metrics and quality (against the
     baseline's same slice), from that variant's cases only."""
-    cols = columns(cases, source_columns())
     index = _slices(cases)
+    idxs = {s: np.frombuffer(index[s], dtype=np.int64) for s in SLICES if s in index}
+    metrics = slices_metrics(lambda names: columns(cases, names), idxs)
     out = []
-    for s in SLICES:
-        if s not in index:
-            continue
-        idx = np.frombuffer(index[s], dtype=np.int64)
-        entry = {"variant": variant, "complexity": s, **_slice_stats(cases, cols, idx, slo)}
+    for s, idx in idxs.items():
+        entry = {"variant": variant, "complexity": s, **_slice_stats(cases, metrics[s], idx, slo)}
         # the server's preemption counter over the run: per variant, so on its "all" row only
         entry["preemptions"] = ledger.series_delta(run_id, variant, "num_preemptions_total") if s == "all" else None
         out.append(entry)

@@ -8,11 +8,13 @@ Every reader indexes a row as it did a dict and gets the same values, of the sam
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import json
 import math
 from array import array
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -23,6 +25,35 @@ from ..ledger.store import HEAVY_FIELDS, UNREPORTED
 _NO_GRADES: dict[str, Any] = {}  # shared by every ungraded row: a large run's are most
 _NULL_INT = -(2**63)  # an integer column's NULL (SQLite has no NaN: a double column's NULL is NaN)
 _EMPTY: dict[str, Any] = {}
+# rows read per fetch: a chunk of tuples costs ~1.5 kB a row while it is turned into columns, so
+# a smaller chunk keeps a report's peak lower at no measurable cost in time
+CHUNK = 5_000
+
+
+def give_back() -> None:
+    """Hand the pages a freed slice leaves in the C heap back to the system (glibc's
+    ``malloc_trim``; elsewhere nothing): freed but resident, they would sit under the next
+    slice's peak. Called between slices, not per row."""
+    if (trim := getattr(_libc(), "malloc_trim", None)) is not None:
+        trim(0)
+
+
+def big_buffers_apart() -> None:
+    """Every buffer of 128 kB or more (a column of a slice) mapped on its own and unmapped when
+    freed (glibc's ``mallopt(M_MMAP_THRESHOLD)``; elsewhere nothing). glibc otherwise raises that
+    threshold each time such a buffer is freed, so the next slice's columns grow in the heap,
+    copy as they grow and leave holes the size of a slice: ~55 MB of a 2 M-row report's peak."""
+    if (opt := getattr(_libc(), "mallopt", None)) is not None:
+        opt(-3, 128 * 1024)  # M_MMAP_THRESHOLD; fixed, so not raised again
+
+
+@cache
+def _libc() -> Any:
+    """The C library's functions (what this process has linked), or None."""
+    try:
+        return ctypes.CDLL(None)
+    except OSError:
+        return None
 
 
 class Rows(list):  # type: ignore[type-arg]
@@ -49,6 +80,7 @@ class RunRows:
     def __iter__(self) -> Iterator[Row]:
         for seqs in self.ranges:
             yield from request_rows(self.ledger, self.run_id, seqs=seqs)
+            give_back()
 
     def __len__(self) -> int:
         if self._n is None:
@@ -204,7 +236,7 @@ def request_rows(ledger: Ledger, run_id: str, variant: str | None = None, level:
     enabled = gc.isenabled()
     gc.disable()  # chunks of tuples are acyclic: no collection while they come and go
     try:
-        for names, chunk in ledger.measured_chunks(run_id, HEAVY_FIELDS | UNREPORTED, variant=variant,
+        for names, chunk in ledger.measured_chunks(run_id, HEAVY_FIELDS | UNREPORTED, size=CHUNK, variant=variant,
                                                    level=level, seqs=seqs):
             if not t.columns:
                 t.columns = {name: Column() for name in names}
@@ -249,10 +281,11 @@ def _attributes_getter(t: Table, case_get: dict[str, Any]) -> Any:
     parsed: dict[Any, dict[str, Any]] = {}
     raw_get = case_get.get("attributes_json")
     fields = [(k, case_get[k]) for k in ("task", "persona", "candidate", "formality") if k in case_get]
+    case_of = t.columns["case_id"].getter()  # not `t.get`: a getter that held its table would make a cycle
 
     def attrs(i: int) -> dict[str, Any]:
         raw = raw_get(i) if raw_get else None
-        key = raw if raw else ("fields", t.get["case_id"](i))
+        key = raw if raw else ("fields", case_of(i))
         hit = parsed.get(key)
         if hit is None:
             hit = parsed[key] = json.loads(raw) if raw else {k: v for k, f in fields if (v := f(i)) is not None}
@@ -405,9 +438,10 @@ def grades_by_grader(rows: list[Any]) -> dict[str, list[Mapping[str, Any]]] | No
     return {k: v for k, v in out.items() if v}
 
 
-def grade_views(rows: list[Any], grader: str, case: Any = None) -> list[Mapping[str, Any]] | None:
+def grade_views(rows: list[Any], grader: str, case: Any = None) -> Sequence[Mapping[str, Any]] | None:
     """One grader's grades of the rows that have one, in row order, each with ``case_id`` (the
-    row's case, or ``case(row)``), as `GradeRow`s; None when the rows are not views of one table."""
+    row's case, or ``case(row)``), as `GradeViews` (a `GradeRow` made as each is read); None when
+    the rows are not views of one table."""
     t = _table_of(rows)
     if t is None:
         return None
@@ -417,11 +451,50 @@ def grade_views(rows: list[Any], grader: str, case: Any = None) -> list[Mapping[
     version, value, passed, explanation = (c.getter() for c in g.cols)
     fields = {"grader": lambda k: grader, "grader_version": version, "value": value, "passed": passed,
               "explanation": explanation, "detail": g.detail.__getitem__}
-    at = g.at
-    ctx = _GradeContext(fields, at, t.get["id"], t.get["case_id"])
-    if case is None:
-        return [GradeRow(ctx, r._i) for r in rows if at[r._i] >= 0]
-    return [GradeRow(ctx, r._i, case(r)) for r in rows if at[r._i] >= 0]
+    ctx = _GradeContext(fields, g.at, t.get["id"], t.get["case_id"])
+    idx = np.fromiter((r._i for r in rows), dtype=np.int32, count=len(rows))
+    idx = idx[np.frombuffer(g.at, dtype=np.int32)[idx] >= 0]
+    return GradeViews(ctx, idx, t, case)
+
+
+class GradeViews(Sequence[Mapping[str, Any]]):
+    """A grader's grades of some rows, in row order: a sequence of `GradeRow`s held as the rows'
+    indices (4 bytes a grade), each view made as it is read. A slice of a million rows hands each
+    grader this, not a list of a million objects; read it as a list (len, iterate, index, slice)."""
+
+    __slots__ = ("_ctx", "_idx", "_t", "_case")
+
+    def __init__(self, ctx: _GradeContext, idx: np.ndarray, t: Table, case: Any = None) -> None:
+        self._ctx, self._idx, self._t, self._case = ctx, idx, t, case
+
+    def _view(self, i: int) -> GradeRow:
+        return GradeRow(self._ctx, i, None if self._case is None else self._case(Row(self._t, i)))
+
+    def __len__(self) -> int:
+        return int(self._idx.size)
+
+    def __iter__(self) -> Iterator[GradeRow]:
+        for i in self._idx.tolist():
+            yield self._view(i)
+
+    def __getitem__(self, k: Any) -> Any:
+        if isinstance(k, slice):
+            return GradeViews(self._ctx, self._idx[k], self._t, self._case)
+        return self._view(int(self._idx[k]))
+
+    def __add__(self, other: Any) -> list[Any]:
+        return [*self, *other]
+
+    def __radd__(self, other: Any) -> list[Any]:
+        return [*other, *self]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(list(self))
 
 
 def row_index(rows: list[Any]) -> tuple[Table, np.ndarray] | None:

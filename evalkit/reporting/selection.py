@@ -22,8 +22,14 @@ def _memo(rows: list[dict[str, Any]], key: str, compute: Any) -> Any:
     if memo is None:
         return compute(rows)
     if (hit := memo.get(key)) is None or hit[0] != len(rows):
-        hit = memo[key] = (len(rows), compute(rows))
-    return hit[1]
+        got = compute(rows)
+        # the rows themselves are kept as a mark, not a reference: a cycle would hold a slice of a
+        # million rows until the cyclic collector ran, long after the report let it go
+        hit = memo[key] = (len(rows), _SELF if got is rows else got)
+    return rows if hit[1] is _SELF else hit[1]
+
+
+_SELF = object()
 
 
 def _sweep_levels(rows: list[dict[str, Any]]) -> dict[str, set[int]]:

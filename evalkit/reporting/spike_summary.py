@@ -5,14 +5,50 @@ the largest and count the rest per slice and cause."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 SPIKES_TOP = 50  # what `report --json` lists (the text report and the HTML page show fewer)
 
 
+class Spike(Mapping[str, Any]):
+    """One spike as a read-only mapping with the keys of `KEYS`, its ``line`` written when read: a
+    large run holds 10^5 of these until the report is written (a dict and its line: ~1 kB each)."""
+
+    KEYS = ("request_id", "variant", "complexity", "case_id", "concurrency", "metric", "value", "slice_median",
+            "robust_z", "cause", "evidence", "line")
+    __slots__ = KEYS[:-1]
+
+    def __init__(self, request_id: int, variant: str, complexity: str, case_id: str, concurrency: int, metric: str,
+                 value: float, slice_median: float, robust_z: float, cause: str, evidence: str) -> None:
+        self.request_id, self.variant, self.complexity, self.case_id = request_id, variant, complexity, case_id
+        self.concurrency, self.metric, self.value, self.slice_median = concurrency, metric, value, slice_median
+        self.robust_z, self.cause, self.evidence = robust_z, cause, evidence
+
+    @property
+    def line(self) -> str:
+        where = f"{self.variant} {self.complexity}" + ("" if self.concurrency == 1 else f" c={self.concurrency}")
+        return (f"{where} {self.case_id}: {self.metric.removesuffix('_ms').upper()} {self.value:,.0f} ms "
+                f"(slice median {self.slice_median:,.0f} ms, robust z {self.robust_z:.1f}): {self.cause}: {self.evidence}")
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.KEYS:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.KEYS)
+
+    def __len__(self) -> int:
+        return len(self.KEYS)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
+
+
 def largest(spikes: list[dict[str, Any]], n: int = SPIKES_TOP) -> list[dict[str, Any]]:
-    """The ``n`` largest spikes by robust z (ties: in their order in the findings)."""
-    return sorted(spikes, key=lambda s: -s["robust_z"])[:n]
+    """The ``n`` largest spikes by robust z (ties: in their order in the findings), as dicts."""
+    return [dict(s) for s in sorted(spikes, key=lambda s: -s["robust_z"])[:n]]
 
 
 def counts(spikes: list[dict[str, Any]]) -> list[dict[str, Any]]:

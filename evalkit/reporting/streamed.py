@@ -18,7 +18,7 @@ from .capacity import Usage, capacity, capacity_statement, cost, finish_levels, 
 from .findings import findings, full_report, request_ends, slices, spikes, study_entry
 from .plots import mark_frontier, quality_points
 from .report import build_report
-from .rows import Rows, RunRows, request_rows
+from .rows import Rows, RunRows, big_buffers_apart, give_back, request_rows
 from .selection import first_level
 from .traffic import conversation_sums, conversations, prefix_sharing, prefix_sums, trace_entry, traffic_lines
 from .under_load import lines as ul_lines
@@ -31,6 +31,7 @@ def streamed_report(ledger: Ledger, run_id: str | None = None, *, slo: dict[str,
                     ) -> tuple[dict[str, Any], dict[str, Any]]:
     """`findings.full_report`'s report and findings (not its rows), holding one variant's rows at
     a time; with --by or reviews, read with every row as before."""
+    big_buffers_apart()
     run = ledger.require_run(run_id)
     if by or ledger.reviews(run["id"]):
         rep, fnd, _ = full_report(ledger, run["id"], slo=slo, by=by, k=k, margins=margins)
@@ -108,12 +109,14 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
             elif level == top and seq is not None:
                 p["qul"] = [load_entry(v, top, [r for r in rows if r["error_class"] is None], seq)]
             del rows, groups
+            give_back()
         p["levels"] = finish_levels(p["levels"])
         p["cost"] = cost(variants, p["levels"], run.matrix.get("reference_price"))
         p["capacity"] = capacity([by_name[v]], [], p["levels"], run.matrix["generation"]["max_tokens"], stop_kv,
                                  usage) if v in by_name else []
         p["trace"] = [trace_entry(v, ledger.trace_rows(run_id, v))] if outline["traced"].get(v) else []
     del base_first, base_ok
+    give_back()
     names = sorted(part)
     levels = sorted((x for v in names for x in part[v]["levels"]), key=lambda x: (x["variant"], x["concurrency"], x["level"]))
     costs = [c for v in names for c in part[v]["cost"]]

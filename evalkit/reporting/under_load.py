@@ -5,7 +5,10 @@ others drifted (the `load_drift` grader), and what that did to every grader that
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import Any
+
+import numpy as np
 
 from ..grading import paired_differences
 from ..grading.registry import available
@@ -37,13 +40,60 @@ def _grades(rs: list[dict[str, Any]], grader: str) -> list[dict[str, Any]]:
     return [{**r["grades"][grader], "case_id": f"{r['case_id']}#{r['repeat']}"} for r in rs if grader in r["grades"]]
 
 
-def seq_values(seq: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+def seq_values(seq: list[dict[str, Any]]) -> dict[str, dict[str, Mapping[str, float]]]:
     """The concurrency-1 side of every margin grader's pairs (grader -> margin -> case#repeat ->
     value): all `load_entry` needs of those rows, so a report read a level at a time lets them go."""
-    return {name: agg.margin_values(_grades(seq, name), True) for name, agg in _margin_graders().items()}
+    return {name: {m: _pack(d) for m, d in agg.margin_values(_grades(seq, name), True).items()}
+            for name, agg in _margin_graders().items()}
 
 
-def load_entry(v: str, top: int, load: list[dict[str, Any]], seq: dict[str, dict[str, dict[str, float]]]
+class PairValues(Mapping[str, float]):
+    """One side's values keyed ``case#repeat``, packed per case as sorted repeats and their values
+    (12 bytes a pair; as a dict, with its key strings and floats, ~140): a report read a level at a
+    time holds the concurrency-1 side of every pair until the top level is read. Reads as the dict."""
+
+    def __init__(self, cases: dict[str, tuple[np.ndarray, np.ndarray]], n: int) -> None:
+        self._cases, self._n = cases, n
+
+    def __getitem__(self, key: str) -> float:
+        case, _, rep = key.rpartition("#")
+        hit = self._cases.get(case)
+        if hit is None or not rep.isdigit() or str(int(rep)) != rep:  # "a#00" is not "a#0"
+            raise KeyError(key)
+        reps, vals = hit
+        i = int(np.searchsorted(reps, int(rep)))
+        if i == reps.size or reps[i] != int(rep):
+            raise KeyError(key)
+        return float(vals[i])
+
+    def __iter__(self) -> Iterator[str]:
+        for case, (reps, _) in self._cases.items():
+            for rep in reps.tolist():
+                yield f"{case}#{rep}"
+
+    def __len__(self) -> int:
+        return self._n
+
+
+def _pack(d: dict[str, Any]) -> Mapping[str, Any]:
+    """``d`` as `PairValues` when every key is ``case#repeat`` and every value a float (what a
+    plugin returns otherwise is kept as it is)."""
+    by: dict[str, tuple[list[int], list[float]]] = {}
+    for k, v in d.items():
+        case, sep, rep = k.rpartition("#") if isinstance(k, str) else ("", "", "")
+        if not sep or type(v) is not float or not rep.isdigit() or str(int(rep)) != rep:
+            return d
+        reps, vals = by.setdefault(case, ([], []))
+        reps.append(int(rep))
+        vals.append(v)
+    cases = {}
+    for case, (reps, vals) in by.items():
+        order = np.argsort(reps, kind="stable")
+        cases[case] = (np.asarray(reps, dtype=np.int64)[order], np.asarray(vals, dtype=np.float64)[order])
+    return PairValues(cases, len(d))
+
+
+def load_entry(v: str, top: int, load: list[dict[str, Any]], seq: dict[str, dict[str, Mapping[str, float]]]
                ) -> dict[str, Any]:
     """One variant's entry: its successful rows at the top level ``load`` against ``seq`` (`seq_values`)."""
     lg = [r["grades"]["load_drift"] for r in load if "load_drift" in r["grades"]]
