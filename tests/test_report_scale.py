@@ -437,10 +437,10 @@ def test_the_packed_concurrency_1_side_reads_as_its_dict():
     packed = _pack(d)
     assert isinstance(packed, PairValues)
     assert (dict(packed), len(packed), packed["a#2"]) == (d, 4, 0.1 + 0.2)
-    assert [k in packed for k in ("a#10", "a#1", "c#0", "a", "a#00")] == [True, False, False, False, False]
+    assert [k in packed for k in ("a#10", "a#1", "c#0", "a", "a#00", "a#²")] == [True, False, False, False, False, False]
 
 
-@pytest.mark.parametrize("d", [{"a#0": 1}, {"a": 0.5}, {"a#01": 0.5}, {("a", 0): 0.5}])
+@pytest.mark.parametrize("d", [{"a#0": 1}, {"a": 0.5}, {"a#01": 0.5}, {"a#²": 0.5}, {("a", 0): 0.5}])
 def test_what_a_plugin_returns_unlike_case_repeat_floats_is_kept_as_it_is(d):
     from evalkit.reporting.under_load import _pack
 

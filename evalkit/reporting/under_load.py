@@ -58,7 +58,7 @@ class PairValues(Mapping[str, float]):
     def __getitem__(self, key: str) -> float:
         case, _, rep = key.rpartition("#")
         hit = self._cases.get(case)
-        if hit is None or not rep.isdigit() or str(int(rep)) != rep:  # "a#00" is not "a#0"
+        if hit is None or not (rep.isascii() and rep.isdigit()) or str(int(rep)) != rep:  # "a#00" is not "a#0"
             raise KeyError(key)
         reps, vals = hit
         i = int(np.searchsorted(reps, int(rep)))
@@ -81,7 +81,7 @@ def _pack(d: dict[str, Any]) -> Mapping[str, Any]:
     by: dict[str, tuple[list[int], list[float]]] = {}
     for k, v in d.items():
         case, sep, rep = k.rpartition("#") if isinstance(k, str) else ("", "", "")
-        if not sep or type(v) is not float or not rep.isdigit() or str(int(rep)) != rep:
+        if not sep or type(v) is not float or not (rep.isascii() and rep.isdigit()) or str(int(rep)) != rep:
             return d
         reps, vals = by.setdefault(case, ([], []))
         reps.append(int(rep))
