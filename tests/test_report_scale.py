@@ -445,3 +445,27 @@ def test_what_a_plugin_returns_unlike_case_repeat_floats_is_kept_as_it_is(d):
     from evalkit.reporting.under_load import _pack
 
     assert _pack(d) is d
+
+
+def test_an_aggregate_asked_again_is_the_same_until_the_ledger_changes(synth_ledger, tmp_path):
+    import shutil
+    import sqlite3
+
+    path, info = synth_ledger
+    copy = tmp_path / "copy.db"
+    shutil.copy(path, copy)
+    db = open_ledger(copy, create=False)
+    run_id = info["run_id"]
+    first = db.slice_levels(run_id)
+    first["base"].add(99)  # a caller changing its answer changes no later one
+    assert db.slice_levels(run_id)["base"] == {1, 4}
+    other = sqlite3.connect(copy)  # a write by another connection
+    other.execute("update requests set concurrency = 8 where run_id = ? and variant = 'base' and concurrency = 4",
+                  [run_id])
+    other.commit()
+    other.close()
+    assert db.slice_levels(run_id)["base"] == {1, 8}
+    assert {lv for (v, lv) in db.level_outline(run_id)["seqs"] if v == "base"} == {1, 8}
+    db._db.execute("update requests set concurrency = 2 where run_id = ? and variant = 'base' and concurrency = 8",
+                   [run_id])  # and one by this connection
+    assert {lv for (v, lv) in db.level_outline(run_id)["seqs"] if v == "base"} == {1, 2}
