@@ -182,7 +182,7 @@ def test_a_slice_s_rows_are_freed_as_soon_as_the_report_lets_them_go(synth_ledge
 
 
 def test_a_grader_s_views_read_as_the_list_of_its_grades(synth_ledger):
-    from evalkit.reporting.rows import grade_views
+    from evalkit.reporting.grade_views import grade_views
 
     path, info = synth_ledger
     rows = request_rows(open_ledger(path, create=False), info["run_id"], "base", 1)

@@ -21,7 +21,8 @@ from ..ledger import Ledger
 from ..spec.dataset import COMPLEXITIES
 from ..stats import mean, pct_delta, percentile, robust_ratio
 from .columns import Columns, slices_metrics
-from .rows import Rows, give_back, grades_by_grader, request_rows, row_index
+from .grade_views import grades_by_grader
+from .rows import Rows, give_back, request_rows, row_index
 from .selection import by_variant, first_level, level_note, sweep_levels
 from .spike_summary import bounded
 from .verdicts import apply_holm, case_means, flag, multiplicity_notes

@@ -13,7 +13,7 @@ import gc
 import json
 import math
 from array import array
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from functools import cache
 from typing import Any
 
@@ -374,53 +374,7 @@ class _Graded:
             self.detail.append(d)
 
 
-class GradeRow(Mapping[str, Any]):
-    """One grade of a report row, with its case: what `Ledger.latest_grades` gives plus ``case_id``,
-    as a read-only mapping onto the grader's columns (a slice of a million rows hands its
-    grader a million of these, not a million dicts). It holds the row's index (the `Row`'s own
-    int, shared) and finds the grade, id and case when asked: no new number a grade."""
-
-    __slots__ = ("_c", "_i", "_case")
-    KEYS = ("request_id", "grader", "grader_version", "value", "passed", "explanation", "detail", "case_id")
-
-    def __init__(self, ctx: _GradeContext, i: int, case_id: str | None = None) -> None:
-        self._c, self._i, self._case = ctx, i, case_id
-
-    def __getitem__(self, key: str) -> Any:
-        c = self._c
-        if key == "case_id":
-            return c.case_of(self._i) if self._case is None else self._case
-        if key == "request_id":
-            return c.id_of(self._i)
-        return c.fields[key](c.at[self._i])
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self[key] if key in self.KEYS else default
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.KEYS
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.KEYS)
-
-    def __len__(self) -> int:
-        return len(self.KEYS)
-
-    def __repr__(self) -> str:
-        return repr(dict(self))
-
-
-class _GradeContext:
-    """What a grader's `GradeRow`s share: its columns' getters, each row's place in them, the
-    row's id and case."""
-
-    __slots__ = ("fields", "at", "id_of", "case_of")
-
-    def __init__(self, fields: dict[str, Any], at: Any, id_of: Any, case_of: Any) -> None:
-        self.fields, self.at, self.id_of, self.case_of = fields, at, id_of, case_of
-
-
-def _table_of(rows: list[Any]) -> Table | None:
+def table_of(rows: list[Any]) -> Table | None:
     """The one `Table` every row is a view of, else None (rows made by hand, or mixed)."""
     t = getattr(rows[0], "_t", None) if rows else None
     if t is None or not all(type(r) is Row and r._t is t for r in rows):
@@ -428,76 +382,7 @@ def _table_of(rows: list[Any]) -> Table | None:
     return t  # type: ignore[no-any-return]
 
 
-def grades_by_grader(rows: list[Any]) -> dict[str, list[Mapping[str, Any]]] | None:
-    """Each grader's grades of the rows with their case (`GradeRow`s), in row order, when the
-    rows are views of one table; None otherwise."""
-    t = _table_of(rows)
-    if t is None:
-        return None
-    out = {name: grade_views(rows, name) for name in t.graded}
-    return {k: v for k, v in out.items() if v}
-
-
-def grade_views(rows: list[Any], grader: str, case: Any = None) -> Sequence[Mapping[str, Any]] | None:
-    """One grader's grades of the rows that have one, in row order, each with ``case_id`` (the
-    row's case, or ``case(row)``), as `GradeViews` (a `GradeRow` made as each is read); None when
-    the rows are not views of one table."""
-    t = _table_of(rows)
-    if t is None:
-        return None
-    g = t.graded.get(grader)
-    if g is None:
-        return []
-    version, value, passed, explanation = (c.getter() for c in g.cols)
-    fields = {"grader": lambda k: grader, "grader_version": version, "value": value, "passed": passed,
-              "explanation": explanation, "detail": g.detail.__getitem__}
-    ctx = _GradeContext(fields, g.at, t.get["id"], t.get["case_id"])
-    idx = np.fromiter((r._i for r in rows), dtype=np.int32, count=len(rows))
-    idx = idx[np.frombuffer(g.at, dtype=np.int32)[idx] >= 0]
-    return GradeViews(ctx, idx, t, case)
-
-
-class GradeViews(Sequence[Mapping[str, Any]]):
-    """A grader's grades of some rows, in row order: a sequence of `GradeRow`s held as the rows'
-    indices (4 bytes a grade), each view made as it is read. A slice of a million rows hands each
-    grader this, not a list of a million objects; read it as a list (len, iterate, index, slice)."""
-
-    __slots__ = ("_ctx", "_idx", "_t", "_case")
-
-    def __init__(self, ctx: _GradeContext, idx: np.ndarray, t: Table, case: Any = None) -> None:
-        self._ctx, self._idx, self._t, self._case = ctx, idx, t, case
-
-    def _view(self, i: int) -> GradeRow:
-        return GradeRow(self._ctx, i, None if self._case is None else self._case(Row(self._t, i)))
-
-    def __len__(self) -> int:
-        return int(self._idx.size)
-
-    def __iter__(self) -> Iterator[GradeRow]:
-        for i in self._idx.tolist():
-            yield self._view(i)
-
-    def __getitem__(self, k: Any) -> Any:
-        if isinstance(k, slice):
-            return GradeViews(self._ctx, self._idx[k], self._t, self._case)
-        return self._view(int(self._idx[k]))
-
-    def __add__(self, other: Any) -> list[Any]:
-        return [*self, *other]
-
-    def __radd__(self, other: Any) -> list[Any]:
-        return [*other, *self]
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Sequence) and list(self) == list(other)
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return repr(list(self))
-
-
 def row_index(rows: list[Any]) -> tuple[Table, np.ndarray] | None:
     """(the table, each row's place in it) when the rows are views of one table, else None."""
-    t = _table_of(rows)
+    t = table_of(rows)
     return None if t is None else (t, np.fromiter((r._i for r in rows), dtype=np.int64, count=len(rows)))

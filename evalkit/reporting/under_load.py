@@ -13,7 +13,7 @@ import numpy as np
 from ..grading import paired_differences
 from ..grading.registry import available
 from ..stats import bootstrap_ci, mean
-from .rows import grade_views
+from .grade_views import grade_views
 
 
 def quality_under_load(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
