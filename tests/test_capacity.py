@@ -178,13 +178,16 @@ def short_dataset(write) -> Path:
 
 @pytest.mark.integration
 def test_the_same_stop_level_on_a_fast_and_a_4x_slower_server(runner, write, endpoint_matrix, tmp_path):
-    fast = _sweep_stop(runner, write, endpoint_matrix, tmp_path, 2.0, "ttft=3x,e2e=3x", "fast")
-    slow = _sweep_stop(runner, write, endpoint_matrix, tmp_path, 8.0, "ttft=3x,e2e=3x", "slow")
+    # 5 ms a token (TTFT 20 ms) at the fastest: at 2 ms (TTFT 8 ms) one 16 ms stall of a loaded
+    # machine was 3x the concurrency-1 TTFT and moved the stop
+    fast = _sweep_stop(runner, write, endpoint_matrix, tmp_path, 5.0, "ttft=3x,e2e=3x", "fast")
+    slow = _sweep_stop(runner, write, endpoint_matrix, tmp_path, 20.0, "ttft=3x,e2e=3x", "slow")
     assert fast is not None
     assert fast == slow  # tokens and relative limits: the machine's speed does not move it
-    # a wall-clock limit tuned on the fast one stops the slow one sooner: the question changed
-    fast_abs = _sweep_stop(runner, write, endpoint_matrix, tmp_path, 2.0, "e2e=300", "fast_abs")
-    slow_abs = _sweep_stop(runner, write, endpoint_matrix, tmp_path, 8.0, "e2e=300", "slow_abs")
+    # a wall-clock limit tuned on the fast one (~0.26 s at concurrency 1) stops the slow one
+    # (~1 s) sooner: the question changed
+    fast_abs = _sweep_stop(runner, write, endpoint_matrix, tmp_path, 5.0, "e2e=600", "fast_abs")
+    slow_abs = _sweep_stop(runner, write, endpoint_matrix, tmp_path, 20.0, "e2e=600", "slow_abs")
     assert slow_abs is not None
     assert fast_abs is None or slow_abs < fast_abs
 
