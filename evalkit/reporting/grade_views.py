@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from .rows import Row, Table, table_of
+from .rows import FixedKeys, Row, Table, table_of
 
 
-class GradeRow(Mapping[str, Any]):
+class GradeRow(FixedKeys):
     """One grade of a report row, with its case: what `Ledger.latest_grades` gives plus ``case_id``,
     as a read-only mapping onto the grader's columns (a slice of a million rows hands its
     grader a million of these, not a million dicts). It holds the row's index (the `Row`'s own
@@ -37,15 +37,6 @@ class GradeRow(Mapping[str, Any]):
 
     def __contains__(self, key: object) -> bool:
         return key in self.KEYS
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.KEYS)
-
-    def __len__(self) -> int:
-        return len(self.KEYS)
-
-    def __repr__(self) -> str:
-        return repr(dict(self))
 
 
 class _GradeContext:

@@ -56,6 +56,22 @@ def _libc() -> Any:
         return None
 
 
+class FixedKeys(Mapping[str, Any]):
+    """A read-only mapping whose keys are the class's ``KEYS`` (a view standing in for a dict)."""
+
+    __slots__ = ()
+    KEYS: tuple[str, ...] = ()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.KEYS)
+
+    def __len__(self) -> int:
+        return len(self.KEYS)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
+
+
 class Rows(list):  # type: ignore[type-arg]
     """A run's report rows. A list, so every reader works on it and on any slice of it, plus a
     memo for what several readers derive from the same rows (see `selection`)."""

@@ -5,13 +5,14 @@ the largest and count the rest per slice and cause."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Mapping
 from typing import Any
+
+from .rows import FixedKeys
 
 SPIKES_TOP = 50  # what `report --json` lists (the text report and the HTML page show fewer)
 
 
-class Spike(Mapping[str, Any]):
+class Spike(FixedKeys):
     """One spike as a read-only mapping with the keys of `KEYS`, its ``line`` written when read: a
     large run holds 10^5 of these until the report is written (a dict and its line: ~1 kB each)."""
 
@@ -35,15 +36,6 @@ class Spike(Mapping[str, Any]):
         if key not in self.KEYS:
             raise KeyError(key)
         return getattr(self, key)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.KEYS)
-
-    def __len__(self) -> int:
-        return len(self.KEYS)
-
-    def __repr__(self) -> str:
-        return repr(dict(self))
 
 
 def largest(spikes: list[dict[str, Any]], n: int = SPIKES_TOP) -> list[dict[str, Any]]:
