@@ -204,7 +204,8 @@ def test_a_spike_reads_as_the_dict_it_replaced():
 
 @pytest.mark.parametrize("values", [
     [1.5, None, 2.25], [3, None, -(2**40)], ["a", None, "b", "a"], [None, None], [1, 2.5, None, "x", b"y"],
-    [None, 4, 5], [2**62, 1],
+    [None, 4, 5], [2**62, 1], [127, None, -127], [128, None, -128], [32767, None, -32767], [32768, None, 0],
+    [2**31 - 1, None, -(2**31) + 1], [2**31, None], [*(f"s{i}" for i in range(200)), None],
 ])
 def test_a_column_reads_back_every_value_as_it_was(values):
     c = Column()
@@ -413,7 +414,46 @@ def test_the_level_outline_knows_each_variant_s_first_request(synth_ledger):
     assert db.level_outline(info["run_id"])["first_seq"] == firsts
 
 
-@pytest.mark.parametrize("where", [{"seqs": (1, 500)}, {"variant": "w8a8", "level": 4}])
+@pytest.mark.parametrize(("values", "itemsize"), [
+    ([0, 1, None], 1), ([-127, 127], 1), ([128, None], 2), ([-32767, 32767], 2), ([40_000, None], 4),
+    ([2**31], 8), (["a", "b", None], 1), ([f"s{i}" for i in range(200)], 2),
+])
+def test_a_column_is_kept_in_the_narrowest_type_that_holds_it(values, itemsize):
+    c = Column()
+    c.extend(values)
+    c.compact()
+    assert c.data.itemsize == itemsize
+
+
+@pytest.mark.parametrize("values", [[0, 1, None], [128, None, -5], ["a", None, "b"], [2**31, None]])
+def test_a_narrowed_column_s_nulls_and_floats_agree_with_its_values(values):
+    c = Column()
+    c.extend(values)
+    c.compact()
+    assert c.nulls().tolist() == [v is None for v in values]
+    if not any(isinstance(v, str) for v in values):
+        assert [None if f != f else f for f in c.floats().tolist()] == [None if v is None else float(v) for v in values]
+
+
+def test_rows_read_with_some_columns_equal_those_columns_of_every_row(synth_ledger):
+    """The charts read the columns and graders they declare (`PlotData.reads`): the same values."""
+    path, info = synth_ledger
+    db = open_ledger(path, create=False)
+    full = request_rows(db, info["run_id"], "w8a8", 4)
+    some = request_rows(db, info["run_id"], "w8a8", 4, only={"ttft_ms", "level"}, graders={"schema"})
+    assert [(r["id"], r["ttft_ms"], r["level"], r["complexity"], r["grades"].get("schema")) for r in some] == \
+        [(r["id"], r["ttft_ms"], r["level"], r["complexity"], r["grades"].get("schema")) for r in full]
+
+
+def test_rows_read_with_some_columns_have_no_other_column(synth_ledger):
+    path, info = synth_ledger
+    db = open_ledger(path, create=False)
+    some = request_rows(db, info["run_id"], "w8a8", 4, only={"ttft_ms"}, graders={"schema"})
+    assert ("srv_queue_ms" in some[0], set(some[0]["grades"])) == (False, {"schema"})
+
+
+@pytest.mark.parametrize("where", [{"seqs": (1, 500)}, {"variant": "w8a8", "level": 4},
+                                   {"variant": "w8a8", "level": 4, "graders": ["schema"]}])
 def test_a_slice_s_grades_are_read_through_its_requests(synth_ledger, where):
     """A stretch or slice reads its own requests' grades by index, not every grade of the run:
     that scan made a long run's report quadratic (one scan per stretch)."""
@@ -428,6 +468,13 @@ def test_a_slice_s_grades_are_read_through_its_requests(synth_ledger, where):
     sql = next(s for s in seen if "from grades g join" in s)
     plan = " | ".join(r[3] for r in db._db.execute("explain query plan " + sql).fetchall())
     assert "SCAN g" not in plan and "USING INDEX idx_grades_request_id" in plan, plan
+
+
+@pytest.mark.parametrize("where", [{}, {"variant": "w8a8", "level": 4}])
+def test_a_read_of_some_graders_grades_has_theirs_alone(synth_ledger, where):
+    path, info = synth_ledger
+    db = open_ledger(path, create=False)
+    assert {g[1] for chunk in db.latest_grade_chunks(info["run_id"], graders=["schema"], **where) for g in chunk} == {"schema"}
 
 
 def test_the_packed_concurrency_1_side_reads_as_its_dict():

@@ -48,6 +48,12 @@ def report(ledger: Path | None, run_id: str | None, as_json: bool, markdown: boo
     s = parse_slo(slo)
     args = {"slo": s.absolute_ms if s else None, "by": by.split(",") if by else None, "k": spike_k, "margins": margins}
     rep, fnd = streamed_report(db, run_id, **args)  # one variant's rows at a time (issue 37)
+    if html_path:
+        from ..reporting.html import write_html
+
+        write_html(db, html_path, rep["run"]["id"], (rep, fnd, None))  # its charts read a variant at a time
+        # before the write below: the ledger's aggregates the findings asked stay valid for the charts (`_unchanged`)
+        say(f"wrote {html_path}")
     if margins is None and spike_k == 3.5:  # the findings `browse` shows: kept, so it need not compute them again
         from ..sharing.browse import store_derived
 
@@ -55,11 +61,6 @@ def report(ledger: Path | None, run_id: str | None, as_json: bool, markdown: boo
             store_derived(db, rep["run"]["id"], fnd)
         except LedgerWriteError:
             pass  # a read-only ledger: browse computes them when it can
-    if html_path:
-        from ..reporting.html import write_html
-
-        write_html(db, html_path, rep["run"]["id"], (rep, fnd, None))  # its charts read a variant at a time
-        say(f"wrote {html_path}")
     if as_json:
         click.echo(to_json({**rep, "findings": fnd}))
     else:

@@ -25,13 +25,14 @@ class ReportReads:
 
     def measured_chunks(self, run_id: str, leave_out: Collection[str] = (), size: int = 20_000,
                         variant: str | None = None, level: int | None = None,
-                        seqs: tuple[int, int] | None = None) -> Iterator[tuple[list[str], list[tuple[Any, ...]]]]:
+                        seqs: tuple[int, int] | None = None, only: Collection[str] | None = None
+                        ) -> Iterator[tuple[list[str], list[tuple[Any, ...]]]]:
         """The measured rows of `Ledger.iter_measured` (``with_cases=False``: the same rows and order)
         as (column names, a chunk of tuples): no dict per row. ``leave_out``: columns not read (the
         lean read's `HEAVY_FIELDS | UNREPORTED`). ``variant``, ``level``: one slice's rows only
         (``level`` as the report counts it: the concurrency, 1 when none); ``seqs``: those with
-        first <= seq <= last (`seq_ranges`)."""
-        cols = [c for c in self._db["requests"].columns_dict if c not in leave_out]
+        first <= seq <= last (`seq_ranges`); ``only``: these columns alone (of those not left out)."""
+        cols = [c for c in self._db["requests"].columns_dict if c not in leave_out and (only is None or c in only)]
         where, params = _slice_where(run_id, variant, level, seqs)
         cur = self._db.execute(
             f"""select {', '.join(f'r.[{c}]' for c in cols)} from requests r join runs u on u.id = r.run_id
@@ -41,20 +42,24 @@ class ReportReads:
             yield cols, chunk
 
     def latest_grade_chunks(self, run_id: str, size: int = 20_000, variant: str | None = None,
-                            level: int | None = None, seqs: tuple[int, int] | None = None
-                            ) -> Iterator[list[tuple[Any, ...]]]:
+                            level: int | None = None, seqs: tuple[int, int] | None = None,
+                            graders: Collection[str] | None = None) -> Iterator[list[tuple[Any, ...]]]:
         """`Ledger.latest_grades` as chunks of (request id, grader, version, value, passed,
         explanation, detail JSON) tuples: the newest grade without an error per request and grader.
-        ``variant``, ``level``: of one slice's measured requests only."""
+        ``variant``, ``level``: of one slice's measured requests only; ``graders``: theirs only."""
+        names = sorted(graders) if graders is not None else None
+        # unary + keeps the planner off an index on grader (with it, a slice's read scanned every grade)
+        which = "" if names is None else f" and +{{}}grader in ({', '.join('?' * len(names))})"
         if variant is None and level is None and seqs is None:
-            inner, params = ("select max(id) as id from grades where run_id = ? and error_class is null "
+            inner, params = (f"select max(id) as id from grades where run_id = ? and error_class is null{which.format('')} "
                              "group by request_id, grader"), [run_id]
         else:
             where, params = _slice_where(run_id, variant, level, seqs)
             # from the slice's requests to their grades (CROSS JOIN keeps that order): the planner's
             # own choice scanned every grade of the run for each slice, quadratic in a long run
             inner = (f"select max(g.id) as id from requests r cross join grades g on g.request_id = r.id where {where} "
-                     "and g.run_id = r.run_id and g.error_class is null group by g.request_id, g.grader")
+                     f"and g.run_id = r.run_id and g.error_class is null{which.format('g.')} group by g.request_id, g.grader")
+        params += names or []
         cur = self._db.execute(
             f"""select g.request_id, g.grader, g.grader_version, g.value, g.passed, g.explanation, g.detail_json
                from grades g join ({inner}) m on m.id = g.id""", params)

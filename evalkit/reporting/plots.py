@@ -94,6 +94,13 @@ class PlotData:
         self.kl: dict[str, dict[int, list[float]]] = {}  # name -> position -> [sum, count]
         self.kl_first: dict[str, tuple[Any, ...]] = {}  # name -> its first row's order
 
+    # the request columns `_variant` reads (case fields and grades come with every row)
+    READS = frozenset({"variant", "level", "error_class", "ttft_ms", "e2e_ms", "prompt_tokens", "id", "seq"})
+
+    def reads(self) -> tuple[set[str], set[str]]:
+        """(request columns, graders) the charts read: a row read with these alone draws the same."""
+        return {*self.READS, *(fld for fld, _, _ in self.scatter.values())}, {*self.scatter, "divergence"}
+
     def add(self, rows: list[dict[str, Any]]) -> None:
         """One variant's rows (or the run's: each variant's part is taken in ``variants``' order)."""
         ok = [r for r in rows if r["error_class"] is None]
@@ -169,7 +176,8 @@ def plots(ledger: Ledger, run_id: str, rows: list[dict[str, Any]] | None, f: dic
         outline = ledger.level_outline(run_id)
         for v in [v for v in variants if v in present] + [v for v in present if v not in variants]:
             for level in _in_row_order(outline, v):  # one level's rows at a time, in the rows' order
-                data.add(request_rows(ledger, run_id, v, level))
+                only, graders = data.reads()
+                data.add(request_rows(ledger, run_id, v, level, only=only, graders=graders))
                 give_back()
     return draw(ledger, run_id, data, f, report)
 

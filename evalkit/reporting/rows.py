@@ -13,7 +13,7 @@ import gc
 import json
 import math
 from array import array
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from functools import cache
 from typing import Any
 
@@ -28,6 +28,10 @@ _EMPTY: dict[str, Any] = {}
 # rows read per fetch: a chunk of tuples costs ~1.5 kB a row while it is turned into columns, so
 # a smaller chunk keeps a report's peak lower at no measurable cost in time
 CHUNK = 5_000
+_DTYPE = {"b": np.int8, "h": np.int16, "i": np.int32, "q": np.int64}
+_NARROW = (("b", -(2**7)), ("h", -(2**15)), ("i", -(2**31)))  # narrow integer arrays and their NULL
+# the request columns every row's own getters read (case fields, grades, out_tps), whatever else is read
+NEEDED = frozenset({"id", "case_id", "completion_tokens", "e2e_ms", "error_class"})
 
 
 def give_back() -> None:
@@ -106,13 +110,13 @@ class RunRows:
 
 class Column:
     """One column, compact: floats as doubles (NaN: NULL), ints as int64 (`_NULL_INT`: NULL),
-    strings as int32 codes (-1: NULL) into their distinct values; a column whose values mix types
-    keeps Python objects, so every value reads back as it was."""
+    strings as codes (-1: NULL) into their distinct values, narrowed once read (`compact`); a
+    column whose values mix types keeps Python objects, so every value reads back as it was."""
 
-    __slots__ = ("kind", "data", "values", "codes", "n")
+    __slots__ = ("kind", "data", "values", "codes", "n", "null")
 
     def __init__(self) -> None:
-        self.kind, self.data, self.n = "null", None, 0
+        self.kind, self.data, self.n, self.null = "null", None, 0, 0
         self.values: list[Any] = []
         self.codes: dict[Any, int] = {}
 
@@ -143,12 +147,22 @@ class Column:
         self.n += len(vals)
 
     def compact(self) -> None:
-        """Integers that fit in 32 bits kept in 32 (ids, counts, levels: half the memory)."""
+        """Each column in the narrowest type that holds it once it is read: integers in 8, 16 or
+        32 bits when they fit (flags, repeats, levels, counts, ids), a string column's codes in 8
+        or 16 when it has few distinct values (a slice's variant, level, finish reason): a slice
+        of a million rows is ~45 bytes a row less than in 32 and 64 bits."""
         if self.kind == "int" and self.n:
             a = np.frombuffer(self.data, dtype=np.int64)
             real = a[a != _NULL_INT]
-            if real.size == 0 or (real.min() > -(2**31) and real.max() < 2**31):
-                self.kind, self.data = "int32", array("i", np.where(a == _NULL_INT, -(2**31), a).astype(np.int32).tobytes())
+            lo, hi = (int(real.min()), int(real.max())) if real.size else (0, 0)
+            for code, null in _NARROW:  # NULL: the type's least value, so every other one fits
+                if null < lo and hi < -null:
+                    self.kind, self.null = "small", null
+                    self.data = array(code, np.where(a == _NULL_INT, null, a).astype(_DTYPE[code]).tobytes())
+                    return
+        elif self.kind == "str" and len(self.values) < 2**15 and self.data.typecode == "i":
+            code = "b" if len(self.values) < 2**7 else "h"
+            self.data = array(code, np.frombuffer(self.data, dtype=np.int32).astype(_DTYPE[code]).tobytes())
 
     def _start(self, kind: str) -> None:
         self.kind = kind
@@ -169,8 +183,9 @@ class Column:
             return lambda i: None if (v := d[i]) != v else v  # NaN is the one value unequal to itself
         if k == "int":
             return lambda i: None if (v := d[i]) == _NULL_INT else v
-        if k == "int32":
-            return lambda i: None if (v := d[i]) == -(2**31) else v
+        if k == "small":
+            null = self.null
+            return lambda i: None if (v := d[i]) == null else v
         if k == "str":
             vals = self.values
             return lambda i: None if (c := d[i]) < 0 else vals[c]
@@ -181,7 +196,7 @@ class Column:
         if self.kind == "null":
             return np.ones(self.n, dtype=bool)
         if self.kind == "str":
-            return np.frombuffer(self.data, dtype=np.int32) < 0
+            return np.frombuffer(self.data, dtype=_DTYPE[self.data.typecode]) < 0
         get = self.getter()
         return np.fromiter((get(i) is None for i in range(self.n)), dtype=bool, count=self.n)
 
@@ -191,9 +206,9 @@ class Column:
             return np.full(self.n, np.nan)
         if self.kind == "float":
             return np.frombuffer(self.data, dtype=np.float64).copy()
-        if self.kind in ("int", "int32"):
-            a = np.frombuffer(self.data, dtype=np.int64 if self.kind == "int" else np.int32)
-            return np.where(a == (_NULL_INT if self.kind == "int" else -(2**31)), np.nan, a.astype(np.float64))
+        if self.kind in ("int", "small"):
+            a = np.frombuffer(self.data, dtype=_DTYPE[self.data.typecode])
+            return np.where(a == (_NULL_INT if self.kind == "int" else self.null), np.nan, a.astype(np.float64))
         get = self.getter()
         return np.array([get(i) for i in range(self.n)], dtype=float)
 
@@ -243,17 +258,20 @@ class Row(Mapping[str, Any]):
 
 
 def request_rows(ledger: Ledger, run_id: str, variant: str | None = None, level: int | None = None,
-                 seqs: tuple[int, int] | None = None) -> Rows:
+                 seqs: tuple[int, int] | None = None, only: Collection[str] | None = None,
+                 graders: Collection[str] | None = None) -> Rows:
     """Measured requests joined with their case and latest grades, lean (see `Ledger.iter_measured`),
     read a chunk at a time into columns. ``variant``, ``level``: one slice's rows only (the same
     rows, values and order as the run's, filtered), so a reader holds one slice, not the run;
-    ``seqs``: the rows with first <= seq <= last (`Ledger.seq_ranges`: an ordered pass)."""
+    ``seqs``: the rows with first <= seq <= last (`Ledger.seq_ranges`: an ordered pass). ``only``,
+    ``graders``: those request columns (with the few the rows' own getters read: `NEEDED`) and
+    those graders' grades alone, for a reader that declares what it reads (the charts)."""
     t = Table()
     enabled = gc.isenabled()
     gc.disable()  # chunks of tuples are acyclic: no collection while they come and go
     try:
         for names, chunk in ledger.measured_chunks(run_id, HEAVY_FIELDS | UNREPORTED, size=CHUNK, variant=variant,
-                                                   level=level, seqs=seqs):
+                                                   level=level, seqs=seqs, only=None if only is None else {*only, *NEEDED}):
             if not t.columns:
                 t.columns = {name: Column() for name in names}
             for j, c in enumerate(t.columns.values()):
@@ -264,7 +282,7 @@ def request_rows(ledger: Ledger, run_id: str, variant: str | None = None, level:
         for c in t.columns.values():
             c.compact()
         extra = _case_getters(ledger, run_id, t)
-        extra["grades"] = _grade_getter(ledger, run_id, t, variant, level, seqs)
+        extra["grades"] = _grade_getter(ledger, run_id, t, variant, level, seqs, graders)
         extra["attributes"] = _attributes_getter(t, extra)
         extra["out_tps"] = _out_tps_getter(t)
         t.finish(extra)
@@ -321,7 +339,7 @@ def _out_tps_getter(t: Table) -> Any:
 
 
 def _grade_getter(ledger: Ledger, run_id: str, t: Table, variant: str | None = None, level: int | None = None,
-                  seqs: tuple[int, int] | None = None) -> Any:
+                  seqs: tuple[int, int] | None = None, which: Collection[str] | None = None) -> Any:
     """Each row's newest grade per grader, as `Ledger.latest_grades` gives them, made when read:
     per grader its columns (version, value, passed, explanation; the detail parsed once per
     distinct text while few are distinct) and each row's place in them."""
@@ -330,7 +348,7 @@ def _grade_getter(ledger: Ledger, run_id: str, t: Table, variant: str | None = N
     sorted_ids = ids[order]
     graders: dict[str, _Graded] = {}
     details: dict[str | None, Any] = {}
-    for chunk in ledger.latest_grade_chunks(run_id, variant=variant, level=level, seqs=seqs):
+    for chunk in ledger.latest_grade_chunks(run_id, variant=variant, level=level, seqs=seqs, graders=which):
         rid = np.fromiter((g[0] for g in chunk), dtype=np.int64, count=len(chunk))
         pos = np.minimum(np.searchsorted(sorted_ids, rid), len(sorted_ids) - 1)
         found = (sorted_ids[pos] == rid).tolist()
@@ -342,6 +360,9 @@ def _grade_getter(ledger: Ledger, run_id: str, t: Table, variant: str | None = N
         for name, items in new.items():
             graded = graders.get(name) or graders.setdefault(name, _Graded(t.n))
             graded.add(items, details)
+    for g in graders.values():
+        for c in g.cols:
+            c.compact()
     t.graded = graders
     if not graders:
         return lambda i: _NO_GRADES

@@ -6,7 +6,6 @@ the whole-run version gives it, so the findings are the same to the last digit
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 from ..grading.base import Aggregate
@@ -47,8 +46,9 @@ def streamed_report(ledger: Ledger, run_id: str | None = None, *, slo: dict[str,
 
 def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, report: dict[str, Any] | None) -> dict[str, Any]:
     """`findings` holding one variant x load level's rows at a time, the baseline's first level
-    beside them: each part below is per level (what it needs of the variant's other levels comes
-    from `Ledger.level_outline` in SQL, or is added up a level at a time), per variant against the
+    beside each variant's first (every first level is read before any other level): each part
+    below is per level (what it needs of the variant's other levels comes from
+    `Ledger.level_outline` in SQL, or is added up a level at a time), per variant against the
     baseline's first level, and merged in the order the whole-run version gives. The grader notes
     read the run in one ordered pass a stretch at a time (`RunRows`). The same findings, to the
     last digit (`tests/test_report_scale.py`)."""
@@ -61,9 +61,9 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
     by_name = {v["name"]: v for v in variants}
     levels_of = ledger.slice_levels(run_id)  # variants in the order the rows first show them
     outline = ledger.level_outline(run_id)
-    base_first = request_rows(ledger, run_id, baseline, min(levels_of[baseline])) \
-        if baseline in levels_of else Rows()
-    base_ok = [r for r in base_first if r["error_class"] is None]
+    first = request_rows(ledger, run_id, baseline, min(levels_of[baseline])) if baseline in levels_of else Rows()
+    base = {"first": first, "ok": [r for r in first if r["error_class"] is None]}  # let go after the first levels
+    del first
     # the baseline's first noise-floor pass, from every variant's first level (`flips._floor_repeat`)
     reps = {v: ledger.slice_repeats(run_id, v, min(ls)) for v, ls in levels_of.items()}
     others = set().union(*(r for v, r in reps.items() if v != baseline))
@@ -76,47 +76,64 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
     prefix: dict[str, list[int]] = {}
     convs: dict[str, Any] = {}
     part: dict[str, dict[str, Any]] = {}
+    state: dict[str, dict[str, Any]] = {}  # per variant: its first and top level, refs, the concurrency-1 side
+
+    def level(v: str, lv: int | None, rows: Rows) -> None:
+        """One of variant v's levels (None: every level at once); its first with the baseline's beside it."""
+        p, st = part[v], state[v]
+        vfirst = first_level(rows) if lv is None else rows if lv == st["first"] else None
+        if vfirst is not None:  # the comparisons against the baseline: its first level and this one's
+            both = vfirst if v == baseline else Rows([*base["first"], *vfirst])
+            p["slices"] = slices(measured(vfirst, baseline, run.repeats), ["complexity"])
+            p["verdicts"] = [] if v == baseline else verdicts(both, baseline, specs)
+            p["flips"] = [] if v == baseline else flips.flips(both, baseline, floor_rep)
+            p["study"] = study_entry(ledger, run_id, v, vfirst, None, baseline, base["ok"], ttft, e2e,
+                                     ends=request_ends(outline["spans"], v)) if baseline else None
+            del both, vfirst
+        groups = level_groups(rows)
+        st["refs"] = st["refs"] or level_refs(groups, load)  # the concurrency-1 level comes first
+        entries = level_entries(groups, outline["spans"], st["refs"], load, ledger, run_id)
+        p["levels"] += entries
+        p["points"] += quality_points(rows, entries, cost(variants, entries, run.matrix.get("reference_price")))
+        for i, metric in enumerate(("ttft_ms", "e2e_ms")):
+            p["spikes"][i].extend(spikes(rows, metric, k, outline["first_seq"]))
+        usage[v].add(rows, stop_kv)
+        prefix_sums(rows, prefix)
+        conversation_sums(rows, convs)
+        if lv is None:  # every level at once (a level label split over concurrencies)
+            p["qul"] = quality_under_load(rows)
+        elif st["top"] > 1 and lv == 1 and outline["ok"].get((v, 1)):
+            st["seq"] = seq_values([r for r in rows if r["error_class"] is None])
+        elif lv == st["top"] and st["seq"] is not None:
+            p["qul"] = [load_entry(v, st["top"], [r for r in rows if r["error_class"] is None], st["seq"])]
+
+    plan = {v: _level_plan(v, levels_of[v], outline) for v in levels_of}
     for v in levels_of:
-        p = part[v] = {"levels": [], "points": [], "qul": [], "spikes": ([], [])}
+        part[v] = {"levels": [], "points": [], "qul": [], "spikes": ([], [])}
         usage[v] = Usage()
-        first, top = min(levels_of[v]), max((lv for (v2, lv), n in outline["ok"].items() if v2 == v and n), default=1)
-        refs: dict[str, Any] = {}
-        seq: dict[str, Any] | None = None
-        for level, rows in _level_reads(ledger, run_id, v, levels_of[v], outline, base_first if v == baseline else None):
-            vfirst = first_level(rows) if level is None else rows if level == first else None
-            if vfirst is not None:  # the comparisons against the baseline: its first level and this one's
-                both = vfirst if v == baseline else Rows([*base_first, *vfirst])
-                p["slices"] = slices(measured(vfirst, baseline, run.repeats), ["complexity"])
-                p["verdicts"] = [] if v == baseline else verdicts(both, baseline, specs)
-                p["flips"] = [] if v == baseline else flips.flips(both, baseline, floor_rep)
-                p["study"] = study_entry(ledger, run_id, v, vfirst, None, baseline, base_ok, ttft, e2e,
-                                         ends=request_ends(outline["spans"], v)) if baseline else None
-                del both, vfirst
-            groups = level_groups(rows)
-            refs = refs or level_refs(groups, load)  # the concurrency-1 level comes first
-            entries = level_entries(groups, outline["spans"], refs, load, ledger, run_id)
-            p["levels"] += entries
-            p["points"] += quality_points(rows, entries, cost(variants, entries, run.matrix.get("reference_price")))
-            for i, metric in enumerate(("ttft_ms", "e2e_ms")):
-                p["spikes"][i].extend(spikes(rows, metric, k, outline["first_seq"]))
-            usage[v].add(rows, stop_kv)
-            prefix_sums(rows, prefix)
-            conversation_sums(rows, convs)
-            if level is None:  # every level at once (a level label split over concurrencies)
-                p["qul"] = quality_under_load(rows)
-            elif top > 1 and level == 1 and outline["ok"].get((v, 1)):
-                seq = seq_values([r for r in rows if r["error_class"] is None])
-            elif level == top and seq is not None:
-                p["qul"] = [load_entry(v, top, [r for r in rows if r["error_class"] is None], seq)]
-            del rows, groups
+        state[v] = {"first": min(levels_of[v]), "refs": {}, "seq": None,
+                    "top": max((lv for (v2, lv), n in outline["ok"].items() if v2 == v and n), default=1)}
+    # every variant's first level while the baseline's is held, then the other levels a slice at a
+    # time: each variant's levels still come in order, and what spans variants is per variant
+    for v in levels_of:
+        lv = plan[v][0]
+        level(v, lv, base["first"] if v == baseline and lv == state[v]["first"] else request_rows(ledger, run_id, v, lv))
+        give_back()
+    base.clear()
+    give_back()
+    for v in levels_of:
+        for lv in plan[v][1:]:
+            level(v, lv, request_rows(ledger, run_id, v, lv))
             give_back()
+    for v in levels_of:
+        p = part[v]
         p["levels"] = finish_levels(p["levels"])
         p["cost"] = cost(variants, p["levels"], run.matrix.get("reference_price"))
         p["capacity"] = capacity([by_name[v]], [], p["levels"], run.matrix["generation"]["max_tokens"], stop_kv,
                                  usage) if v in by_name else []
         p["trace"] = [trace_entry(v, ledger.trace_rows(run_id, v))] if outline["traced"].get(v) else []
-    del base_first, base_ok
-    give_back()
+    # in the order a variant-by-variant pass would have met them
+    prefix, convs = ({v: d[v] for v in levels_of if v in d} for d in (prefix, convs))
     names = sorted(part)
     levels = sorted((x for v in names for x in part[v]["levels"]), key=lambda x: (x["variant"], x["concurrency"], x["level"]))
     costs = [c for v in names for c in part[v]["cost"]]
@@ -158,19 +175,12 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
     }
 
 
-def _level_reads(ledger: Ledger, run_id: str, variant: str, levels: set[int], outline: dict[str, Any],
-                 base_first: Rows | None) -> Iterator[tuple[int | None, Rows]]:
-    """(level, its rows) for each of a variant's load levels in order, read one at a time (the
-    baseline's first level is the one already held, ``base_first``); (None, every row) when one of
+def _level_plan(variant: str, levels: set[int], outline: dict[str, Any]) -> list[int | None]:
+    """A variant's load levels in order, read one at a time; [None] (every row at once) when one of
     its level labels spans several concurrencies, so no level's reader would see that label whole."""
     if any(len(ls) > 1 for (v, _), ls in outline["slices"].items() if v == variant):
-        yield None, request_rows(ledger, run_id, variant)
-        return
-    for level in sorted(levels):
-        if base_first is not None and level == min(levels):
-            yield level, base_first
-        else:
-            yield level, request_rows(ledger, run_id, variant, level)
+        return [None]
+    return sorted(levels)
 
 
 def _has_notes(agg: Any, grader: str, graded: set[str]) -> bool:
