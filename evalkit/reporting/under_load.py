@@ -40,11 +40,25 @@ def _grades(rs: list[dict[str, Any]], grader: str) -> list[dict[str, Any]]:
     return [{**r["grades"][grader], "case_id": f"{r['case_id']}#{r['repeat']}"} for r in rs if grader in r["grades"]]
 
 
+SEQ_CHUNK = 20_000  # grades per `margin_values` call for a built-in: its dict of them is ~3 MB, not ~30
+
+
 def seq_values(seq: list[dict[str, Any]]) -> dict[str, dict[str, Mapping[str, float]]]:
     """The concurrency-1 side of every margin grader's pairs (grader -> margin -> case#repeat ->
-    value): all `load_entry` needs of those rows, so a report read a level at a time lets them go."""
-    return {name: {m: _pack(d) for m, d in agg.margin_values(_grades(seq, name), True).items()}
-            for name, agg in _margin_graders().items()}
+    value): all `load_entry` needs of those rows, so a report read a level at a time lets them go.
+    Each key is one row here, and a built-in's value for a key reads that key's grades alone, so
+    its values are taken a chunk of grades at a time and packed as they come (a plugin's at once)."""
+    out: dict[str, dict[str, Mapping[str, float]]] = {}
+    for name, agg in _margin_graders().items():
+        grades = _grades(seq, name)
+        ours = getattr(agg.margin_values, "__func__", agg.margin_values).__module__.startswith("evalkit.")
+        step = SEQ_CHUNK if ours else max(len(grades), 1)
+        packers: dict[str, _Packer] = {}
+        for i in range(0, max(len(grades), 1), step):
+            for m, d in agg.margin_values(grades[i:i + step], True).items():
+                packers.setdefault(m, _Packer()).add(d)
+        out[name] = {m: p.result() for m, p in packers.items()}
+    return out
 
 
 class PairValues(Mapping[str, float]):
@@ -78,19 +92,54 @@ class PairValues(Mapping[str, float]):
 def _pack(d: dict[str, Any]) -> Mapping[str, Any]:
     """``d`` as `PairValues` when every key is ``case#repeat`` and every value a float (what a
     plugin returns otherwise is kept as it is)."""
+    p = _Packer()
+    p.add(d)
+    return d if p.plain is not None else p.result()
+
+
+def _split(d: dict[str, Any]) -> dict[str, tuple[list[int], list[float]]] | None:
+    """case -> (its repeats, their values) of ``d``'s ``case#repeat`` keys; None when a key or value is not that."""
     by: dict[str, tuple[list[int], list[float]]] = {}
     for k, v in d.items():
         case, sep, rep = k.rpartition("#") if isinstance(k, str) else ("", "", "")
         if not sep or type(v) is not float or not (rep.isascii() and rep.isdigit()) or str(int(rep)) != rep:
-            return d
+            return None
         reps, vals = by.setdefault(case, ([], []))
         reps.append(int(rep))
         vals.append(v)
-    cases = {}
-    for case, (reps, vals) in by.items():
-        order = np.argsort(reps, kind="stable")
-        cases[case] = (np.asarray(reps, dtype=np.int64)[order], np.asarray(vals, dtype=np.float64)[order])
-    return PairValues(cases, len(d))
+    return by
+
+
+class _Packer:
+    """One margin's side packed as its values come, a dict of them at a time (`PairValues`); kept
+    as a plain dict once one of them cannot be packed."""
+
+    def __init__(self) -> None:
+        self.cases: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+        self.n = 0
+        self.plain: dict[str, Any] | None = None
+
+    def add(self, d: dict[str, Any]) -> None:
+        if self.plain is None:
+            by = _split(d)
+            if by is not None:
+                for case, (reps, vals) in by.items():
+                    self.cases.setdefault(case, []).append((np.asarray(reps, dtype=np.int64),
+                                                            np.asarray(vals, dtype=np.float64)))
+                self.n += len(d)
+                return
+            self.plain = dict(self.result())
+        self.plain.update(d)
+
+    def result(self) -> Mapping[str, Any]:
+        if self.plain is not None:
+            return self.plain
+        cases = {}
+        for case, parts in self.cases.items():
+            reps, vals = (np.concatenate([p[j] for p in parts]) for j in (0, 1))
+            order = np.argsort(reps, kind="stable")
+            cases[case] = (reps[order], vals[order])
+        return PairValues(cases, self.n)
 
 
 def load_entry(v: str, top: int, load: list[dict[str, Any]], seq: dict[str, dict[str, Mapping[str, float]]]

@@ -43,12 +43,16 @@ def case_means(rows: list[dict[str, Any]], variant: str, field: str, repeats: se
                ) -> dict[str, float]:
     """case -> the mean of one field over a variant's successful rows of that case (its repeats
     averaged: repeats of one case are not independent pairs)."""
-    acc: dict[str, list[float]] = defaultdict(list)
+    acc: dict[str, list[Any]] = {}  # case -> [sum, count], added in the rows' order: no list of values a case
     for r in rows:
         if r["variant"] == variant and r["error_class"] is None and r[field] is not None \
                 and (repeats is None or r["repeat"] in repeats):
-            acc[r["case_id"]].append(r[field])
-    return {c: sum(v) / len(v) for c, v in acc.items()}
+            a = acc.get(r["case_id"])
+            if a is None:
+                a = acc[r["case_id"]] = [0, 0]
+            a[0] += r[field]
+            a[1] += 1
+    return {c: s / n for c, (s, n) in acc.items()}
 
 
 def shared_repeats(rows: list[dict[str, Any]], baseline: str, variant: str) -> set[int]:
