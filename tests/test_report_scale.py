@@ -494,6 +494,29 @@ def test_what_a_plugin_returns_unlike_case_repeat_floats_is_kept_as_it_is(d):
     assert _pack(d) is d
 
 
+@pytest.mark.parametrize("chunk", [1, 7, 20_000])
+def test_the_concurrency_1_side_taken_a_chunk_at_a_time_is_the_side_taken_at_once(synth_ledger, monkeypatch, chunk):
+    from evalkit.reporting import under_load
+
+    path, info = synth_ledger
+    db = open_ledger(path, create=False)
+    seq = [r for r in request_rows(db, info["run_id"], "w8a8", 1) if r["error_class"] is None]
+    whole = {name: {m: agg.margin_values(under_load._grades(seq, name), True)[m] for m in agg.margin_values([], True)}
+             for name, agg in under_load._margin_graders().items()}
+    monkeypatch.setattr(under_load, "SEQ_CHUNK", chunk)
+    got = under_load.seq_values(seq)
+    assert {n: {m: dict(v) for m, v in ms.items()} for n, ms in got.items()} == whole
+
+
+def test_a_side_that_cannot_be_packed_part_way_is_kept_whole():
+    from evalkit.reporting.under_load import _Packer
+
+    p = _Packer()
+    p.add({"a#0": 0.5, "a#1": 1.5})
+    p.add({"b#0": 2})
+    assert p.result() == {"a#0": 0.5, "a#1": 1.5, "b#0": 2}
+
+
 def test_an_aggregate_asked_again_is_the_same_until_the_ledger_changes(synth_ledger, tmp_path):
     import shutil
     import sqlite3
