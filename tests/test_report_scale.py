@@ -508,6 +508,27 @@ def test_the_concurrency_1_side_taken_a_chunk_at_a_time_is_the_side_taken_at_onc
     assert {n: {m: dict(v) for m, v in ms.items()} for n, ms in got.items()} == whole
 
 
+def test_a_plugin_s_concurrency_1_side_is_taken_from_every_grade_at_once(synth_ledger, monkeypatch):
+    """A plugin's value for a key may read other keys' grades: it is asked once, with all of them."""
+    from evalkit.reporting import under_load
+
+    calls: list[int] = []
+
+    class Whole:  # a user's aggregate (defined outside evalkit): each value is its share of the total
+        @classmethod
+        def margin_values(cls, grades, baseline_side):
+            calls.append(len(grades))
+            return {"share": {f"{g['case_id']}": 1.0 / len(grades) for g in grades}}
+
+    path, info = synth_ledger
+    db = open_ledger(path, create=False)
+    seq = [r for r in request_rows(db, info["run_id"], "w8a8", 1) if r["error_class"] is None]
+    monkeypatch.setattr(under_load, "_margin_graders", lambda: {"schema": Whole})
+    monkeypatch.setattr(under_load, "SEQ_CHUNK", 7)
+    under_load.seq_values(seq)
+    assert calls == [len(under_load._grades(seq, "schema"))]
+
+
 def test_a_side_that_cannot_be_packed_part_way_is_kept_whole():
     from evalkit.reporting.under_load import _Packer
 
