@@ -508,6 +508,43 @@ def test_the_concurrency_1_side_taken_a_chunk_at_a_time_is_the_side_taken_at_onc
     assert {n: {m: dict(v) for m, v in ms.items()} for n, ms in got.items()} == whole
 
 
+@pytest.mark.parametrize("chunk", [1, 7, 20_000])
+def test_the_top_level_side_taken_a_chunk_at_a_time_gives_the_entry_taken_at_once(synth_ledger, monkeypatch, chunk):
+    from evalkit.reporting import under_load
+
+    path, info = synth_ledger
+    db = open_ledger(path, create=False)
+    seq = [r for r in request_rows(db, info["run_id"], "w8a8", 1) if r["error_class"] is None]
+    top = [r for r in request_rows(db, info["run_id"], "w8a8", 4) if r["error_class"] is None]
+    monkeypatch.setattr(under_load, "SEQ_CHUNK", 10**9)
+    whole = under_load.load_entry("w8a8", 4, top, under_load.seq_values(seq))
+    assert whole["deltas"], "the synthesized run has margin graders' pairs to compare"
+    monkeypatch.setattr(under_load, "SEQ_CHUNK", chunk)
+    assert under_load.load_entry("w8a8", 4, top, under_load.seq_values(seq)) == whole
+
+
+_SIDES = ({"b#0": 1.5, "b#10": 2.0, "b#9": 0.25, "a2#1": 4.0, "a#3": 1.0, "z#0": 8.0},
+          {"b#9": 0.5, "b#0": 1.0, "b#10": 7.0, "a2#1": 1.0, "a#3": 3.0, "a#4": 2.0, "y#0": 1.0})
+
+
+@pytest.mark.parametrize("flip", [False, True])
+def test_differences_of_packed_sides_are_the_differences_of_their_dicts(flip):
+    """Keys sort as text: "b#10" before "b#9", "a#3" before "a2#1"; keys on one side only are left out."""
+    from evalkit.grading.base import paired_differences
+    from evalkit.reporting.under_load import _pack, sorted_differences
+
+    mine, theirs = _SIDES[::-1] if flip else _SIDES
+    want = paired_differences(None, [], base_values={"m": theirs}, values={"m": mine})["m"]  # type: ignore[arg-type]
+    assert sorted_differences(_pack(mine), _pack(theirs)).tolist() == want
+
+
+@pytest.mark.parametrize("sides", [({"a#b#0": 1.0}, {"a#b#0": 2.0}), ({"a#0": 1.0}, {"a#0": "x"})])
+def test_differences_of_sides_that_cannot_be_taken_packed_are_left_to_the_dicts(sides):
+    from evalkit.reporting.under_load import _pack, sorted_differences
+
+    assert sorted_differences(_pack(sides[0]), _pack(sides[1])) is None
+
+
 def test_a_plugin_s_concurrency_1_side_is_taken_from_every_grade_at_once(synth_ledger, monkeypatch):
     """A plugin's value for a key may read other keys' grades: it is asked once, with all of them."""
     from evalkit.reporting import under_load

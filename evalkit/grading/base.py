@@ -223,10 +223,12 @@ class Grader:
 
 def paired_differences(agg: type[Aggregate], grades: list[dict[str, Any]],
                        base_grades: list[dict[str, Any]] | None = None,
-                       base_values: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, list[float]]:
+                       base_values: Mapping[str, Mapping[str, float]] | None = None,
+                       values: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, list[float]]:
     """margin name -> candidate-minus-baseline per-case differences, for the cases both have.
-    ``base_values``: the baseline side's `margin_values`, when computed before (its grades gone)."""
-    a = agg.margin_values(grades, False)
+    ``base_values``, ``values``: the baseline's or the candidate's side of `margin_values`, when
+    computed before (their grades gone, or taken a chunk at a time)."""
+    a = values if values is not None else agg.margin_values(grades, False)
     b = base_values if base_values is not None else agg.margin_values(base_grades or [], True)
     out = {}
     for m, mine in a.items():

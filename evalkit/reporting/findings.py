@@ -23,6 +23,7 @@ from .plots import quality_vs_cost
 from .report import build_report, quality
 from .reviews import review_lines, review_summary
 from .rows import request_rows
+from .rowseq import succeeded
 from .selection import by_variant, first_level, level_of
 from .spike_summary import Spike
 from .traffic import conversations, prefix_sharing, trace_fidelity, traffic_lines
@@ -241,7 +242,7 @@ def study_summary(ledger: Ledger, run_id: str, rows: list[dict[str, Any]], basel
     ttft = {(p["variant"], p["complexity"]): p for p in pairs if p["metric"] == "ttft_ms"}
     e2e = {(p["variant"], p["complexity"]): p for p in pairs if p["metric"] == "e2e_ms"}
     firsts, alls = by_variant(first), by_variant(rows)
-    base_ok = [r for r in firsts.get(baseline, []) if r["error_class"] is None]
+    base_ok = succeeded(firsts.get(baseline, []))
     for v in sorted(alls):
         out.append(study_entry(ledger, run_id, v, firsts.get(v, []), alls[v], baseline, base_ok, ttft, e2e))
     return out
@@ -252,7 +253,7 @@ def study_entry(ledger: Ledger, run_id: str, v: str, vr: list[dict[str, Any]], v
                 e2e: dict[tuple[str, str], dict[str, Any]], ends: dict[Any, float] | None = None) -> dict[str, Any]:
     """One variant's row of `study_summary`: ``vr`` its first level, ``vall`` all its rows (or,
     read a level at a time, ``ends``: `kv_use`'s), ``base_ok`` the baseline's successful first-level rows."""
-    ok = [r for r in vr if r["error_class"] is None]
+    ok = succeeded(vr)
     entry: dict[str, Any] = {"variant": v, "is_baseline": v == baseline, "n": len(vr), "errors": len(vr) - len(ok)}
     for cx in ("short", "medium", "long"):
         t = ttft.get((v, cx))

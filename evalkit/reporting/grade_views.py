@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .rows import FixedKeys, Row, Table, table_of
+from .rows import FixedKeys, Row, Table, row_index, table_of
 
 
 class GradeRow(FixedKeys):
@@ -73,7 +73,7 @@ def grade_views(rows: list[Any], grader: str, case: Any = None) -> Sequence[Mapp
     fields = {"grader": lambda k: grader, "grader_version": version, "value": value, "passed": passed,
               "explanation": explanation, "detail": g.detail.__getitem__}
     ctx = _GradeContext(fields, g.at, t.get["id"], t.get["case_id"])
-    idx = np.fromiter((r._i for r in rows), dtype=np.int32, count=len(rows))
+    idx = row_index(rows)[1].astype(np.int32)  # type: ignore[index]
     idx = idx[np.frombuffer(g.at, dtype=np.int32)[idx] >= 0]
     return GradeViews(ctx, idx, t, case)
 

@@ -22,8 +22,9 @@ from ..spec.dataset import COMPLEXITIES
 from ..stats import mean, pct_delta, percentile, robust_ratio
 from .columns import Columns, slices_metrics
 from .grade_views import grades_by_grader
-from .rows import Rows, give_back, request_rows, row_index
-from .selection import by_variant, first_level, level_note, sweep_levels
+from .rows import give_back, keep_columns, request_rows, row_index
+from .rowseq import Rows, take, where
+from .selection import COMPARED, by_variant, first_level, level_note, sweep_levels
 from .spike_summary import bounded
 from .verdicts import apply_holm, case_means, flag, multiplicity_notes
 
@@ -169,12 +170,13 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
     # not cases, so the tables count the measured repeats only
     repeats = run.repeats
     base_first = first_of(baseline) if baseline else []
-    base_cases = [r for r in base_first if r["repeat"] < repeats]
+    base_cases = where(base_first, (r["repeat"] < repeats for r in base_first))
     base_groups = {"cases": base_cases, "index": _slices(base_cases)}
     floor_n = len(base_first) - len(base_cases)
     entries: dict[str, list[dict[str, Any]]] = {}
     pairs_of: dict[str, dict[str, list[dict[str, Any]]]] = {}
-    for name in dict.fromkeys([*(v["name"] for v in variants), *sorted(levels)]):
+    names = list(dict.fromkeys([*(v["name"] for v in variants), *sorted(levels)]))
+    for name in sorted(names, key=lambda n: n != baseline):  # the baseline's own parts first: then it is compared with
         if name == baseline:
             vcases, vfirst = base_cases, base_first
         else:
@@ -183,9 +185,11 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
         if name in {v["name"] for v in variants}:
             entries[name] = _variant_table(ledger, run_id, name, vcases, baseline, base_groups, slo)
         if baseline and name != baseline and name in levels:  # paired against the baseline, the same cases
-            both = Rows([*base_first, *vfirst])
+            both = Rows.chain(base_first, vfirst)
             pairs_of[name] = {m: paired(both, baseline, m) for m in ("ttft_ms", "e2e_ms", "tpot_ms")}
             del both
+        if name == baseline and rows is None:  # read here: keep what a comparison reads of it
+            keep_columns(base_first, COMPARED)
         del vfirst, vcases  # one candidate's slice at a time: gone before the next is read
         give_back()
     table = [e for v in variants for e in entries.get(v["name"], [])]
@@ -250,8 +254,8 @@ def _variant_table(ledger: Ledger, run_id: str, variant: str, cases: list[dict[s
         entry["preemptions"] = ledger.series_delta(run_id, variant, "num_preemptions_total") if s == "all" else None
         out.append(entry)
     for entry in out:
-        mine = [cases[i] for i in index[entry["complexity"]]]
-        theirs = None if variant == baseline else [base["cases"][i] for i in base["index"].get(entry["complexity"], ())]
+        mine = take(cases, index[entry["complexity"]])  # views made when read, as the slice's are
+        theirs = None if variant == baseline else take(base["cases"], base["index"].get(entry["complexity"], ()))
         entry.update(quality(mine, theirs))
     return out
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..ledger import Ledger
 from ..ledger.store import HEAVY_FIELDS, UNREPORTED
+from .rowseq import Row, Rows
 
 _NO_GRADES: dict[str, Any] = {}  # shared by every ungraded row: a large run's are most
 _NULL_INT = -(2**63)  # an integer column's NULL (SQLite has no NaN: a double column's NULL is NaN)
@@ -74,17 +75,6 @@ class FixedKeys(Mapping[str, Any]):
 
     def __repr__(self) -> str:
         return repr(dict(self))
-
-
-class Rows(list):  # type: ignore[type-arg]
-    """A run's report rows. A list, so every reader works on it and on any slice of it, plus a
-    memo for what several readers derive from the same rows (see `selection`)."""
-
-    memo: dict[str, Any]
-
-    def __init__(self, rows: Any = ()) -> None:
-        super().__init__(rows)
-        self.memo = {}
 
 
 class RunRows:
@@ -228,33 +218,13 @@ class Table:
         self.get.update(extra)
         self.keys = list(self.get)
 
-
-class Row(Mapping[str, Any]):
-    """One report row: a read-only mapping onto its place in the `Table`."""
-
-    __slots__ = ("_g", "_t", "_i")
-
-    def __init__(self, table: Table, i: int) -> None:
-        self._g, self._t, self._i = table.get, table, i
-
-    def __getitem__(self, key: str) -> Any:
-        return self._g[key](self._i)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        f = self._g.get(key)
-        return default if f is None else f(self._i)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._g
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._t.keys)
-
-    def __len__(self) -> int:
-        return len(self._t.keys)
-
-    def __repr__(self) -> str:
-        return repr(dict(self))
+    def keep(self, names: Collection[str]) -> None:
+        """Let every request column but ``names`` (and `NEEDED`) go: the case fields, grades and
+        computed values stay. For a slice read for one use and then only compared with: a row
+        no longer has the others (a key error, as for any column the read left out)."""
+        for name in [k for k in self.columns if k not in names and k not in NEEDED]:
+            del self.columns[name], self.get[name]
+        self.keys = list(self.get)
 
 
 def request_rows(ledger: Ledger, run_id: str, variant: str | None = None, level: int | None = None,
@@ -286,7 +256,7 @@ def request_rows(ledger: Ledger, run_id: str, variant: str | None = None, level:
         extra["attributes"] = _attributes_getter(t, extra)
         extra["out_tps"] = _out_tps_getter(t)
         t.finish(extra)
-        return Rows(Row(t, i) for i in range(t.n))
+        return Rows.of([(t, None)])
     finally:
         if enabled:
             gc.enable()
@@ -411,8 +381,17 @@ class _Graded:
             self.detail.append(d)
 
 
+def keep_columns(rows: list[Any], names: Collection[str]) -> None:
+    """`Table.keep` of the one table ``rows`` are views of (rows made by hand keep every key)."""
+    if (t := table_of(rows)) is not None:
+        t.keep(names)
+
+
 def table_of(rows: list[Any]) -> Table | None:
     """The one `Table` every row is a view of, else None (rows made by hand, or mixed)."""
+    if isinstance(rows, Rows) and rows.parts is not None:  # views made when read: no row to look at
+        ts = {id(t): t for t, _ in rows.parts}
+        return next(iter(ts.values())) if len(ts) == 1 else None
     t = getattr(rows[0], "_t", None) if rows else None
     if t is None or not all(type(r) is Row and r._t is t for r in rows):
         return None
@@ -422,4 +401,8 @@ def table_of(rows: list[Any]) -> Table | None:
 def row_index(rows: list[Any]) -> tuple[Table, np.ndarray] | None:
     """(the table, each row's place in it) when the rows are views of one table, else None."""
     t = table_of(rows)
-    return None if t is None else (t, np.fromiter((r._i for r in rows), dtype=np.int64, count=len(rows)))
+    if t is None:
+        return None
+    if isinstance(rows, Rows) and rows.parts is not None:
+        return t, np.concatenate([np.arange(t.n) if idx is None else idx.astype(np.int64) for _, idx in rows.parts])
+    return t, np.fromiter((r._i for r in rows), dtype=np.int64, count=len(rows))

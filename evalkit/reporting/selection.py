@@ -10,6 +10,12 @@ from typing import Any
 
 from .rows import Rows
 
+# What a comparison with the baseline reads of the baseline's rows beside the case fields and grades
+# every row has (the tables' paired tests and quality, verdicts, flips, the study's quality): a
+# report read a slice at a time keeps these of the baseline's first level once its own parts are done.
+COMPARED = frozenset({"variant", "repeat", "concurrency", "level", "replica", "seq", "ttft_ms", "tpot_ms", "e2e_ms",
+                      "itl_mean_ms", "prompt_tokens", "completion_tokens", "error_class", "timing_suspect"})
+
 
 def level_of(r: dict[str, Any]) -> int:
     return r.get("concurrency") or 1
@@ -45,6 +51,8 @@ def sweep_levels(rows: list[dict[str, Any]]) -> dict[str, set[int]]:
 
 
 def _by_variant(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    if isinstance(rows, Rows) and rows.parts is not None:  # each variant's part as views, not a view a row
+        return rows.groups("variant")  # type: ignore[return-value]
     out: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         out[r["variant"]].append(r)

@@ -17,8 +17,9 @@ from .capacity import Usage, capacity, capacity_statement, cost, finish_levels, 
 from .findings import findings, full_report, request_ends, slices, spikes, study_entry
 from .plots import mark_frontier, quality_points
 from .report import build_report
-from .rows import Rows, RunRows, big_buffers_apart, give_back, request_rows
-from .selection import first_level
+from .rows import Rows, RunRows, big_buffers_apart, give_back, keep_columns, request_rows
+from .rowseq import succeeded
+from .selection import COMPARED, first_level
 from .traffic import conversation_sums, conversations, prefix_sharing, prefix_sums, trace_entry, traffic_lines
 from .under_load import lines as ul_lines
 from .under_load import load_entry, quality_under_load, seq_values
@@ -62,7 +63,7 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
     levels_of = ledger.slice_levels(run_id)  # variants in the order the rows first show them
     outline = ledger.level_outline(run_id)
     first = request_rows(ledger, run_id, baseline, min(levels_of[baseline])) if baseline in levels_of else Rows()
-    base = {"first": first, "ok": [r for r in first if r["error_class"] is None]}  # let go after the first levels
+    base = {"first": first, "ok": succeeded(first)}  # let go after the first levels
     del first
     # the baseline's first noise-floor pass, from every variant's first level (`flips._floor_repeat`)
     reps = {v: ledger.slice_repeats(run_id, v, min(ls)) for v, ls in levels_of.items()}
@@ -83,7 +84,7 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
         p, st = part[v], state[v]
         vfirst = first_level(rows) if lv is None else rows if lv == st["first"] else None
         if vfirst is not None:  # the comparisons against the baseline: its first level and this one's
-            both = vfirst if v == baseline else Rows([*base["first"], *vfirst])
+            both = vfirst if v == baseline else Rows.chain(base["first"], vfirst)
             p["slices"] = slices(measured(vfirst, baseline, run.repeats), ["complexity"])
             p["verdicts"] = [] if v == baseline else verdicts(both, baseline, specs)
             p["flips"] = [] if v == baseline else flips.flips(both, baseline, floor_rep)
@@ -103,9 +104,9 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
         if lv is None:  # every level at once (a level label split over concurrencies)
             p["qul"] = quality_under_load(rows)
         elif st["top"] > 1 and lv == 1 and outline["ok"].get((v, 1)):
-            st["seq"] = seq_values([r for r in rows if r["error_class"] is None])
+            st["seq"] = seq_values(succeeded(rows))
         elif lv == st["top"] and st["seq"] is not None:
-            p["qul"] = [load_entry(v, st["top"], [r for r in rows if r["error_class"] is None], st["seq"])]
+            p["qul"] = [load_entry(v, st["top"], succeeded(rows), st["seq"])]
 
     plan = {v: _level_plan(v, levels_of[v], outline) for v in levels_of}
     for v in levels_of:
@@ -113,11 +114,14 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
         usage[v] = Usage()
         state[v] = {"first": min(levels_of[v]), "refs": {}, "seq": None,
                     "top": max((lv for (v2, lv), n in outline["ok"].items() if v2 == v and n), default=1)}
-    # every variant's first level while the baseline's is held, then the other levels a slice at a
-    # time: each variant's levels still come in order, and what spans variants is per variant
-    for v in levels_of:
+    # every variant's first level while the baseline's is held (its own first, then kept as far as a
+    # comparison reads it), then the other levels a slice at a time: each variant's levels still come
+    # in order, and what spans variants is per variant
+    for v in sorted(levels_of, key=lambda v: v != baseline):
         lv = plan[v][0]
         level(v, lv, base["first"] if v == baseline and lv == state[v]["first"] else request_rows(ledger, run_id, v, lv))
+        if v == baseline:
+            keep_columns(base["first"], COMPARED)
         give_back()
     base.clear()
     give_back()

@@ -5,7 +5,7 @@ others drifted (the `load_drift` grader), and what that did to every grader that
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -45,20 +45,21 @@ SEQ_CHUNK = 20_000  # grades per `margin_values` call for a built-in: its dict o
 
 def seq_values(seq: list[dict[str, Any]]) -> dict[str, dict[str, Mapping[str, float]]]:
     """The concurrency-1 side of every margin grader's pairs (grader -> margin -> case#repeat ->
-    value): all `load_entry` needs of those rows, so a report read a level at a time lets them go.
-    Each key is one row here, and a built-in's value for a key reads that key's grades alone, so
-    its values are taken a chunk of grades at a time and packed as they come (a plugin's at once)."""
-    out: dict[str, dict[str, Mapping[str, float]]] = {}
-    for name, agg in _margin_graders().items():
-        grades = _grades(seq, name)
-        ours = getattr(agg.margin_values, "__func__", agg.margin_values).__module__.startswith("evalkit.")
-        step = SEQ_CHUNK if ours else max(len(grades), 1)
-        packers: dict[str, _Packer] = {}
-        for i in range(0, max(len(grades), 1), step):
-            for m, d in agg.margin_values(grades[i:i + step], True).items():
-                packers.setdefault(m, _Packer()).add(d)
-        out[name] = {m: p.result() for m, p in packers.items()}
-    return out
+    value): all `load_entry` needs of those rows, so a report read a level at a time lets them go."""
+    return {name: side_values(agg, _grades(seq, name), True) for name, agg in _margin_graders().items()}
+
+
+def side_values(agg: Any, grades: Sequence[Mapping[str, Any]], baseline_side: bool) -> dict[str, Mapping[str, float]]:
+    """One side of a grader's margin pairs (margin -> case#repeat -> value), packed. Each key is one
+    row here, and a built-in's value for a key reads that key's grades alone, so its values are
+    taken a chunk of grades at a time and packed as they come (a plugin's at once)."""
+    ours = getattr(agg.margin_values, "__func__", agg.margin_values).__module__.startswith("evalkit.")
+    step = SEQ_CHUNK if ours else max(len(grades), 1)
+    packers: dict[str, _Packer] = {}
+    for i in range(0, max(len(grades), 1), step):
+        for m, d in agg.margin_values(grades[i:i + step], baseline_side).items():
+            packers.setdefault(m, _Packer()).add(d)
+    return {m: p.result() for m, p in packers.items()}
 
 
 class PairValues(Mapping[str, float]):
@@ -67,11 +68,11 @@ class PairValues(Mapping[str, float]):
     time holds the concurrency-1 side of every pair until the top level is read. Reads as the dict."""
 
     def __init__(self, cases: dict[str, tuple[np.ndarray, np.ndarray]], n: int) -> None:
-        self._cases, self._n = cases, n
+        self.cases, self._n = cases, n
 
     def __getitem__(self, key: str) -> float:
         case, _, rep = key.rpartition("#")
-        hit = self._cases.get(case)
+        hit = self.cases.get(case)
         if hit is None or not (rep.isascii() and rep.isdigit()) or str(int(rep)) != rep:  # "a#00" is not "a#0"
             raise KeyError(key)
         reps, vals = hit
@@ -81,7 +82,7 @@ class PairValues(Mapping[str, float]):
         return float(vals[i])
 
     def __iter__(self) -> Iterator[str]:
-        for case, (reps, _) in self._cases.items():
+        for case, (reps, _) in self.cases.items():
             for rep in reps.tolist():
                 yield f"{case}#{rep}"
 
@@ -150,11 +151,36 @@ def load_entry(v: str, top: int, load: list[dict[str, Any]], seq: dict[str, dict
                              "identical_pct": 100.0 * sum(bool(g["passed"]) for g in lg) / len(lg) if lg else None,
                              "drift_mean": mean([g["detail"]["drift"] for g in lg]), "deltas": {}}
     for name, agg in _margin_graders().items():
-        for m, diffs in paired_differences(agg, _grades(load, name), base_values=seq.get(name, {})).items():
-            if diffs:
-                ci = bootstrap_ci(diffs)
-                entry["deltas"][m] = {"delta": mean(diffs), "ci95": list(ci) if ci else None, "pairs": len(diffs)}
+        mine = side_values(agg, _grades(load, name), False)  # packed as it comes, as the other side was
+        base = seq.get(name, {})
+        for m, side in mine.items():  # a margin at a time: one list of differences held
+            diffs = sorted_differences(side, base.get(m, {}))
+            if diffs is None:
+                diffs = paired_differences(agg, [], base_values={m: base.get(m, {})}, values={m: side})[m]
+            if len(diffs):
+                ci = bootstrap_ci(diffs)  # type: ignore[arg-type]
+                entry["deltas"][m] = {"delta": mean(diffs), "ci95": list(ci) if ci else None,  # type: ignore[arg-type]
+                                      "pairs": len(diffs)}
     return entry
+
+
+def sorted_differences(mine: Mapping[str, float], theirs: Mapping[str, float]) -> np.ndarray | None:
+    """`paired_differences`' list for one margin (candidate minus baseline over the keys both
+    have, in the keys' sorted order) from two packed sides, without a key string a pair; None
+    when a side is not packed or a case id holds "#" (then the keys' order is not the cases'
+    order and then the repeats' as text, which this follows)."""
+    if not (isinstance(mine, PairValues) and isinstance(theirs, PairValues)):
+        return None
+    cases = [c for c in mine.cases if c in theirs.cases]
+    if any("#" in c for c in cases):
+        return None
+    out = []
+    for c in sorted(cases, key=lambda c: c + "#"):
+        (ra, va), (rb, vb) = mine.cases[c], theirs.cases[c]
+        common, ia, ib = np.intersect1d(ra, rb, assume_unique=True, return_indices=True)
+        order = np.argsort(common.astype(str), kind="stable")  # "case#10" sorts before "case#9"
+        out.append(va[ia[order]] - vb[ib[order]])
+    return np.concatenate(out) if out else np.empty(0)
 
 
 def lines(entries: list[dict[str, Any]]) -> list[str]:
