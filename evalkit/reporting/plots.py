@@ -13,6 +13,8 @@ from ..ledger import Ledger
 from ..stats import mean, percentile
 from . import svgplot
 from .load_curve import curve_plots
+from .rowseq import succeeded
+from .selection import by_variant
 from .token_plots import divergence_plots, kl_add, kl_series, row_order
 
 # the graders whose pass/fail makes the quality score of the quality-vs-speed/price charts
@@ -103,10 +105,9 @@ class PlotData:
 
     def add(self, rows: list[dict[str, Any]]) -> None:
         """One variant's rows (or the run's: each variant's part is taken in ``variants``' order)."""
-        ok = [r for r in rows if r["error_class"] is None]
-        names = list(dict.fromkeys(r["variant"] for r in ok))
-        for v in [v for v in self.variants if v in names] + [v for v in names if v not in self.variants]:
-            self._variant(v, [r for r in ok if r["variant"] == v])
+        groups = by_variant(succeeded(rows))  # rows read from the ledger: indices, not a view a row
+        for v in [v for v in self.variants if v in groups] + [v for v in groups if v not in self.variants]:
+            self._variant(v, groups[v])
 
     def _variant(self, v: str, ok: list[dict[str, Any]]) -> None:
         if v in self.variants:
@@ -117,7 +118,7 @@ class PlotData:
                     self.ttft[key].append(r["ttft_ms"])
                 if r["e2e_ms"] is not None:
                     self.e2e[key].append(r["e2e_ms"])
-            xs, ys = self.tok.setdefault(v, (array("q"), array("d")))
+            xs, ys = self.tok.setdefault(v, (array("i"), array("d")))  # prompt tokens: 32 bits hold any prompt
             for r in ok:
                 if r["prompt_tokens"]:
                     xs.append(r["prompt_tokens"])
