@@ -333,6 +333,41 @@ def test_the_streamed_html_report_is_the_html_report_from_every_row(synth_ledger
     assert new.count("<svg") >= 8  # the charts are there, not skipped
 
 
+@pytest.mark.parametrize("stretch, whole_variant", [(333, False), (1000, True), (10**6, True)])
+def test_the_charts_read_a_stretch_at_a_time_are_the_charts_from_every_row(synth_ledger, monkeypatch, stretch,
+                                                                           whole_variant):
+    """The chart pass reads the run a stretch of rows at a time, a level's rows in several
+    stretches (or a variant's at once, its levels read together: `_in_row_order`): the same file."""
+    from evalkit.reporting import plots
+    from evalkit.reporting.html import render_html
+
+    path, info = synth_ledger
+    db = open_ledger(path, create=False)
+    use_run(db.require_run(info["run_id"]))
+    old = render_html(db, info["run_id"], full_report(db, info["run_id"]))
+    monkeypatch.setattr(plots, "STRETCH", stretch)
+    if whole_variant:
+        monkeypatch.setattr(plots, "_in_row_order", lambda outline, variant: [None])
+    rep, fnd = streamed_report(db, info["run_id"])
+    assert render_html(db, info["run_id"], (rep, fnd, None)) == old
+
+
+def test_the_ttft_p99_of_each_level_is_taken_over_its_every_stretch(synth_ledger, monkeypatch):
+    from evalkit.reporting import plots
+    from evalkit.stats import percentile
+
+    path, info = synth_ledger
+    db = open_ledger(path, create=False)
+    use_run(db.require_run(info["run_id"]))
+    rep, fnd = streamed_report(db, info["run_id"])
+    seen: list[plots.PlotData] = []
+    monkeypatch.setattr(plots, "STRETCH", 400)
+    monkeypatch.setattr(plots, "draw", lambda ledger, run_id, data, f, report: seen.append(data) or [])
+    plots.plots(db, info["run_id"], None, fnd, rep)
+    rows = request_rows(db, info["run_id"], "fp8", 4)
+    assert seen[0].p99[("fp8", "c=4")] == percentile([r["ttft_ms"] for r in rows if r["error_class"] is None], 99)
+
+
 def test_kl_along_the_answer_taken_a_variant_at_a_time_is_taken_from_every_row():
     from evalkit.reporting.token_plots import kl_add, kl_along, kl_series
 

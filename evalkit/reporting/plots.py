@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 from array import array
 from collections import defaultdict
 from itertools import pairwise
@@ -13,12 +12,14 @@ from ..ledger import Ledger
 from ..stats import mean, percentile
 from . import svgplot
 from .load_curve import curve_plots
+from .plot_series import Along, Packed, Pairs, jittered
 from .rowseq import succeeded
 from .selection import by_variant
 from .token_plots import divergence_plots, kl_add, kl_series, row_order
 
 # the graders whose pass/fail makes the quality score of the quality-vs-speed/price charts
 QUALITY_GRADERS = ("schema", "persona", "formality")
+STRETCH = 50_000  # rows of the run the charts read at a time
 
 
 def quality_pass(r: dict[str, Any]) -> bool | None:
@@ -74,10 +75,10 @@ def mark_frontier(out: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 class PlotData:
-    """What the charts draw from the rows, gathered a variant's rows at a time and held compactly
-    (arrays of doubles, not a row each): the HTML report of any run holds one variant's rows, not
-    the run's (issue 37). Fed the rows in their order, variant by variant in ``variants``' order,
-    the charts are the same as from the whole run's rows."""
+    """What the charts draw from the rows, gathered a stretch of rows at a time and held compactly
+    (a few bytes a point, `plot_series`): the HTML report of any run holds one stretch of rows,
+    not the run's (issue 37). Fed the rows in their order, variant by variant in ``variants``'
+    order, the charts are the same as from the whole run's rows."""
 
     def __init__(self, variants: list[str], f: dict[str, Any]) -> None:
         self.variants = variants
@@ -86,13 +87,17 @@ class PlotData:
         self.sweep = len({lv["concurrency"] for lv in self.levels}) > 1
         self.n: dict[tuple[str, str], int] = defaultdict(int)  # ok rows per variant x complexity
         self.ttft: dict[tuple[str, str], array[float]] = defaultdict(lambda: array("d"))
+        self.ttft_pt: dict[tuple[str, str], array[int]] = defaultdict(lambda: array("i"))  # beside each TTFT
         self.e2e: dict[tuple[str, str], array[float]] = defaultdict(lambda: array("d"))
-        self.tok: dict[str, tuple[array[int], array[float]]] = {}  # (prompt tokens, TTFT) per variant
+        # (prompt tokens, TTFT) per variant in the rows' order, while few enough to be drawn as
+        # points; past that the chart is bands, drawn from `ttft_pt` beside `ttft` (`Along`)
+        self.tok: dict[str, tuple[array[int], array[float]]] | None = {}
         self.marked: list[tuple[tuple[Any, ...], tuple[float, float]]] = []  # (row order, point)
         self.p99: dict[tuple[str, str], float] = {}
+        self.at_level: dict[tuple[str, str], array[float]] = {}  # the variant being read: TTFTs per level
         self.scatter = {name: cls.aggregate.scatter for name, cls in available().items() if cls.aggregate.scatter}
-        self.rng = {name: random.Random(0) for name in self.scatter}  # one jitter stream a grader, as before
-        self.pts: dict[str, dict[str, tuple[array[float], array[float]]]] = {name: {} for name in self.scatter}
+        self.raw: dict[str, dict[str, tuple[Packed, Packed]]] = {name: {} for name in self.scatter}
+        self.fed: list[str] = []  # the variants in the order read: the jitter streams' order
         self.kl: dict[str, dict[int, list[float]]] = {}  # name -> position -> [sum, count]
         self.kl_first: dict[str, tuple[Any, ...]] = {}  # name -> its first row's order
 
@@ -104,83 +109,113 @@ class PlotData:
         return {*self.READS, *(fld for fld, _, _ in self.scatter.values())}, {*self.scatter, "divergence"}
 
     def add(self, rows: list[dict[str, Any]]) -> None:
-        """One variant's rows (or the run's: each variant's part is taken in ``variants``' order)."""
+        """Rows in their order: a stretch of one variant's, or the run's (each variant's part is
+        taken in ``variants``' order)."""
         groups = by_variant(succeeded(rows))  # rows read from the ledger: indices, not a view a row
         for v in [v for v in self.variants if v in groups] + [v for v in groups if v not in self.variants]:
             self._variant(v, groups[v])
 
     def _variant(self, v: str, ok: list[dict[str, Any]]) -> None:
         if v in self.variants:
-            for r in ok:
-                key = (v, r["complexity"])
-                self.n[key] += 1
-                if r["ttft_ms"] is not None:
-                    self.ttft[key].append(r["ttft_ms"])
-                if r["e2e_ms"] is not None:
-                    self.e2e[key].append(r["e2e_ms"])
-            xs, ys = self.tok.setdefault(v, (array("i"), array("d")))  # prompt tokens: 32 bits hold any prompt
-            for r in ok:
-                if r["prompt_tokens"]:
-                    xs.append(r["prompt_tokens"])
-                    ys.append(r["ttft_ms"])
-            if self.sweep:
-                labels = {r["level"] or "main" for r in ok}  # fed a level at a time: only these are here
-                for lv in self.levels:
-                    if lv["variant"] == v and lv["level"] in labels:
-                        self.p99[(v, lv["level"])] = percentile(
-                            [r["ttft_ms"] for r in ok if (r["level"] or "main") == lv["level"]], 99) or 0.0
-                    elif lv["variant"] == v:
-                        self.p99.setdefault((v, lv["level"]), 0.0)
+            if not self.fed or self.fed[-1] != v:
+                self._levels_done()
+                self.fed.append(v)
+            self._timings(v, ok)
             for name, (fld, _, _) in self.scatter.items():
-                rng = self.rng[name]
-                px, py = self.pts[name].setdefault(v, (array("d"), array("d")))
-                for r in ok:
-                    if name in r["grades"] and r.get(fld) is not None and r["grades"][name]["value"] is not None:
-                        px.append(float(r[fld]) + rng.uniform(-0.15, 0.15))
-                        py.append(r["grades"][name]["value"] + rng.uniform(-0.15, 0.15))
+                pts = [(r[fld], r["grades"][name]["value"]) for r in ok
+                       if name in r["grades"] and r.get(fld) is not None and r["grades"][name]["value"] is not None]
+                xs, ys = self.raw[name].setdefault(v, (Packed(), Packed()))
+                xs.extend([x for x, _ in pts])
+                ys.extend([y for _, y in pts])
         for r in ok:
             if r["id"] in self.spiked and r["prompt_tokens"]:
                 self.marked.append((row_order(r), (r["prompt_tokens"], r["ttft_ms"])))
             kl_add(self.kl, self.kl_first, r)
 
+    def _timings(self, v: str, ok: list[dict[str, Any]]) -> None:
+        for r in ok:
+            key = (v, r["complexity"])
+            self.n[key] += 1
+            t = r["ttft_ms"]
+            if t is not None:
+                self.ttft[key].append(t)
+                self.ttft_pt[key].append(r["prompt_tokens"] or 0)  # prompt tokens: 32 bits hold any prompt
+            if r["e2e_ms"] is not None:
+                self.e2e[key].append(r["e2e_ms"])
+            if self.sweep:
+                at = self.at_level.get((v, r["level"] or "main"))
+                if at is None:
+                    at = self.at_level[(v, r["level"] or "main")] = array("d")
+                if t is not None:
+                    at.append(t)
+        if self.tok is not None:
+            xs, ys = self.tok.setdefault(v, (array("i"), array("d")))
+            for r in ok:
+                if r["prompt_tokens"] and r["ttft_ms"] is not None:
+                    xs.append(r["prompt_tokens"])
+                    ys.append(r["ttft_ms"])
+            if sum(len(xs) for xs, _ in self.tok.values()) > svgplot.MAX_POINTS:
+                self.tok = None  # too many to draw as points: bands, whose points need no order
 
-class Pairs:
-    """(x, y) points kept as two arrays: iterated as tuples, counted without building them."""
+    def _levels_done(self) -> None:
+        """The variant read last is done: its TTFT p99 per load level, and its TTFTs let go."""
+        if self.fed and self.sweep:
+            v = self.fed[-1]
+            for lv in self.levels:
+                if lv["variant"] == v and (v, lv["level"]) in self.at_level:
+                    self.p99[(v, lv["level"])] = percentile(self.at_level[(v, lv["level"])], 99) or 0.0
+                elif lv["variant"] == v:
+                    self.p99.setdefault((v, lv["level"]), 0.0)
+        self.at_level = {}
 
-    def __init__(self, xs: Any, ys: Any) -> None:
-        self.xs, self.ys = xs, ys
+    def finish(self) -> PlotData:
+        self._levels_done()
+        return self
 
-    def __len__(self) -> int:
-        return len(self.xs)
+    def tok_series(self) -> dict[str, Any]:
+        """(prompt tokens, TTFT) per variant: in the rows' order, or along the arrays for bands."""
+        if self.tok is not None:
+            return {v: Pairs(*self.tok.get(v, ((), ()))) for v in self.variants}
+        return {v: Along([(self.ttft_pt[k], self.ttft[k]) for k in self.ttft if k[0] == v]) for v in self.variants}
 
-    def __iter__(self) -> Any:
-        return zip(self.xs, self.ys, strict=True)
-
-    def __bool__(self) -> bool:
-        return len(self.xs) > 0
+    def points(self, name: str) -> dict[str, Any]:
+        """A scatter grader's points per variant, jittered as they were read (`Jittered`)."""
+        series = jittered(self.raw[name], self.fed)
+        return {v: series.get(v) or Pairs((), ()) for v in self.variants}
 
 
 def plots(ledger: Ledger, run_id: str, rows: list[dict[str, Any]] | None, f: dict[str, Any],
           report: dict[str, Any]) -> list[tuple[str, str]]:
     """The charts; ``rows``: the run's rows when the caller holds them, else each variant's are read
-    from the ledger in turn and let go (`PlotData`)."""
+    from the ledger in turn, a stretch of rows at a time, and let go (`PlotData`)."""
     if rows is not None:
         variants = list(dict.fromkeys(v["name"] for v in report["variants"])) or list(dict.fromkeys(r["variant"] for r in rows))
         data = PlotData(variants, f)
         data.add(rows)
-    else:
-        from .rows import give_back, request_rows
+        return draw(ledger, run_id, data.finish(), f, report)
+    from .rows import give_back, request_rows
 
-        present = list(ledger.slice_levels(run_id))
-        variants = list(dict.fromkeys(v["name"] for v in report["variants"])) or present
-        data = PlotData(variants, f)
-        outline = ledger.level_outline(run_id)
-        for v in [v for v in variants if v in present] + [v for v in present if v not in variants]:
-            for level in _in_row_order(outline, v):  # one level's rows at a time, in the rows' order
-                only, graders = data.reads()
-                data.add(request_rows(ledger, run_id, v, level, only=only, graders=graders))
-                give_back()
-    return draw(ledger, run_id, data, f, report)
+    present = list(ledger.slice_levels(run_id))
+    variants = list(dict.fromkeys(v["name"] for v in report["variants"])) or present
+    data = PlotData(variants, f)
+    outline = ledger.level_outline(run_id)
+    stretches = ledger.seq_ranges(run_id, STRETCH)
+    only, graders = data.reads()
+    for v in [v for v in variants if v in present] + [v for v in present if v not in variants]:
+        for level in _in_row_order(outline, v):  # one level's rows at a time, in the rows' order
+            lo, hi = _span(outline, v, level)
+            for a, b in stretches:  # a stretch of the run at a time: memory bounded at any size
+                if a <= hi and b >= lo:
+                    data.add(request_rows(ledger, run_id, v, level, seqs=(max(a, lo), min(b, hi)), only=only,
+                                          graders=graders))
+                    give_back()
+    return draw(ledger, run_id, data.finish(), f, report)
+
+
+def _span(outline: dict[str, Any], variant: str, level: int | None) -> tuple[int, int]:
+    """The first and last seq of a variant's rows at a load level (``None``: at every level)."""
+    spans = [s for (v, lv), s in outline["seqs"].items() if v == variant and level in (None, lv)]
+    return min(lo for lo, _ in spans), max(hi for _, hi in spans)
 
 
 def _in_row_order(outline: dict[str, Any], variant: str) -> list[int | None]:
@@ -207,7 +242,7 @@ def draw(ledger: Ledger, run_id: str, data: PlotData, f: dict[str, Any], report:
     owner = {f"{v}/{cx[0]}": v for v in variants for cx in ("short", "medium", "long")}
     out.append(("E2E distributions", svgplot.boxes("E2E by variant / complexity (s, m, l)", "E2E (ms)", groups, cols,
                                                    owner)))
-    series = {v: Pairs(*data.tok.get(v, ((), ()))) for v in variants}
+    series = data.tok_series()
     marked = [p for _, p in sorted(data.marked, key=lambda m: m[0])]  # the rows' order
     out.append(("TTFT vs prompt tokens", svgplot.scatter("TTFT vs prompt tokens (spikes circled)", "prompt tokens",
                                                          "TTFT (ms)", series, marked, cols)))
@@ -265,7 +300,7 @@ def quality_plots(data: PlotData, f: dict[str, Any], report: dict[str, Any], var
         out.append(("Drift vs noise floor", svgplot.bars("Drift (1 − cosine) vs the baseline; dashed: noise floor",
                                                          "drift", g, errs, refs, cols)))
     for name, (_, xl, yl) in data.scatter.items():  # each grader that asks: its value against a case field
-        pts = {v: Pairs(*data.pts[name].get(v, ((), ()))) for v in variants}  # jittered as they were read
+        pts = data.points(name)  # jittered as they were read
         if any(pts.values()):
             title = f"{name.capitalize()}: {xl} vs {yl} (jittered)"
             out.append((title, svgplot.scatter(title, xl, yl, pts, colors=cols)))
