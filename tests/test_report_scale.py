@@ -368,6 +368,21 @@ def test_the_ttft_p99_of_each_level_is_taken_over_its_every_stretch(synth_ledger
     assert seen[0].p99[("fp8", "c=4")] == percentile([r["ttft_ms"] for r in rows if r["error_class"] is None], 99)
 
 
+def test_the_charts_refuse_a_variant_fed_again_after_another(synth_ledger):
+    """A variant's p99 per level and jitter stream are taken as one stretch: a second, later
+    stretch of it would draw other points, so it is refused, not drawn."""
+    from evalkit.reporting import plots
+
+    path, info = synth_ledger
+    db = open_ledger(path, create=False)
+    rep, fnd = streamed_report(db, info["run_id"])
+    data = plots.PlotData(["base", "w8a8"], fnd)
+    data.add(request_rows(db, info["run_id"], "base", 1))
+    data.add(request_rows(db, info["run_id"], "w8a8", 1))
+    with pytest.raises(ValueError, match="'base' again after 'w8a8'"):
+        data.add(request_rows(db, info["run_id"], "base", 4))
+
+
 def test_kl_along_the_answer_taken_a_variant_at_a_time_is_taken_from_every_row():
     from evalkit.reporting.token_plots import kl_add, kl_along, kl_series
 

@@ -118,6 +118,9 @@ class PlotData:
     def _variant(self, v: str, ok: list[dict[str, Any]]) -> None:
         if v in self.variants:
             if not self.fed or self.fed[-1] != v:
+                if v in self.fed:  # its levels' p99 and its jitter stream were taken as one stretch
+                    raise ValueError(f"the charts were fed {v!r} again after {self.fed[-1]!r}: a variant's rows "
+                                     "come together")
                 self._levels_done()
                 self.fed.append(v)
             self._timings(v, ok)
@@ -143,9 +146,10 @@ class PlotData:
             if r["e2e_ms"] is not None:
                 self.e2e[key].append(r["e2e_ms"])
             if self.sweep:
-                at = self.at_level.get((v, r["level"] or "main"))
+                lk = (v, r["level"] or "main")
+                at = self.at_level.get(lk)
                 if at is None:
-                    at = self.at_level[(v, r["level"] or "main")] = array("d")
+                    at = self.at_level[lk] = array("d")
                 if t is not None:
                     at.append(t)
         if self.tok is not None:
