@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import random
-import resource
 import signal
 import sqlite3
 import subprocess
@@ -43,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.scale import free_port, wait_http  # noqa: E402
 from evalkit.host import host_line, this_host  # noqa: E402
+from evalkit.spawn import with_file_size_limit  # noqa: E402
 
 EVALKIT = [str(Path(sys.executable).with_name("evalkit"))]
 FAULTS = ("kill_server", "sigterm_evalkit", "sigkill_evalkit", "disk_full")
@@ -126,13 +126,10 @@ class Soak:
              str(self.concurrency), "--max-error-rate", "1", "--client-procs", "2"]
         cmd = [*EVALKIT, *args, "--ledger", str(self.ledger), "--no-grade", "-q", *(["--ray"] if self.ray else [])]
 
-        def limits() -> None:  # in the child, before exec
-            if fsize is not None:
-                signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG), as on a full disk
-                resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, resource.RLIM_INFINITY))
-
+        if fsize is not None:  # a write past the limit fails (EFBIG), as on a full disk
+            cmd = with_file_size_limit(cmd, fsize)
         p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             start_new_session=True, preexec_fn=limits)
+                             start_new_session=True)
         self.sessions.add(p.pid)
         return p
 

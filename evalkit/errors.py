@@ -31,6 +31,10 @@ class LedgerError(UsageError):
     """The ledger file is not an evalkit ledger, or is from a newer schema."""
 
 
+class OldLedgerSchema(LedgerError):
+    """A ledger opened read-only lacks migrations this evalkit applies: read it through a migrated copy."""
+
+
 class LedgerWriteError(EvalkitError):
     """A write to the ledger failed (a full disk, a read-only file): the run stops, resumable."""
 

@@ -10,8 +10,11 @@ from click.testing import CliRunner
 
 from evalkit.cli import cli
 from evalkit.ledger import open_ledger
-from evalkit.paths import default_dataset_path
+from evalkit.ledger.register import _OPEN, LEAKED
+from evalkit.paths import PACKAGE_DIR, default_dataset_path
 from evalkit.testing.stub_server import StubConfig, StubServer
+
+from . import ledger_integrity
 
 
 @pytest.fixture
@@ -67,7 +70,8 @@ def shipped_rows() -> list[dict]:
 
 @pytest.fixture
 def db(ledger_path: Path):
-    return open_ledger(ledger_path)
+    with open_ledger(ledger_path) as led:
+        yield led
 
 
 @pytest.fixture
@@ -112,3 +116,42 @@ def _unit_tier_starts_nothing(request: pytest.FixtureRequest, monkeypatch: pytes
     monkeypatch.setattr(StubServer, "__enter__", refuse("a stub server"))
     monkeypatch.setattr(subprocess.Popen, "__init__", refuse("a subprocess"))
     monkeypatch.setattr(asyncio, "create_subprocess_exec", refuse("a subprocess"))
+
+
+# --- the ledger is sacred (issue 45) ------------------------------------------------------------------
+# A command closes every ledger it opens: one left to the garbage collector keeps its locks and its
+# -wal open. Ledgers opened by evalkit's own code during a test must be closed when the test ends
+# (a test's own ledgers are its fixtures' business). And when the session ends, every SQLite file
+# the tests made passes another process's integrity check (tests/ledger_integrity.py).
+
+def _evalkit_opened(where: str) -> bool:
+    return where.startswith(str(PACKAGE_DIR) + "/")
+
+
+@pytest.fixture(autouse=True)
+def _commands_close_their_ledgers(request: pytest.FixtureRequest) -> Iterator[None]:
+    if "tmp_path" in request.fixturenames:
+        ledger_integrity.MADE_BY[str(request.getfixturevalue("tmp_path").resolve())] = request.node.nodeid
+    before, leaked = set(_OPEN), len(LEAKED)
+    yield
+    left = [f"{path} (opened at {where})" for key, (path, where) in list(_OPEN.items())
+            if key not in before and _evalkit_opened(where)]
+    lost = [f"{path} (opened at {where})" for path, where in LEAKED[leaked:] if _evalkit_opened(where)]
+    assert not left, f"evalkit code left ledgers open after the test: {left}"
+    assert not lost, f"evalkit code left ledgers to the garbage collector: {lost}"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    base = getattr(factory, "_basetemp", None) if factory is not None else None
+    if base is None or not Path(base).exists():
+        return
+    bad = ledger_integrity.check(Path(base))
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"ledger integrity: {len(ledger_integrity.databases(Path(base)))} files checked by another "
+                            f"process, {len(bad)} failed")
+        for line in bad:
+            reporter.write_line(f"CORRUPT: {line}", red=True)
+    if bad:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

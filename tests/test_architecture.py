@@ -6,6 +6,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 from evalkit.paths import PACKAGE_DIR
 
 SQL = re.compile(r"^\s*(select\b.+\bfrom\b|insert\s+into\b|update\s+\w+\s+set\b|delete\s+from\b|"
@@ -14,7 +16,7 @@ SQL = re.compile(r"^\s*(select\b.+\bfrom\b|insert\s+into\b|update\s+\w+\s+set\b|
 # Layers by package, lowest first: a module may import its own layer and lower ones, never a
 # higher one. The root holds only what everything shares.
 LAYERS = [
-    {"__init__", "errors", "paths", "stats", "redact", "host", "catalogue"},
+    {"__init__", "errors", "paths", "stats", "redact", "host", "catalogue", "spawn"},
     {"spec"},
     {"ledger"},
     {"engines", "measure", "testing"},
@@ -141,3 +143,60 @@ def test_every_package_says_what_it_owns_and_may_import():
         doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
         assert len(doc) > 80, f"{init}: a docstring saying what it owns and may import"
         assert "import" in doc, f"{init}: a docstring saying what it owns and may import"
+
+
+# --- the ledger is sacred (issue 45) -----------------------------------------------------------------
+TREES = ("evalkit", "tests", "benchmarks")
+BYTE_COPIES = {"copy", "copy2", "copyfile", "copyfileobj", "move", "copytree"}
+# copytree of folders that hold source code only (checked below to hold no database)
+SOURCE_TREES = {"tests/test_grader_plugin.py": "tests/plugins", "tests/test_parity.py": "examples/support"}
+
+
+def _python_files() -> list[Path]:
+    root = PACKAGE_DIR.parent
+    return [p for t in TREES for p in sorted((root / t).rglob("*.py"))]
+
+
+def _calls(path: Path) -> list[ast.Call]:
+    return [n for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(n, ast.Call)]
+
+
+def test_no_byte_copy_of_a_database_anywhere():
+    """A ledger is copied only through SQLite's backup API (`evalkit.ledger.copy_ledger`): closing a
+    byte copy's file descriptor drops this process's POSIX locks on the original, and another
+    process then checkpoints and unlinks a -wal that live connections still use."""
+    root, offenders = PACKAGE_DIR.parent, []
+    for path in _python_files():
+        rel = str(path.relative_to(root))
+        for call in _calls(path):
+            f = call.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            owner = f.value.id if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) else ""
+            if owner == "shutil" and name in BYTE_COPIES and not (name == "copytree" and rel in SOURCE_TREES):
+                offenders.append(f"{rel}:{call.lineno} shutil.{name}")
+            elif name == "write_bytes" and any(isinstance(a, ast.Call) and isinstance(a.func, ast.Attribute)
+                                               and a.func.attr == "read_bytes" for a in ast.walk(call)):
+                offenders.append(f"{rel}:{call.lineno} write_bytes(read_bytes())")
+    assert not offenders, "copy ledgers with evalkit.ledger.copy_ledger:\n" + "\n".join(offenders)
+
+
+@pytest.mark.parametrize("folder", sorted(set(SOURCE_TREES.values())))
+def test_the_source_trees_tests_copy_hold_no_database(folder):
+    assert not [p for p in (PACKAGE_DIR.parent / folder).rglob("*") if p.suffix in (".db", ".sqlite")]
+
+
+def test_no_python_runs_between_fork_and_exec():
+    """`preexec_fn` runs Python in the forked child while the parent holds connections and threads:
+    a child sets its parent-death signal in its own code after exec (evalkit/spawn.py)."""
+    root = PACKAGE_DIR.parent
+    offenders = [f"{p.relative_to(root)}:{c.lineno}" for p in _python_files() for c in _calls(p)
+                 if any(k.arg == "preexec_fn" for k in c.keywords)]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_sqlite_utils_uses_the_one_sqlite_library_evalkit_uses():
+    import sqlite3
+
+    from sqlite_utils import utils
+
+    assert utils.sqlite3 is sqlite3

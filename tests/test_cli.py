@@ -11,6 +11,8 @@ from sqlite_utils import Database
 from evalkit.cli import cli
 from evalkit.engines.vllm_server import free_port
 
+from .ledger_integrity import not_a_ledger
+
 
 @pytest.mark.integration
 def test_help_explains_commands(runner):
@@ -130,7 +132,7 @@ def test_bad_inputs_exit_2_with_one_line(runner, write, shipped_rows, tmp_path):
     r = runner.invoke(cli, ["report", "--ledger", str(tmp_path / "none.db")])
     assert r.exit_code == 2
     assert "ledger not found" in r.output
-    notledger = write("n.db", "plain text, not sqlite" * 50)
+    notledger = not_a_ledger(write("n.db", "plain text, not sqlite" * 50))
     r = runner.invoke(cli, ["report", "--ledger", str(notledger)])
     assert r.exit_code == 2
     assert "not a SQLite database" in r.output

@@ -5,7 +5,6 @@ completes the run with one final row per request."""
 
 from __future__ import annotations
 
-import shutil
 import signal
 import subprocess
 import time
@@ -15,6 +14,7 @@ import pytest
 from sqlite_utils import Database
 
 from evalkit.cli import cli
+from evalkit.ledger import copy_ledger
 from evalkit.testing.fake_vllm import ENGINE_MARK
 from evalkit.testing.stub_server import StubConfig, StubServer
 
@@ -164,10 +164,7 @@ def test_a_full_disk_is_one_line_and_resume_completes_once_there_is_room(tiny_fs
         assert "evalkit run --resume" in out
         run_id = out.split("evalkit run --resume ")[1].split()[0]
         # room again: the same ledger on a bigger disk
-        big = tmp_path / "l.db"
-        for suffix in ("", "-wal", "-shm"):
-            if Path(str(ledger) + suffix).exists():
-                shutil.copy(str(ledger) + suffix, str(big) + suffix)
+        big = copy_ledger(ledger, tmp_path / "l.db")
         rep = subprocess.run([*CLI, "report", "--ledger", str(big), "--json"], capture_output=True, text=True)
         assert '"state": "running (stale' in rep.stdout or '"status": "interrupted"' in rep.stdout
         r = subprocess.run([*CLI, "run", "--resume", run_id, "--ledger", str(big), "-q", "--no-grade"],
@@ -207,15 +204,12 @@ def test_browse_stops_datasette_on_sigterm(tmp_path, stub_ledger):
 
 @pytest.mark.integration
 def test_a_ledger_that_cannot_be_created_for_lack_of_room_is_one_line(endpoint_matrix, tmp_path):
-    import resource
+    from evalkit.spawn import with_file_size_limit
 
-    def small_files() -> None:  # the file-size limit a full disk imposes, without a filesystem to fill
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (8192, resource.RLIM_INFINITY))
-
+    # the file-size limit a full disk imposes, without a filesystem to fill
     m = endpoint_matrix("http://127.0.0.1:9", warmup=0)
-    r = subprocess.run([*CLI, "run", "--matrix", str(m), "--ledger", str(tmp_path / "l.db"), "-q", "--no-grade"],
-                       capture_output=True, text=True, timeout=120, preexec_fn=small_files)
+    r = subprocess.run(with_file_size_limit([*CLI, "run", "--matrix", str(m), "--ledger", str(tmp_path / "l.db"), "-q",
+                                             "--no-grade"], 8192), capture_output=True, text=True, timeout=120)
     out = r.stdout + r.stderr
     assert r.returncode == 1, out
     assert "Traceback" not in out

@@ -18,6 +18,8 @@ from evalkit.cli import cli
 from evalkit.paths import PROJECT_DIR
 from evalkit.testing.stub_server import StubConfig, StubServer
 
+from .ledger_integrity import not_a_ledger
+
 CLI = [sys.executable, str(PROJECT_DIR / "cli.py")]
 
 
@@ -163,7 +165,7 @@ def _bad_inputs(tmp: Path, shipped_row: dict) -> list[tuple[str, list[str]]]:
 
     open_ledger(newer).close()
     Database(newer)["_sqlite_migrations"].insert({"migration_set": "evalkit", "name": "m999_x", "applied_at": "x"})
-    (tmp / "plain.db").write_text("not a database " * 100)
+    not_a_ledger(tmp / "plain.db").write_text("not a database " * 100)
     rub = tmp / "rub"
     (rub / "schemas").mkdir(parents=True, exist_ok=True)
     (rub / "formality.yaml").write_text((PROJECT_DIR / "rubrics" / "formality.yaml").read_text())

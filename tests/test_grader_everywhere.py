@@ -17,7 +17,7 @@ import pytest
 
 from evalkit.cli import cli
 from evalkit.grading import registry
-from evalkit.ledger import open_ledger
+from evalkit.ledger import copy_ledger, open_ledger
 from evalkit.testing.stub_server import StubConfig, StubServer
 
 pytestmark = pytest.mark.integration  # stub servers, a run, subprocesses
@@ -219,7 +219,8 @@ def test_graders_list_finds_the_modules_of_a_grader_path(runner, receipts, monke
 def test_browse_lists_the_plugin_s_canned_query(receipts, where):
     from evalkit.sharing.browse import queries, refresh_derived
 
-    refresh_derived(open_ledger(receipts[1], create=False))
+    with open_ledger(receipts[1], create=False) as led:
+        refresh_derived(led)
     assert "fieldmatch_worst" in queries()
 
 
@@ -227,10 +228,7 @@ def test_grade_with_a_grader_path_adds_a_grader_found_later_from_anywhere(runner
     extra = tmp_path / "extra-graders"
     extra.mkdir()
     (extra / "charcount.py").write_text(EXTRA)
-    ledger = tmp_path / "copy.db"
-    for suffix in ("", "-wal"):  # the ledger in WAL mode: its newest pages may be in the -wal file
-        if Path(f"{receipts[1]}{suffix}").exists():
-            Path(f"{ledger}{suffix}").write_bytes(Path(f"{receipts[1]}{suffix}").read_bytes())
+    ledger = copy_ledger(receipts[1], tmp_path / "copy.db")  # the backup API: the -wal's rows too, no lock dropped
     forget()
     monkeypatch.chdir(receipts[2])
     r = runner.invoke(cli, ["grade", "--ledger", str(ledger), "--grader-path", str(extra), "--grader",
@@ -298,10 +296,7 @@ def test_the_report_summarises_the_graded_requests_only(runner, raising):
 
 
 def test_grade_retry_failed_grades_just_those_again(runner, raising, tmp_path):
-    ledger = tmp_path / "retry.db"
-    for suffix in ("", "-wal"):
-        if Path(f"{raising[1]}{suffix}").exists():
-            Path(f"{ledger}{suffix}").write_bytes(Path(f"{raising[1]}{suffix}").read_bytes())
+    ledger = copy_ledger(raising[1], tmp_path / "retry.db")
     plugin = raising[0] / "fieldmatch.py"
     plugin.write_text(plugin.read_text().replace("RAISE_ON_HARD = True", "RAISE_ON_HARD = False"))
     forget()
@@ -310,10 +305,7 @@ def test_grade_retry_failed_grades_just_those_again(runner, raising, tmp_path):
 
 
 def test_grade_without_retry_failed_leaves_the_failures(runner, raising, tmp_path):
-    ledger = tmp_path / "again.db"
-    for suffix in ("", "-wal"):
-        if Path(f"{raising[1]}{suffix}").exists():
-            Path(f"{ledger}{suffix}").write_bytes(Path(f"{raising[1]}{suffix}").read_bytes())
+    ledger = copy_ledger(raising[1], tmp_path / "again.db")
     forget()
     r = runner.invoke(cli, ["grade", "--ledger", str(ledger)])
     assert r.exit_code == 1, r.output

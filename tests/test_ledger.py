@@ -9,9 +9,11 @@ from sqlite_utils import Database
 
 from evalkit.cli import cli
 from evalkit.errors import LedgerError
-from evalkit.ledger import MIGRATION_NAMES, migrations, open_ledger
+from evalkit.ledger import MIGRATION_NAMES, copy_ledger, migrations, open_ledger
 from evalkit.paths import default_dataset_path
 from evalkit.testing.stub_server import StubConfig, StubServer
+
+from .ledger_integrity import not_a_ledger
 
 # Written by evalkit before the ledger package (migrations m001-m004): one complete run of 3 cases
 # with grades, and one run of 2 cases marked interrupted with its last 2 measured requests missing.
@@ -63,7 +65,7 @@ def test_not_an_evalkit_ledger(tmp_path: Path):
     with pytest.raises(LedgerError, match="not an evalkit ledger"):
         open_ledger(p)
     q = tmp_path / "text.db"
-    q.write_text("hello, this is not sqlite at all" * 100)
+    not_a_ledger(q).write_text("hello, this is not sqlite at all" * 100)
     with pytest.raises(LedgerError, match="not a SQLite database"):
         open_ledger(q)
 
@@ -84,7 +86,7 @@ def test_missing_ledger_when_not_creating(tmp_path: Path):
 @pytest.mark.integration
 def test_ledger_from_before_the_ledger_package_opens_reports_and_resumes(tmp_path: Path, runner):
     p = tmp_path / "old.db"
-    p.write_bytes(LEGACY.read_bytes())
+    copy_ledger(LEGACY, p)
     ledger = open_ledger(p)
     assert [m.name for m in migrations.applied(Database(p))] == MIGRATION_NAMES  # m005+ applied on open
     old_run, cut_run = ledger.run_ids()

@@ -3,12 +3,11 @@ a submission held by two inputs is one row, and the newest per reviewer still co
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
-from evalkit.ledger import open_ledger
+from evalkit.ledger import copy_ledger, open_ledger
 from evalkit.ledger.merge import merge_ledgers
 
 
@@ -52,14 +51,14 @@ def test_a_merged_review_names_the_answers_it_read(two_runs, run_id):
 
 def test_a_review_held_by_two_inputs_is_one_row(tmp_path):
     a = reviewed_ledger(tmp_path / "a.db", "r-a")
-    shutil.copy(a, tmp_path / "copy.db")
+    copy_ledger(a, tmp_path / "copy.db")
     _, db = merged(tmp_path, a, tmp_path / "copy.db")
     assert len(db.reviews("r-a", latest=False)) == 1
 
 
 def test_the_copy_of_a_review_is_counted_as_dropped(tmp_path):
     a = reviewed_ledger(tmp_path / "a.db", "r-a")
-    shutil.copy(a, tmp_path / "copy.db")
+    copy_ledger(a, tmp_path / "copy.db")
     counts, _ = merged(tmp_path, a, tmp_path / "copy.db")
     assert counts["reviews_duplicates_dropped"] == 1
 
@@ -75,7 +74,7 @@ def test_the_newest_review_counts_whichever_input_holds_it(tmp_path):
     # after the copy, alice changed her mind in the copy and later again in the original; the
     # original is merged first, so input order alone would make the copy's older review the newest
     a = reviewed_ledger(tmp_path / "a.db", "r-a", verdict="same")
-    shutil.copy(a, tmp_path / "copy.db")
+    copy_ledger(a, tmp_path / "copy.db")
     add_review(tmp_path / "copy.db", "candidate_worse", "2999-01-01T00:00:01.000+00:00")
     add_review(a, "both_fail", "2999-01-01T00:00:02.000+00:00")
     _, db = merged(tmp_path, a, tmp_path / "copy.db")

@@ -12,6 +12,7 @@ from sqlite_utils import Database
 
 from evalkit.cli import cli
 from evalkit.execution.cluster import FAULT_ENV
+from evalkit.ledger import copy_ledger
 from evalkit.testing.stub_server import StubConfig, StubServer
 
 ray = pytest.importorskip("ray")
@@ -112,8 +113,7 @@ def test_ledger_merge_of_two_half_runs_equals_the_whole(runner, write, tmp_path)
         assert runner.invoke(cli, ["run", "--matrix", str(whole_m), "--limit", "6", "--ledger", str(whole),
                                    "-q"]).exit_code == 0
         # the same run, resumed in a second place: a copy of it with the candidate's rows missing
-        Database(whole).execute("pragma wal_checkpoint(truncate)")  # everything in the main file
-        part.write_bytes(whole.read_bytes())
+        copy_ledger(whole, part)
         db = Database(part)
         run_id = next(db["runs"].rows)["id"]
         db.execute("delete from grades where request_id in (select id from requests where variant = 'cand')")

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from evalkit.grading.registry import use_run
-from evalkit.ledger import open_ledger
+from evalkit.ledger import copy_ledger, open_ledger
 from evalkit.reporting.document import findings_blocks
 from evalkit.reporting.findings import build_report, findings, full_report, request_rows
 from evalkit.reporting.report import to_json
@@ -422,7 +422,7 @@ SHAPES = {
 def test_the_findings_read_a_level_at_a_time_are_the_findings_from_every_row(synth_ledger, tmp_path, shape):
     path, info = synth_ledger
     copy = tmp_path / "shaped.db"
-    copy.write_bytes(path.read_bytes())
+    copy_ledger(path, copy)
     db = open_ledger(copy, create=False)
     for sql in SHAPES[shape]:
         db._db.execute(sql)
@@ -440,7 +440,7 @@ def test_the_findings_read_a_level_at_a_time_are_the_findings_from_every_row(syn
 def test_the_level_outline_from_sql_is_the_one_from_the_rows(synth_ledger, tmp_path, shape):
     path, info = synth_ledger
     copy = tmp_path / "shaped.db"
-    copy.write_bytes(path.read_bytes())
+    copy_ledger(path, copy)
     db = open_ledger(copy, create=False)
     for sql in SHAPES.get(shape, []):
         db._db.execute(sql)
@@ -626,12 +626,10 @@ def test_a_side_that_cannot_be_packed_part_way_is_kept_whole():
 
 
 def test_an_aggregate_asked_again_is_the_same_until_the_ledger_changes(synth_ledger, tmp_path):
-    import shutil
     import sqlite3
 
     path, info = synth_ledger
-    copy = tmp_path / "copy.db"
-    shutil.copy(path, copy)
+    copy = copy_ledger(path, tmp_path / "copy.db")
     db = open_ledger(copy, create=False)
     run_id = info["run_id"]
     first = db.slice_levels(run_id)

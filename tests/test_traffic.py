@@ -32,7 +32,10 @@ def quant_env_ready() -> bool:
         return False
 
 
-needs_tokenizer = pytest.mark.skipif(not quant_env_ready(), reason="the bundled tokenizer needs `make quant-env`")
+# the bundled tokenizer is prepared by a subprocess the first time (quant-env), so these are integration tests
+def needs_tokenizer(test):
+    skip = pytest.mark.skipif(not quant_env_ready(), reason="the bundled tokenizer needs `make quant-env`")
+    return pytest.mark.integration(skip(test))
 
 
 @pytest.mark.parametrize("name, fmt, rows", [("mooncake_sample.jsonl", "mooncake", 40), ("azure_sample.csv", "azure", 40),

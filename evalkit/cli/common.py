@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from .. import __version__
 from ..errors import EvalkitError
 from ..paths import default_ledger_path
+
+if TYPE_CHECKING:
+    from ..ledger import Ledger
 
 
 class EvalkitClickError(click.ClickException):
@@ -42,6 +45,14 @@ RUN_OPT = click.option("--run", "run_id", default=None, help="run id [default: t
 
 def ledger_path(p: Path | None) -> Path:
     return p or default_ledger_path()
+
+
+def command_ledger(path: Path, **kw: Any) -> Ledger:
+    """`open_ledger` for a command: closed when the command ends, whatever happens (click closes
+    its context's resources), so no command leaves a connection to the garbage collector."""
+    from ..ledger import open_ledger
+
+    return click.get_current_context().with_resource(open_ledger(path, **kw))
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

@@ -10,7 +10,7 @@ import click
 
 from ..errors import EvalkitError, GradingIncomplete, UsageError
 from ..paths import rubrics_dir
-from .common import LEDGER_OPT, RUN_OPT, Group, cli, ledger_path
+from .common import LEDGER_OPT, RUN_OPT, Group, cli, command_ledger, ledger_path
 
 if TYPE_CHECKING:  # the library loads in the commands that use it: --help stays fast
     from ..ledger import Ledger
@@ -48,9 +48,8 @@ def grade(ledger: Path | None, run_id: str | None, graders: tuple[str, ...], gra
     from ..grading import GradeSample, grade_run, make_graders
     from ..grading.judge import context_of_run
     from ..grading.registry import record, resolve, use
-    from ..ledger import open_ledger
 
-    db = open_ledger(ledger_path(ledger), create=False)
+    db = command_ledger(ledger_path(ledger), create=False)
     run = db.require_run(run_id)
     # the run's own graders (its workload's modules, each from its own folder) unless --grader names others
     recorded = use(db, run["id"], grader_paths)
@@ -96,7 +95,6 @@ def graders_list(ledger: Path | None, workload: Path | None, grader_paths: tuple
     calibration file."""
     from ..grading import available
     from ..grading.registry import BUILTINS, UNRESOLVED, discover, origin, use
-    from ..ledger import open_ledger
 
     use(paths=grader_paths)
     folder = workload or (Path.cwd() if (Path.cwd() / "matrix.yaml").is_file() else None)
@@ -105,7 +103,7 @@ def graders_list(ledger: Path | None, workload: Path | None, grader_paths: tuple
     path = ledger_path(ledger)
     if path.is_file():
         try:
-            use(open_ledger(path, create=False), every_run=True)
+            use(command_ledger(path, create=False), every_run=True)
         except EvalkitError as e:  # a listing does not fail on a ledger it only looks into
             UNRESOLVED[str(path)] = str(e).splitlines()[0]
     for name, cls in available().items():
@@ -163,7 +161,6 @@ def graders_calibrate(grader: str, path: Path | None, as_json: bool, use_reviews
     choices = calibratable()
     if use_reviews or judge_endpoint or (grader not in choices and path is not None) or grader == "judge":
         from ..grading.calibrate_labels import agreement_lines, calibrate
-        from ..ledger import open_ledger
         from ..spec.matrix import Judge
 
         if bool(judge_endpoint) != bool(judge_model):
@@ -172,7 +169,7 @@ def graders_calibrate(grader: str, path: Path | None, as_json: bool, use_reviews
         if judge_max_tokens is not None:
             extra["max_tokens"] = judge_max_tokens
         judge = Judge(endpoint=judge_endpoint, model=judge_model, **extra) if judge_endpoint and judge_model else None
-        db = open_ledger(ledger_path(ledger), create=False) if use_reviews else None
+        db = command_ledger(ledger_path(ledger), create=False) if use_reviews else None
         r = calibrate(grader, path, db, run_id, judge)
         click.echo(json.dumps(r, indent=2) if as_json else "\n".join(agreement_lines(r)))
         return

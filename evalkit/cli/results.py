@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..errors import LedgerWriteError, UsageError
-from .common import LEDGER_OPT, RUN_OPT, EvalkitClickError, cli, ledger_path
+from .common import LEDGER_OPT, RUN_OPT, EvalkitClickError, cli, command_ledger, ledger_path
 from .console import print_report, say
 from .grade import GRADER_PATH_OPT, use_graders
 
@@ -37,13 +37,12 @@ def report(ledger: Path | None, run_id: str | None, as_json: bool, markdown: boo
     decode, KV-cache peak, preemptions, goodput); quality (persona, formality, drift vs its
     noise floor); paired comparisons with bootstrap intervals; spikes and their causes."""
     from ..execution.stops import parse_slo
-    from ..ledger import open_ledger
     from ..reporting.report import to_json
     from ..reporting.streamed import streamed_report
 
     if as_json and markdown:
         raise UsageError("--json and --markdown are mutually exclusive")
-    db = open_ledger(ledger_path(ledger), create=False)
+    db = command_ledger(ledger_path(ledger), create=False)
     use_graders(db, run_id, grader_paths)  # the run's own graders, from any directory
     s = parse_slo(slo)
     args = {"slo": s.absolute_ms if s else None, "by": by.split(",") if by else None, "k": spike_k, "margins": margins}
@@ -79,14 +78,13 @@ def recommend(ledger: Path | None, run_id: str | None, target: str | None, as_js
     """Which variant meets the percentile goals per workload class (interactive long-input,
     interactive short/medium, batch), with a bootstrap interval on every percentile: a verdict
     that is within noise says 'borderline' instead of guessing."""
-    from ..ledger import open_ledger
     from ..reporting.findings import parse_targets, recommend_lines, request_rows
     from ..reporting.findings import recommend as rec
 
     if not target:
         raise UsageError("give --target, e.g. --target ttft_p99=2000,e2e_p50=8000")
     targets = parse_targets(target)
-    db = open_ledger(ledger_path(ledger), create=False)
+    db = command_ledger(ledger_path(ledger), create=False)
     rid = db.require_run(run_id)["id"]
     out = rec(request_rows(db, rid), targets)
     click.echo(json.dumps(out, indent=2) if as_json else "\n".join(recommend_lines(out)))
@@ -114,10 +112,9 @@ def check(ledger: Path | None, run_id: str | None, thresholds: tuple[str, ...], 
           require_decided: bool, grader_paths: tuple[Path, ...]) -> None:
     """Gate a run: exit 1 when any variant fails a threshold, a percentile goal or a margin, one
     line per failure (JUnit XML with --junit), so a model or engine upgrade can be gated in CI."""
-    from ..ledger import open_ledger
     from ..reporting.gate import GateSpec, run_checks, summary_line, write_junit
 
-    db = open_ledger(ledger_path(ledger), create=False)
+    db = command_ledger(ledger_path(ledger), create=False)
     use_graders(db, run_id, grader_paths)  # a plugin's thresholds and margins, as a built-in's
     spec = GateSpec.from_options(list(thresholds), max_error_rate, target, margins, max_client_lag, require_decided)
     rid, checks = run_checks(db, run_id, spec)
@@ -147,13 +144,12 @@ def plan(ledger: Path | None, run_id: str | None, pilot: Path | None, detect: st
     """How many cases a question needs and how long they take here, from a pilot run's per-case
     spread (and, with several runs of the matrix, their between-run spread); or what a given
     number of cases can detect."""
-    from ..ledger import open_ledger
     from ..reporting.plan import parse_detect, plan_lines
     from ..reporting.plan import plan as make_plan
 
     if not detect and not cases:
         raise UsageError("give --detect METRIC=DIFFERENCE (e.g. drift=0.05) or --cases N")
-    db = open_ledger(pilot or ledger_path(ledger), create=False)
+    db = command_ledger(pilot or ledger_path(ledger), create=False)
     use_graders(db, run_id, grader_paths)
     p = make_plan(db, run_id, parse_detect(detect or ""), cases)
     click.echo(json.dumps(p, indent=2) if as_json else "\n".join(plan_lines(p)))
@@ -169,10 +165,9 @@ def compare(ledger: Path | None, runs: tuple[str, ...], metrics: tuple[str, ...]
     """Pool repeated runs of one matrix (default: every complete run of the latest run's matrix):
     per-run estimates, a pooled one with a between-run interval, and a warning when hosts,
     versions or dtypes differ."""
-    from ..ledger import open_ledger
     from ..reporting.compare import compare as pool
     from ..reporting.compare import compare_lines
 
-    db = open_ledger(ledger_path(ledger), create=False)
+    db = command_ledger(ledger_path(ledger), create=False)
     c = pool(db, list(runs) or None, list(metrics) or None)
     click.echo(json.dumps(c, indent=2) if as_json else "\n".join(compare_lines(c)))

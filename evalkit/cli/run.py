@@ -9,7 +9,7 @@ import click
 
 from ..errors import LedgerWriteError, UsageError
 from ..execution.error_classes import DEFAULT_RETRY_CLASSES
-from .common import LEDGER_OPT, EvalkitClickError, cli, ledger_path
+from .common import LEDGER_OPT, EvalkitClickError, cli, command_ledger, ledger_path
 from .console import RichProgress, print_closing, print_report
 
 
@@ -100,7 +100,6 @@ def run(workload: Path | None, trace_path: Path | None, trace_format: str | None
     from ..execution.signals import Interrupted, graceful_stop
     from ..execution.traces import TraceSpec
     from ..execution.workflow import run_and_grade
-    from ..ledger import open_ledger
     from ..reporting.findings import full_report
     from ..sharing.browse import store_derived
     from .liveview import progress_for
@@ -116,11 +115,11 @@ def run(workload: Path | None, trace_path: Path | None, trace_format: str | None
                          "grade": not no_grade})
     opts.check()
     resume_id = opts.resume_id
-    db = open_ledger(ledger_path(ledger), create=False) if resume_id else None
+    db = command_ledger(ledger_path(ledger), create=False) if resume_id else None
     inp = resolve_inputs(db, opts, RichProgress(quiet).say)  # bad input stops here: nothing written yet
     if search is not None:
         inp.load = search.load(inp.load, inp.matrix.load.slo if inp.matrix.load else None, opts.arrival_seed)
-    db = db or open_ledger(ledger_path(ledger))
+    db = db or command_ledger(ledger_path(ledger))
     if inp.reopened or opts.retry_failed:
         click.echo(f"run {resume_id}: {inp.reopened} failed requests will be sent again (their rows stay, not final)")
     progress = progress_for(quiet, {v.name: v.endpoint_of(None) for v in inp.matrix.variants})  # live on a terminal

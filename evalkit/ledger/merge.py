@@ -3,16 +3,24 @@ to this evalkit's schema, run ids stay as they are (distinct runs stay distinct)
 was resumed in two places is de-duplicated by (variant, case, repeat, level): the first final row
 for a key wins, with its grades. People's reviews follow the answers they read, one row per
 submission however many inputs hold it, written last in the order they were made (the newest per
-reviewer counts). Written to a temporary file and renamed: all or nothing."""
+reviewer counts).
+
+The inputs are only read: opened read-only (never migrated, never switched to WAL), a source of an
+older schema read through a migrated copy made with the backup API. The output is built in a file
+beside `-o` and renamed into place when it is whole (`files.new_database`): a kill leaves either no
+`-o` or the whole merge, and a `-o` whose `-wal`/`-shm`/`-journal` is left over is refused first."""
 
 from __future__ import annotations
 
-import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..errors import LedgerError, UsageError
-from .store import Ledger, open_ledger
+from ..errors import LedgerError, OldLedgerSchema, UsageError
+from .files import beside, copy_ledger, new_database, refuse_leftovers, remove_database
+from .opening import open_ledger
+from .store import Ledger
 
 ORDER = ("runs", "hosts", "variants", "replicas", "cases")  # tables keyed by natural ids
 
@@ -38,36 +46,45 @@ def _merge_reviews(dst: Ledger, reviews: list[dict[str, Any]], counts: dict[str,
     counts["reviews_duplicates_dropped"] = len(reviews) - len(rows)
 
 
+@contextmanager
+def read_source(path: Path, scratch: Path) -> Iterator[Ledger]:
+    """A merge input, read without writing it: read-only when it has this evalkit's schema, else a
+    migrated copy made beside ``scratch`` (the output, whose folder is writable; removed afterwards)."""
+    try:
+        led = open_ledger(path, create=False, read_only=True)
+    except OldLedgerSchema:
+        copy = copy_ledger(path, beside(scratch, f"{path.stem}-migrating"))
+        try:
+            with open_ledger(copy, create=False) as led:
+                yield led
+        finally:
+            remove_database(copy)
+        return
+    with led:
+        yield led
+
+
 def merge_ledgers(sources: list[Path], out: Path) -> dict[str, int]:
     if len(sources) < 2:
         raise UsageError("ledger merge: give at least two ledgers")
-    if out.exists():
-        raise UsageError(f"ledger merge: {out} exists; choose a new -o file")
     for s in sources:
         if not s.exists():
             raise LedgerError(f"{s}: ledger not found")
-        if s.resolve() == out.resolve():
+        if out.exists() and s.resolve() == out.resolve():
             raise UsageError("ledger merge: the output must not be one of the inputs")
-    tmp = out.with_name(f".{out.name}.merging-{os.getpid()}")
+    if out.exists():
+        raise UsageError(f"ledger merge: {out} exists; choose a new -o file")
+    refuse_leftovers(out, "ledger merge")
     counts = {"runs": 0, "requests": 0, "duplicates_dropped": 0, "grades": 0, "server_samples": 0}
-    try:
-        dst = open_ledger(tmp)
+    with new_database(out, "ledger merge") as tmp, open_ledger(tmp) as dst:
         seen: set[tuple[Any, ...]] = set()
         reviews: list[dict[str, Any]] = []
         for path in sources:
-            src = open_ledger(path)  # migrates an older ledger to this schema first
-            reviews += _merge_one(src, dst, seen, counts)
-            src.close()
+            with read_source(path, out) as src:
+                reviews += _merge_one(src, dst, seen, counts)
         with dst._db.conn:
             _merge_reviews(dst, reviews, counts)
-        dst._db.execute("pragma wal_checkpoint(truncate)")
-        dst.close()
-        for suffix in ("-wal", "-shm"):
-            Path(str(tmp) + suffix).unlink(missing_ok=True)
-        tmp.rename(out)
-    finally:
-        for p in (tmp, Path(str(tmp) + "-wal"), Path(str(tmp) + "-shm")):
-            p.unlink(missing_ok=True)
+        dst.close()  # closed before the file is renamed into place
     return counts
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .store import Ledger, open_ledger, write_methods
+from .opening import open_ledger
+from .store import Ledger, write_methods
 
 Event = tuple[Any, ...]
 

@@ -18,11 +18,12 @@ from typing import Any
 
 from sqlite_utils import Database
 
-from ..errors import LedgerError, LedgerWriteError, UsageError
+from ..errors import LedgerWriteError, UsageError
 from .aggregate import ReportReads
 from .derived import DerivedTables
 from .done import DoneKeys
-from .migrations import MIGRATION_NAMES, MIGRATION_SET, migrations
+from .migrations import migrations
+from .register import is_open, track, untrack
 from .reviews import ReviewsMixin
 from .series import SeriesReads
 from .token_scores import TokenScoresMixin
@@ -102,6 +103,13 @@ class Ledger(SeriesReads, TokenScoresMixin, DerivedTables, ReviewsMixin, ReportR
     def __init__(self, db: Database, path: Path) -> None:
         self._db = db
         self.path = path
+        track(self, str(path))
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # --- runs ---------------------------------------------------------------------------------
 
@@ -375,46 +383,15 @@ class Ledger(SeriesReads, TokenScoresMixin, DerivedTables, ReviewsMixin, ReportR
                                 "run_id = ? and variant = ? and is_warmup = 0 and final = 1", [run_id, variant]))
         return int(r["bad"] or 0), int(r["n"] or 0)
 
+    def migrations_applied(self) -> list[str]:
+        return [m.name for m in migrations.applied(self._db)]
+
     def close(self) -> None:
+        """Close the connection (idempotent). Every command closes what it opened: a connection left
+        to the garbage collector holds its locks and its `-wal` open for as long as it lives."""
+        untrack(self)
         self._db.conn.close()
 
-
-def _check_is_ledger(db: Database, path: Path) -> None:
-    tables = set(db.table_names())
-    if not tables:
-        return  # a blank database: migrations will make it a ledger
-    if "_sqlite_migrations" not in tables or not db.execute(
-        "select count(*) from _sqlite_migrations where migration_set = ?", [MIGRATION_SET]
-    ).fetchone()[0]:
-        raise LedgerError(f"{path}: not an evalkit ledger (it has tables but no evalkit migrations)")
-    known = set(MIGRATION_NAMES)
-    applied = {m.name for m in migrations.applied(db)}
-    newer = sorted(applied - known)
-    if newer:
-        raise LedgerError(
-            f"{path}: ledger was written by a newer evalkit (unknown migrations: {', '.join(newer)}); upgrade evalkit"
-        )
-
-
-def open_ledger(path: str | Path, *, create: bool = True) -> Ledger:
-    """Open a ledger, migrate it to the current schema, and return it (WAL mode)."""
-    p = Path(path)
-    if not create and not p.exists():
-        raise LedgerError(f"{p}: ledger not found (run `evalkit run` first, or pass --ledger)")
-    if p.parent and not p.parent.exists():
-        p.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        conn = sqlite3.connect(str(p), timeout=30)
-        db = Database(conn)
-        db.execute("select count(*) from sqlite_master").fetchone()
-    except sqlite3.DatabaseError as e:
-        raise LedgerError(f"{p}: not a SQLite database ({e})") from None
-    _check_is_ledger(db, p)
-    # WAL: a reader (Datasette, report) never blocks the writer; each row is its own transaction.
-    try:
-        db.execute("pragma journal_mode=wal")
-        db.execute("pragma synchronous=normal")
-        migrations.apply(db)
-    except sqlite3.OperationalError as e:  # a full disk or a read-only file: nothing was half written
-        raise LedgerWriteError(f"{p}: cannot write the ledger ({e})") from None
-    return Ledger(db, p)
+    @property
+    def closed(self) -> bool:
+        return not is_open(self)

@@ -18,6 +18,7 @@ from ..grading.registry import available, canned_queries, headline_columns, use_
 from ..ledger import Ledger
 from ..ledger.canned import canned
 from ..reporting.findings import findings
+from ..spawn import with_parent_death
 
 PLUGINS = Path(__file__).with_name("datasette_plugins")
 
@@ -129,20 +130,11 @@ def browse(ledger_db: Ledger, ledger: Path, host: str = "127.0.0.1", port: int =
     meta_path = meta_dir / f".{ledger.stem}-datasette.json"
     plugin = {"ledger": str(ledger.resolve()), "review": reviewer is not None, "reviewer": reviewer}
     meta_path.write_text(json.dumps(metadata(ledger.stem, plugin), indent=2), encoding="utf-8")
-    p = subprocess.Popen(serve_command(ledger, meta_path, host, port), preexec_fn=_die_with_parent)
+    # Datasette stops when evalkit dies, even by kill -9: set in its own code after exec (evalkit/spawn.py)
+    p = subprocess.Popen(with_parent_death(serve_command(ledger, meta_path, host, port)), start_new_session=True)
     if wait:
         wait_for_child(p)
     return p
-
-
-def _die_with_parent() -> None:
-    """In Datasette's process before exec: Linux stops it when evalkit dies, even by kill -9."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 def wait_for_child(p: subprocess.Popen[bytes]) -> None:
