@@ -378,3 +378,19 @@ def m022_report_reads(db: Database) -> None:
     # A report reads a run an ordered stretch of seqs at a time (`Ledger.seq_ranges`) and each
     # stretch's grades through its requests: without this index every stretch scanned the run.
     db["requests"].create_index(["run_id", "seq"], if_not_exists=True)
+
+
+@migration("m023_env_samples")
+def m023_env_samples(db: Database) -> None:
+    # The machine's load while a run measured (issue 47, measure/envload.py): one row about once a
+    # second, on the run's perf_counter clock (`t_ms`, like requests.mono_start_ms; `span_ms`: the
+    # interval the row's CPU figures cover, ending at t_ms), so each variant's requests join to
+    # the load they ran under. Cores for the CPU figures, shares of all CPU time for steal/iowait.
+    db["env_samples"].create({
+        "id": int, "run_id": str, "t_ms": float, "span_ms": float, "ts": str, "variant_active": str,
+        "foreign_cpu": float, "own_cpu": float, "server_cpu": float, "busy_cpu": float, "steal": float,
+        "iowait": float, "load1": float, "cpu_mhz": float, "mem_pressure": float, "mem_available_mb": float,
+        "gpu_sm_clock_ratio": float, "gpu_throttle": int, "gpu_temp_c": float, "gpu_power_w": float,
+        "gpu_foreign_procs": int,
+    }, pk="id", foreign_keys=[("run_id", "runs", "id")])
+    db["env_samples"].create_index(["run_id", "t_ms"])

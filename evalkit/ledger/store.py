@@ -1,7 +1,7 @@
 """The SQLite ledger: the only code in evalkit that talks to SQLite (as sqlite-utils' `db.py` is
 for its CLI). Everything else calls these methods and holds no SQL.
 
-Write side: runs, variants, requests, server samples, grades, derived tables.
+Write side: runs, variants, requests, server samples, load samples (env.py), grades, derived tables.
 Read side: `require_run`, `baseline`, one `measured_requests` join, latest grades, done keys for
 resume, the saturation rows, the series behind the plots, the tables that get published.
 """
@@ -22,6 +22,7 @@ from ..errors import LedgerWriteError, UsageError
 from .aggregate import ReportReads
 from .derived import DerivedTables
 from .done import DoneKeys
+from .env import EnvSamples
 from .migrations import migrations
 from .register import is_open, track, untrack
 from .reviews import ReviewsMixin
@@ -96,7 +97,7 @@ class RunRecord(dict):
         return self.matrix.get("margins") or {}
 
 
-class Ledger(SeriesReads, TokenScoresMixin, DerivedTables, ReviewsMixin, ReportReads):  # token_scores.py, derived.py, reviews.py
+class Ledger(SeriesReads, TokenScoresMixin, DerivedTables, ReviewsMixin, ReportReads, EnvSamples):  # their own modules
     """One ledger file, migrated. Its sqlite-utils connection is private: every read and write the
     rest of evalkit needs is a method here."""
 

@@ -1,0 +1,107 @@
+"""The machine's load samples (`env_samples`, m023) and what the report reads from them: the rows
+of a stretch of a run, and per variant the load while its requests were in flight, joined by
+time in SQL. Part of `Ledger` (the one owner of SQL).
+
+A sample covers (t_ms - span_ms, t_ms] on the run's perf_counter clock; a request covers
+[mono_start_ms, mono_start_ms + e2e_ms] on the same clock. A sample belongs to a variant when the
+two overlap, so a request shorter than the sampling interval still meets the sample around it,
+and a sample that several of the variant's requests overlap counts once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import UsageError
+from .writes import _write
+
+ENV_COLUMNS = ("run_id", "t_ms", "span_ms", "ts", "variant_active", "foreign_cpu", "own_cpu", "server_cpu", "busy_cpu",
+               "steal", "iowait", "load1", "cpu_mhz", "mem_pressure", "mem_available_mb", "gpu_sm_clock_ratio",
+               "gpu_throttle", "gpu_temp_c", "gpu_power_w", "gpu_foreign_procs")
+SUMMARISED = ("foreign_cpu", "steal", "iowait")  # mean / p90 / max per variant
+SERIES = frozenset(ENV_COLUMNS) - {"run_id", "t_ms", "span_ms", "ts", "variant_active"}
+
+
+def _hits(level: str | None, variant: str | None) -> tuple[str, dict[str, Any]]:
+    """CTEs `reqs` (each measured request's window) and `hit` (distinct variant, sample id pairs
+    that overlap): the range on t_ms uses the (run_id, t_ms) index, one probe per request."""
+    where, params = "", {"level": level, "variant": variant}
+    if level is not None:
+        where += " and coalesce(level, 'main') = :level"
+    if variant is not None:
+        where += " and variant = :variant"
+    sql = f"""
+        with reqs as (
+            select variant, mono_start_ms as a, mono_start_ms + coalesce(e2e_ms, 0.0) as b from requests
+            where run_id = :run and is_warmup = 0 and final = 1 and mono_start_ms is not null{where}),
+        longest as (select coalesce(max(span_ms), 0.0) as m from env_samples where run_id = :run),
+        hit as (
+            select distinct r.variant, s.id from reqs r cross join longest
+            join env_samples s on s.run_id = :run and s.t_ms > r.a and s.t_ms < r.b + longest.m + 1e-6
+                 and s.t_ms - coalesce(s.span_ms, 0.0) < r.b)"""
+    return sql, params
+
+
+class EnvSamples:
+    _db: Any
+
+    @_write
+    def insert_env_samples(self, rows: list[dict[str, Any]]) -> None:
+        """A batch of load samples in one transaction (the sampler writes every ~10 s)."""
+        if not rows:
+            return
+        sql = (f"insert into env_samples ({', '.join(ENV_COLUMNS)}) "
+               f"values ({', '.join('?' for _ in ENV_COLUMNS)})")
+        with self._db.conn:
+            self._db.conn.executemany(sql, [tuple(r.get(c) for c in ENV_COLUMNS) for r in rows])
+
+    def env_samples(self, run_id: str, start_ms: float | None = None, end_ms: float | None = None
+                    ) -> list[dict[str, Any]]:
+        """A run's load samples whose t_ms lies in [start_ms, end_ms] (either end open), in time order."""
+        return list(self._db.query(
+            "select * from env_samples where run_id = :run and (:a is null or t_ms >= :a) "
+            "and (:b is null or t_ms <= :b) order by t_ms, id", {"run": run_id, "a": start_ms, "b": end_ms}))
+
+    def env_series(self, run_id: str, variant: str, measure: str = "foreign_cpu", level: str | None = None
+                   ) -> list[tuple[float, float]]:
+        """(t_ms, value) of one measure over the samples a variant's requests overlapped, in time
+        order (nulls left out): the series a change-point test reads."""
+        if measure not in SERIES:
+            raise UsageError(f"no load measure {measure!r}: one of {', '.join(sorted(SERIES))}")
+        cte, params = _hits(level, variant)
+        return [(r[0], r[1]) for r in self._db.execute(
+            f"{cte} select s.t_ms, s.[{measure}] from hit h join env_samples s on s.id = h.id "
+            f"where s.[{measure}] is not null order by s.t_ms, s.id", {"run": run_id, **params})]
+
+    def env_load(self, run_id: str, level: str | None = None) -> dict[str, dict[str, Any]]:
+        """Per variant, the load while its measured requests were in flight: for foreign_cpu, steal
+        and iowait the mean, p90 (nearest rank) and max over the overlapping samples (`<m>_mean`,
+        `<m>_p90`, `<m>_max`, `<m>_n`); `samples` overlapped, `gpu_samples` with a GPU reading and
+        `throttle_share` of those throttled; `first_ms` and `last_ms`, the variant's first send
+        and last end (whether two variants ran interleaved or back to back). Variants with
+        requests but no samples are there with samples 0 and null figures."""
+        cte, params = _hits(level, None)
+        p = {"run": run_id, **params}
+        out: dict[str, dict[str, Any]] = {}
+        for r in self._db.query(f"{cte} select variant, min(a) as first_ms, max(b) as last_ms from reqs group by variant", p):
+            out[r["variant"]] = {"variant": r["variant"], "first_ms": r["first_ms"], "last_ms": r["last_ms"], "samples": 0,
+                                 "gpu_samples": 0, "throttle_share": None,
+                                 **{f"{m}_{k}": None for m in SUMMARISED for k in ("mean", "p90", "max")},
+                                 **{f"{m}_n": 0 for m in SUMMARISED}}
+        for r in self._db.query(
+                f"""{cte} select h.variant, count(*) as samples, count(s.gpu_throttle) as gpu_samples,
+                           avg(case when s.gpu_throttle is not null then s.gpu_throttle != 0 end) as throttle_share
+                    from hit h join env_samples s on s.id = h.id group by h.variant""", p):
+            out[r["variant"]].update(r)
+        long = " union all ".join(
+            f"select h.variant, '{m}' as m, s.{m} as v from hit h join env_samples s on s.id = h.id where s.{m} is not null"
+            for m in SUMMARISED)
+        for r in self._db.query(
+                f"""{cte}, long as ({long}),
+                    ranked as (select variant, m, v, row_number() over (partition by variant, m order by v) as rn,
+                                      count(*) over (partition by variant, m) as n from long)
+                    select variant, m, avg(v) as mean, min(case when rn * 10 >= n * 9 then v end) as p90,
+                           max(v) as max, count(*) as n from ranked group by variant, m""", p):
+            for k in ("mean", "p90", "max", "n"):
+                out[r["variant"]][f"{r['m']}_{k}"] = r[k]
+        return out
