@@ -21,7 +21,7 @@ from .items import LETTERS, ChoiceItem, InstructionItem, Item, NumericItem, Suit
 from .language import detect as detect_language
 from .numbers import canonical, same_number
 from .readers import read_arc, read_gsm8k, read_ifeval, read_mmlu
-from .select import SuiteSpec, known_names, load_suite, load_suites, parse_specs, stratified, suite_cases
+from .selection import SuiteSpec, known_names, load_suite, load_suites, parse_specs, stratified, suite_cases
 
 __all__ = [
     "INSTRUCTIONS", "LETTERS", "TEMPLATES", "UNPARSED", "Choice", "ChoiceItem", "Extraction", "InstructionItem",
