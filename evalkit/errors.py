@@ -19,6 +19,11 @@ class DatasetError(UsageError):
     """A dataset file or row is invalid (message names file:line and field)."""
 
 
+class SuiteError(DatasetError):
+    """A suite spec (`instructions,gsm8k:FILE`) or a suite's file is invalid (message names
+    file:line and field, or the known suite names)."""
+
+
 class MatrixError(UsageError):
     """A matrix file is invalid (message names file:line and field)."""
 

@@ -17,7 +17,7 @@ SQL = re.compile(r"^\s*(select\b.+\bfrom\b|insert\s+into\b|update\s+\w+\s+set\b|
 # higher one. The root holds only what everything shares.
 LAYERS = [
     {"__init__", "errors", "paths", "stats", "redact", "host", "catalogue", "spawn"},
-    {"spec"},
+    {"spec", "suites"},
     {"ledger"},
     {"engines", "measure", "testing"},
     {"grading"},

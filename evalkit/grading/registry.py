@@ -30,6 +30,7 @@ BUILTINS = {
     "judge": "evalkit.grading.judge:JudgeGrader",
     "load_drift": "evalkit.grading.load_drift:LoadDriftGrader",
     "divergence": "evalkit.grading.divergence:DivergenceGrader",
+    "accuracy": "evalkit.grading.accuracy:AccuracyGrader",
 }
 HOW_TO_REGISTER = ("a grader is registered by an entry point in the `evalkit.graders` group of an installed package, "
                    "or named as module:Class (e.g. `graders: [mymodule:ReplyLength]` in the matrix, with "
