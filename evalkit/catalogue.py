@@ -70,6 +70,9 @@ REQUEST: tuple[Metric, ...] = (
     Metric("completion_tokens", "output tokens", 0, "output tokens, from the stream's usage chunk", "tokens"),
     Metric("cached_prompt_tokens", "cached prompt tokens", 0, "prompt tokens the server's prefix cache served",
            "tokens"),
+    Metric("order_block", "order block", 0, "its group of the alternation: a case (one request at a time) or a "
+           "chunk of cases (a loaded level); docs/verdicts.md"),
+    Metric("order_position", "order position", 0, "its place in that group: 0 was sent first"),
     Metric("srv_queue_ms", "server queue", 1, "server: time waiting in the scheduler queue", "ms"),
     Metric("srv_prefill_ms", "server prefill", 1, "server: scheduled to first token (prefill)", "ms"),
     Metric("srv_decode_ms", "server decode", 1, "server: first to last token", "ms"),

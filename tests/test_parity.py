@@ -176,7 +176,9 @@ def test_a_resumed_run_sends_the_same_requests_again_on_every_executor(runner, t
 
 @pytest.mark.parametrize("args, says", [
     (["--time-budget", "5m"], "--time-budget sizes the run from the first variant's probes"),
-    (["--interleave"], "--interleave needs every variant on one machine"),
+    (["--interleave"], "on Ray each variant runs as its own task, all at once"),
+    (["--order", "alternate"], "on Ray each variant runs as its own task, all at once"),
+    (["--order", "blocks"], "on Ray each variant runs as its own task, all at once"),
     (["--grader", "divergence"], "teacher-forced scoring (the divergence grader)"),
 ])
 def test_ray_refuses_what_it_cannot_carry_before_anything_is_written(runner, tmp_path, stubs, args, says):

@@ -33,7 +33,7 @@ from .console import RichProgress, print_closing, print_report
 @click.option("--speedup", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
               help="replay the trace this many times faster")
 @click.option("--trace-limit", type=click.IntRange(min=1), default=None, help="replay only the first N rows")
-@click.option("--subset-seed", type=int, default=None, help="which cases --limit picks, and the --interleave order [0]")
+@click.option("--subset-seed", type=int, default=None, help="which cases --limit picks, and the alternation's order [0]")
 @click.option("--arrival-seed", type=int, default=None, help="the Poisson arrival schedule of --rate [0]")
 @click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
               help="send each case this many times per variant (sampling seed + repeat index)")
@@ -61,8 +61,11 @@ from .console import RichProgress, print_closing, print_report
 @click.option("--client-procs", type=int, default=None,
               help="processes sending the load, each with its own event loop [what the host can spare: 1 beside a "
                    "launched server, else half the cores up to 8]")
-@click.option("--interleave", is_flag=True,
-              help="bring all variants up at once and alternate them per case (order randomised by --subset-seed)")
+@click.option("--order", type=click.Choice(["alternate", "blocks", "sequential", "parallel"]), default=None,
+              help="how the variants share time: alternate (all up; each case's requests side by side, a loaded "
+                   "level chunk by chunk), blocks (one server at a time, A B B A), sequential (one variant after "
+                   "the other: verdicts say so), parallel (Ray) [alternate where every server fits, else blocks]")
+@click.option("--interleave", is_flag=True, hidden=True, help="the old spelling of --order alternate")
 @click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
               help="run each variant (or replica) as a Ray task: `--ray` alone starts a local Ray instance; "
                    "or give auto / ray://HOST:10001")

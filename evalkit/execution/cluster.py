@@ -196,6 +196,7 @@ class OnRay:
     records every variant the node took with it as `failed`, with the cause."""
 
     name = "Ray"
+    parallel = True  # every variant a task of its own, at the same time (`--order parallel`)
 
     def __init__(self, address: str | None) -> None:
         self.address = address
@@ -203,8 +204,6 @@ class OnRay:
     def refuse(self, inp: RunInputs, load: Load) -> str | None:
         import importlib.util
 
-        if load.policy.interleave:
-            return "--interleave needs every variant on one machine at once: it does not combine with --ray"
         if inp.time_budget_s is not None:
             return ("--time-budget sizes the run from the first variant's probes, and Ray starts every variant at "
                     "once: give --limit N with --ray")

@@ -58,19 +58,20 @@ def resolve_inputs(ledger: Ledger | None, q: RunOptions, say: Any = lambda s: No
         matrix = load_matrix(q.matrix_path)
         launched = any(v.launched for v in matrix.variants)
         if q.trace is not None:
-            if q.dataset_path or q.limit or q.time_budget or q.concurrency or q.rate or q.sweep or q.mode or q.interleave:
+            if q.dataset_path or q.limit or q.time_budget or q.concurrency or q.rate or q.sweep or q.mode:
                 raise UsageError("--trace sets the requests and their arrivals: drop --dataset, --limit, --time-budget, "
-                                 "--concurrency, --rate, --sweep, --mode, --interleave (--max-concurrency may cap it)")
+                                 "--concurrency, --rate, --sweep, --mode (--max-concurrency may cap it)")
             cases, offsets, label = trace_cases(q.trace, matrix, say)
             matrix.generation.baseline_repeats = 1  # a trace is replayed once per variant
             load = load_from_options(None, max_concurrency=q.max_concurrency, stop_kv=q.stop_kv, slo=q.slo,
+                                     order=q.order, order_seed=q.subset_seed,
                                      client_procs=q.client_procs, launched_locally=launched, trace_offsets=offsets,
                                      max_error_rate=q.max_error_rate, stop_on_failure=q.stop_on_failure)
             out = RunInputs(matrix, cases, Path(q.trace.path), load, 1, run_extra={"trace_json": trace_json(q.trace, label)})
         else:
             load = load_from_options(matrix.load, mode=q.mode, concurrency=q.concurrency, rate=q.rate, arrival=q.arrival,
                                      max_concurrency=q.max_concurrency, sweep=q.sweep, stop_kv=q.stop_kv, slo=q.slo,
-                                     interleave=q.interleave, arrival_seed=q.arrival_seed, order_seed=q.subset_seed,
+                                     order=q.order, arrival_seed=q.arrival_seed, order_seed=q.subset_seed,
                                      client_procs=q.client_procs, launched_locally=launched,
                                      max_error_rate=q.max_error_rate, stop_on_failure=q.stop_on_failure)
             dpath = q.dataset_path or matrix.workload_path("dataset", "dataset.jsonl") or default_dataset_path()

@@ -179,6 +179,31 @@ class LiveVariant:
             self.fail(e)
             raise
 
+    def can_sleep(self) -> bool:
+        """A launched server started with vLLM's sleep mode can free its memory between blocks."""
+        return self.server is not None and "--enable-sleep-mode" in self.launch_args()
+
+    def sleep(self) -> None:
+        """vLLM's sleep mode, level 1: weights to host memory, KV cache dropped (`--order blocks`)."""
+        self._post("/sleep?level=1")
+        self._record({"status": "asleep"})
+
+    def wake(self) -> None:
+        self._post("/wake_up")
+        self._record({"status": "running"})
+
+    def _post(self, path: str) -> None:
+        import urllib.error
+        import urllib.request
+
+        req = urllib.request.Request(f"{self.base_url}{path}", data=b"", method="POST", headers=self.headers)
+        try:
+            with urllib.request.urlopen(req, timeout=self.variant.startup_timeout_s) as r:
+                r.read()
+        except (urllib.error.URLError, OSError) as e:
+            raise EngineError(f"variant '{self.label}': POST {path} failed ({e}): was it started with "
+                              "--enable-sleep-mode?") from None
+
     def server_died(self) -> str:
         """The launched server exited mid-run: record its exit code and log tail on the variant;
         returns the cause, for the requests it can no longer answer."""

@@ -5,7 +5,6 @@ sends, in order. Options are parsed once, here, at the edge. No I/O.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 from ..errors import UsageError
 from ..spec.dataset import Case, Message
 from ..spec.matrix import Matrix
+from .order import ORDERS, Order, balanced, chunks
 from .patterns import ClosedLoop, Level, OpenLoop, Pattern, Sequential, Sweep, TraceReplay, pattern_from_record
 from .stops import ErrorRate, KvFull, Preempted, Slo, SloBreached, StopRule, Waited, parse_slo
 
@@ -33,16 +33,19 @@ def parse_levels(text: str | None, flag: str = "--sweep") -> list[int]:
 @dataclass
 class RunPolicy:
     """How a run behaves around its load: a failed variant stops the run or not, processes that
-    send, variants brought up at once and alternated, and the seed of that order."""
+    send, and the order its variants share time in (`order.py`: alternated by default; the kind
+    asked for until the run decides it, with the memory planner, before anything is sent)."""
 
     stop_on_failure: bool = False
     client_procs: int = 1  # processes sending the load (each its own event loop); the ledger has one writer
-    interleave: bool = False  # bring all variants up at once and alternate A B A B ...
-    order_seed: int = 0
+    order: Order = field(default_factory=lambda: Order(""))  # kind "": not asked, decided by the run
+
+    @property
+    def order_seed(self) -> int:
+        return self.order.seed
 
     def record(self) -> dict[str, Any]:
-        return {"stop_on_failure": self.stop_on_failure, "client_procs": self.client_procs,
-                "interleave": self.interleave, "order_seed": self.order_seed}
+        return {"stop_on_failure": self.stop_on_failure, "client_procs": self.client_procs, **self.order.record()}
 
 
 @dataclass
@@ -75,8 +78,7 @@ class Load:
         """The load a run was started with (a ledger from before patterns too: its flat fields)."""
         pattern = pattern_from_record(d, trace_offsets if trace_offsets is not None else d.get("trace_offsets"))
         slo = Slo.from_record(d)
-        policy = RunPolicy(bool(d.get("stop_on_failure")), int(d.get("client_procs") or 1), bool(d.get("interleave")),
-                           int(d.get("order_seed") or d.get("seed") or 0))
+        policy = RunPolicy(bool(d.get("stop_on_failure")), int(d.get("client_procs") or 1), Order.from_record(d))
         return cls(pattern, default_stops(pattern, d.get("stop_kv") or 0.9, d.get("stop_on_preemption", True),
                                           d.get("stop_on_waiting", True), slo, float(d.get("max_error_rate", 0.5))),
                    slo, policy)
@@ -119,7 +121,7 @@ def default_stops(pattern: Pattern, stop_kv: float, on_preemption: bool, on_wait
 def load_from_options(matrix_load: Any, *, mode: str | None = None, concurrency: int | None = None,
                       rate: float | None = None, arrival: str | None = None, max_concurrency: int | None = None,
                       sweep: str | None = None, stop_kv: float | None = None, slo: str | None = None,
-                      interleave: bool = False, arrival_seed: int = 0, order_seed: int = 0,
+                      order: str | None = None, arrival_seed: int = 0, order_seed: int = 0,
                       client_procs: int | None = None, launched_locally: bool = True,
                       trace_offsets: list[float] | None = None, max_error_rate: float | None = None,
                       stop_on_failure: bool = False) -> Load:
@@ -127,7 +129,7 @@ def load_from_options(matrix_load: Any, *, mode: str | None = None, concurrency:
     section for what the command line leaves out (its shape — sweep, concurrency, rate — only when
     the command line gives no shape of its own). Contradicting options are refused here."""
     m = matrix_load
-    shape_given = any(x is not None for x in (mode, concurrency, rate, sweep)) or interleave or trace_offsets
+    shape_given = any(x is not None for x in (mode, concurrency, rate, sweep)) or trace_offsets
     if not shape_given and m is not None:
         concurrency, rate = m.concurrency, m.rate
         sweep = ",".join(str(c) for c in m.sweep) if m.sweep else None
@@ -147,8 +149,8 @@ def load_from_options(matrix_load: Any, *, mode: str | None = None, concurrency:
     levels = parse_levels(sweep)
     if levels and (rate is not None or concurrency):
         raise UsageError("--sweep sets the concurrency levels itself: drop --rate/--concurrency")
-    if interleave and (levels or rate is not None or (concurrency or 1) > 1):
-        raise UsageError("--interleave alternates variants one request at a time: use it with sequential mode")
+    if order is not None and order not in ORDERS:
+        raise UsageError(f"--order must be one of {', '.join(ORDERS)}, not {order!r}")
     if max_concurrency is not None and max_concurrency < 1:
         raise UsageError("--max-concurrency must be at least 1")
     if client_procs is not None and client_procs < 1:
@@ -173,7 +175,7 @@ def load_from_options(matrix_load: Any, *, mode: str | None = None, concurrency:
         pattern = Sequential()
     from .procs import default_procs
 
-    policy = RunPolicy(stop_on_failure, client_procs or default_procs(launched_locally), interleave, order_seed)
+    policy = RunPolicy(stop_on_failure, client_procs or default_procs(launched_locally), Order(order or "", seed=order_seed))
     on_waiting = m.stop_on_waiting if m is not None else True
     stops = default_stops(pattern, kv, True, on_waiting, limits, 0.5 if max_error_rate is None else max_error_rate)
     return Load(pattern, stops, limits, policy)
@@ -189,6 +191,8 @@ class WorkItem:
     concurrency: int = 1
     replica: int | None = None  # which server of a replicated variant (None: the variant has one)
     attempt0: int = 0  # the attempt number it starts at (a resume that sends a failed request again)
+    order_block: int | None = None  # its group of the alternation (`order.py`): a case, or a loaded level's chunk
+    order_position: int | None = None  # where in that group it was sent (0: first)
 
     @property
     def target(self) -> str:
@@ -228,9 +232,13 @@ def warmup_cases(cases: Sequence[Case], n: int, structured: bool) -> list[Case]:
 
 
 def _measured(matrix: Matrix, variants: list[str], cases: Sequence[Case], repeats: int, load: Load, level: str,
-              concurrency: int) -> Iterator[WorkItem]:
-    """Every case and repeat of the variants, in sending order (the baseline's noise-floor passes
-    after its repeats; interleaved when asked), each on its replica: generated, never listed."""
+              concurrency: int, sequential: bool = True, stamp: tuple[int, int] | None = None) -> Iterator[WorkItem]:
+    """Every case and repeat of the variants, in sending order, each on its replica: generated,
+    never listed. Alternated (`order.py`): on a ``sequential`` level each case's requests (every
+    variant and repeat, the baseline's noise-floor passes too) side by side in a balanced order; on a
+    loaded level chunk by chunk, each chunk sent to every variant in turn. One after the other:
+    each variant's repeats in turn (the baseline's noise-floor passes after its repeats).
+    ``stamp``: the (block, position) of a block of a one-at-a-time run (`--order blocks`)."""
     gen = matrix.generation
     replicas = {v: matrix.variant(v).n_replicas for v in variants}
     index = {c.id: i for i, c in enumerate(cases)}  # case i goes to replica i mod N (all its repeats too)
@@ -239,24 +247,31 @@ def _measured(matrix: Matrix, variants: list[str], cases: Sequence[Case], repeat
         # the baseline is sent more often: its extra repeats are drift's noise floor
         return gen.baseline_passes(repeats) if v == matrix.baseline else repeats
 
-    def item(v: str, c: Case, rep: int) -> WorkItem:
+    def item(v: str, c: Case, rep: int, block: int | None = None, pos: int | None = None) -> WorkItem:
         n = replicas.get(v, 1)
-        return WorkItem(v, c, rep, False, level, concurrency, index[c.id] % n if n > 1 else None)
+        return WorkItem(v, c, rep, False, level, concurrency, index[c.id] % n if n > 1 else None,
+                        order_block=block, order_position=pos)
 
-    top = max(n_rep(v) for v in variants)
-    if load.policy.interleave and len(variants) > 1:
-        rng = random.Random(load.policy.order_seed)
-        for rep in range(top):
-            for c in cases:
-                order = [v for v in variants if rep < n_rep(v)]
-                rng.shuffle(order)  # randomised within each case, so neither variant always goes first
-                for v in order:
-                    yield item(v, c, rep)
+    order = load.policy.order
+    if order.alternates and len(variants) > 1 and sequential:
+        slots = [(v, rep) for v in variants for rep in range(n_rep(v))]
+        perms = balanced(slots, order.seed)
+        for b, c in enumerate(cases):
+            for pos, (v, rep) in enumerate(next(perms)):
+                yield item(v, c, rep, b, pos)
+    elif order.alternates and len(variants) > 1:
+        perms = balanced(variants, order.seed)
+        for b, part in enumerate(chunks(cases, order.chunk_for(concurrency))):
+            for pos, v in enumerate(next(perms)):
+                for rep in range(n_rep(v)):
+                    for c in part:
+                        yield item(v, c, rep, b, pos)
     else:
+        block, pos = stamp if stamp is not None else (None, None)
         for v in variants:
             for rep in range(n_rep(v)):
                 for c in cases:
-                    yield item(v, c, rep)
+                    yield item(v, c, rep, block, pos)
 
 
 def warmup_items(matrix: Matrix, variants: list[str], cases: Sequence[Case], level: str = "main",
@@ -277,7 +292,7 @@ def build_work(matrix: Matrix, variants: list[str], cases: list[Case], repeats: 
     """The work items one level sends, as a list: the warm-ups (first level only), then every case
     and repeat (`Work` makes the same measured items on demand, which a large run needs)."""
     warm = warmup_items(matrix, variants, cases, level, concurrency) if warmup else []
-    return warm + list(_measured(matrix, variants, cases, repeats, load, level, concurrency))
+    return warm + list(_measured(matrix, variants, cases, repeats, load, level, concurrency, concurrency == 1))
 
 
 def item_done(item: WorkItem, skip: Collection[tuple[str, str, int, str]]) -> bool:
@@ -305,11 +320,13 @@ class Work:
     skip: Collection[tuple[str, str, int, str]] = frozenset()
     attempts: dict[tuple[str, str, int, str], int] = field(default_factory=dict)
     keep: frozenset[str] | None = None
+    sequential: bool = True  # a level of one request at a time (alternated case by case, not chunk by chunk)
+    stamp: tuple[int, int] | None = None  # (block, position) of a one-at-a-time block (`--order blocks`)
     _counts: dict[str, int] | None = field(default=None, repr=False)
 
     def __iter__(self) -> Iterator[WorkItem]:
         for it in _measured(self.matrix, self.variants, self.cases, self.repeats, self.load, self.level,
-                            self.concurrency):
+                            self.concurrency, self.sequential, self.stamp):
             if (self.targets is not None and it.target not in self.targets) or \
                     (self.keep is not None and it.case.id not in self.keep) or item_done(it, self.skip):
                 continue

@@ -34,7 +34,8 @@ class RunOptions:
     stop_kv: float | None = None
     slo: str | None = None
     client_procs: int | None = None
-    interleave: bool = False
+    order: str | None = None  # alternate, blocks, sequential, parallel (execution/order.py) [decided by the run]
+    interleave: bool = False  # the old spelling of --order alternate
     max_error_rate: float | None = None
     stop_on_failure: bool = False
     resume_id: str | None = None

@@ -35,6 +35,7 @@ def request_row(run_id: str, item: WorkItem, seq: int, attempt: int, final: bool
         "e2e_user_ms": r.e2e_user_ms,
         "n_reads": r.n_reads, "first_read_chunks": r.first_read_chunks, "max_read_chunks": r.max_read_chunks,
         "cached_prompt_tokens": r.cached_prompt_tokens,
+        "order_block": item.order_block, "order_position": item.order_position,
         **{k: item.case.meta.get(k) for k in TRACE_FIELDS if k in item.case.meta},
     }
 

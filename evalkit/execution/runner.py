@@ -106,6 +106,11 @@ class RunContext:
     time_budget_s: float | None = None  # --time-budget: the run keeps as many cases as fit...
     stop_reason: str | None = None  # why the run ended early (a failed variant with --stop-on-failure, a signal)
     sized: int | None = None  # ...this many, decided from the first variant's probes (`cases` is cut to them)
+    stamp: tuple[int, int] | None = None  # (block, position) while one block of `--order blocks` is sent
+    keep_asleep: bool = False  # put a sleep-capable server to sleep after its block, not stop it
+    asleep: dict[str, dict[str, LiveVariant]] = field(default_factory=dict)  # variant -> its sleeping servers
+    switched: dict[str, str] = field(default_factory=dict)  # variant -> how its server came up: start, wake
+    switch_s: dict[str, float] = field(default_factory=dict)  # variant -> seconds that took
 
 
 def open_variants(ctx: RunContext, group: list[str], replicas: list[int] | None = None) -> dict[str, LiveVariant]:
@@ -113,6 +118,13 @@ def open_variants(ctx: RunContext, group: list[str], replicas: list[int] | None 
     ``replicas`` limits which servers of a replicated variant this process opens (Ray workers)."""
     servers: dict[str, LiveVariant] = {}
     for name in group:
+        if name in ctx.asleep:  # `--order blocks`: its server sleeps since its last block
+            t0 = time.perf_counter()
+            for s in ctx.asleep.pop(name).values():
+                s.wake()
+                servers[s.label] = s
+            ctx.switched[name], ctx.switch_s[name] = "wake", time.perf_counter() - t0
+            continue
         v = ctx.matrix.variant(name)
         for rep in ([None] if v.n_replicas == 1 else (replicas if replicas is not None else range(v.n_replicas))):
             s = LiveVariant(ctx.ledger, ctx.run_id, ctx.matrix, v, ctx.progress.say, ctx.log_dir, replica=rep,
@@ -126,6 +138,8 @@ def open_variants(ctx: RunContext, group: list[str], replicas: list[int] | None 
             for stage, secs in s.stage_s.items():
                 ctx.summary.stages.setdefault(s.label, {})[stage] = secs
                 ctx.progress.say(f"'{s.label}' {stage}: {secs:.1f} s")
+            ctx.switched[name] = "start"
+            ctx.switch_s[name] = ctx.switch_s.get(name, 0.0) + s.stage_s.get("start", 0.0)
     return servers
 
 
@@ -219,7 +233,8 @@ def run_group(ctx: RunContext, group: list[str], seq0: int, variants_after: int 
             warm = [it for it in warmup_items(ctx.matrix, live, ctx.cases, level.name, level.concurrency)
                     if it.target in servers] if i == 0 else []
             main = Work(ctx.matrix, live, ctx.cases, ctx.repeats, load, level.name, level.concurrency,
-                        targets=set(servers), skip=ctx.skip, attempts=attempts)
+                        targets=set(servers), skip=ctx.skip, attempts=attempts, sequential=level.sequential,
+                        stamp=ctx.stamp)
             summary.n_skipped += sum(ctx.skip.count(name, level.name) for name in live)
             if warm:
                 main = _send_warmups(ctx, sender, warm, main, live, servers, variants_after)
@@ -272,6 +287,12 @@ def run_group(ctx: RunContext, group: list[str], seq0: int, variants_after: int 
             cause = s.died or summary.failed_variants.get(s.variant.name)
             if cause:
                 summary.failed_variants[s.label] = cause
+            if not cause and ctx.keep_asleep and s.can_sleep():  # `--order blocks`: it comes back for the next block
+                t0 = time.perf_counter()
+                s.sleep()
+                ctx.asleep.setdefault(s.variant.name, {})[s.label] = s
+                ctx.switch_s[s.variant.name] = ctx.switch_s.get(s.variant.name, 0.0) + time.perf_counter() - t0
+                continue
             s.close("failed" if cause else "complete", cause)
         for name in dict.fromkeys(s.variant.name for s in servers.values()):
             for stage in ("warm-up", "measure"):

@@ -55,8 +55,6 @@ def search_load(axis: str, slo: str | None, *, base: Load | None = None, max_pro
     if axis == "concurrency" and arrival is not None:
         raise UsageError("--arrival shapes a rate search's open-loop arrivals; a concurrency search is closed-loop")
     policy = base.policy if base is not None else RunPolicy()
-    if policy.interleave:
-        raise UsageError("--search probes one variant at a time: it does not combine with --interleave")
     limits = parse_search_slo(slo)
     stops = (ErrorRate(max_error_rate), OverSaturated()) + ((SloBreached(limits),) if limits else ())
     pattern = Search(axis, max_probes, tolerance, arrival or "constant", arrival_seed, start)  # type: ignore[arg-type]
@@ -65,7 +63,7 @@ def search_load(axis: str, slo: str | None, *, base: Load | None = None, max_pro
 
 CONFLICTS = {"sweep": "--sweep", "rate": "--rate", "concurrency": "--concurrency", "mode": "--mode",
              "max_concurrency": "--max-concurrency", "time_budget": "--time-budget", "resume_id": "--resume",
-             "ray_address": "--ray", "interleave": "--interleave"}
+             "ray_address": "--ray"}
 
 
 @dataclass

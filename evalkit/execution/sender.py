@@ -13,6 +13,7 @@ import asyncio
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import groupby, islice
 from typing import Any, Protocol
 
 import aiohttp
@@ -299,19 +300,34 @@ class Sender:
         probe.lags += [lag for _, lag in windows]
 
     async def _send_targets(self, http: aiohttp.ClientSession, items: Iterable[WorkItem], level: Level) -> None:
-        targets = items.target_names() if isinstance(items, Work) else list(dict.fromkeys(it.target for it in items))
-        if any("#" in t for t in targets) and not self.load.policy.interleave:
-            # replicated variants: each server runs its shard under the load, side by side
-            await gather_or_cancel(*(self._pipeline(http, _for_target(items, t), level) for t in targets))
-        else:
-            await self._pipeline(http, items, level)
+        order = self.load.policy.order
+        if order.alternates and not level.sequential and len({s.variant.name for s in self.servers.values()}) > 1:
+            # alternated under load (`order.py`): each chunk of cases is sent to one variant at a time, as a
+            # block of the level's load; a chunk's open-loop arrivals are its own stretch of the schedule
+            chunk = order.chunk_for(level.concurrency)
+            for (block, _), part in groupby(items, key=lambda it: (it.order_block, it.order_position)):
+                await self._side_by_side(http, list(part), level, (block or 0) * chunk)
+                if STOP.requested:
+                    return
+            return
+        await self._side_by_side(http, items, level)
 
-    async def _pipeline(self, http: aiohttp.ClientSession, items: Iterable[WorkItem], level: Level) -> None:
+    async def _side_by_side(self, http: aiohttp.ClientSession, items: Iterable[WorkItem], level: Level,
+                            skip: int = 0) -> None:
+        targets = items.target_names() if isinstance(items, Work) else list(dict.fromkeys(it.target for it in items))
+        if any("#" in t for t in targets):
+            # replicated variants: each server runs its shard under the load, side by side
+            await gather_or_cancel(*(self._pipeline(http, _for_target(items, t), level, skip) for t in targets))
+        else:
+            await self._pipeline(http, items, level, skip)
+
+    async def _pipeline(self, http: aiohttp.ClientSession, items: Iterable[WorkItem], level: Level,
+                        skip: int = 0) -> None:
         if level.sequential:
             for item in items:
                 await self.send_item(http, item, attribute_now=True)
         elif level.open_loop:
-            await self._open_loop(http, items, level)
+            await self._open_loop(http, items, level, skip)
         else:
             await self._closed_loop(http, items, level.concurrency)
 
@@ -328,7 +344,8 @@ class Sender:
 
         await gather_or_cancel(*(worker() for _ in range(concurrency)))
 
-    async def _open_loop(self, http: aiohttp.ClientSession, items: Iterable[WorkItem], level: Level) -> None:
+    async def _open_loop(self, http: aiohttp.ClientSession, items: Iterable[WorkItem], level: Level,
+                         skip: int = 0) -> None:
         """Arrivals on the level's schedule, whatever the server does. Each request is due at its
         scheduled time on the run's clock and becomes a task only then (a million arrivals are
         never a million waiting tasks) — a moment earlier (`LEAD_MS`) when sending processes carry
@@ -352,9 +369,12 @@ class Sender:
             if not t.cancelled() and t.exception() is not None:
                 failed.append(t.exception())  # type: ignore[arg-type]
 
+        arrivals = islice(level.arrivals(), skip, None)  # a block of an alternated level: its stretch of the schedule
+        first: float | None = None
         try:
-            for item, off in zip(items, level.arrivals(), strict=False):
-                due = start_ms + off * 1000.0
+            for item, off in zip(items, arrivals, strict=False):
+                first = (off if skip else 0.0) if first is None else first  # a later stretch starts now
+                due = start_ms + (off - first) * 1000.0
                 delay = (due - lead - self._now_ms()) / 1000.0
                 if delay > 0:
                     await asyncio.sleep(delay)

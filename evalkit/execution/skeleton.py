@@ -11,6 +11,7 @@ import platform
 import socket
 import sys
 import uuid
+from dataclasses import replace
 from itertools import chain, islice
 from pathlib import Path
 from typing import Protocol
@@ -25,8 +26,10 @@ from ..redact import redact, redact_args
 from ..spec.dataset import dataset_hash
 from ..spec.matrix import Matrix
 from ..spec.spool import SpooledCases
+from .blocks import run_blocks
 from .inputs import RunInputs
 from .load import Load, warmup_cases
+from .order import Order, host_order
 from .runner import Progress, RunContext, RunSummary, SilentProgress, case_rows, run_group
 
 
@@ -107,26 +110,39 @@ class Executor(Protocol):
 
 
 class InProcess:
-    """Every variant from this process, one after another (or all at once, interleaved); its
-    requests from this event loop or from `--client-procs` sending processes."""
+    """Every variant from this process: all up at once and alternated (the default), one server at a
+    time in balanced blocks, or one after the other when asked (`order.py`); its requests from
+    this event loop or from `--client-procs` sending processes."""
 
     name = "this process"
+    parallel = False
 
     def refuse(self, inp: RunInputs, load: Load) -> str | None:
-        if load.policy.interleave and any(v.n_replicas > 1 for v in inp.matrix.variants):
-            return "--interleave alternates single servers: it does not combine with replicated variants"
+        if load.policy.order.kind == "blocks" and inp.time_budget_s is not None:
+            return ("--time-budget sizes the run from probes with every variant up; with one server at a time "
+                    "(--order blocks) give --limit N")
         return None
 
     def run_variants(self, ctx: RunContext) -> None:
         load, seq = ctx.load, ctx.ledger.max_seq(ctx.run_id)
         names = [v.name for v in ctx.matrix.ordered_variants()]
-        groups = [names] if load.policy.interleave else [[n] for n in names]
+        kind = load.policy.order.kind
+        if kind == "blocks":
+            run_blocks(ctx, names, seq)
+            return
+        groups = [names] if kind == "alternate" else [[n] for n in names]
         for gi, group in enumerate(groups):
-            seq = run_group(ctx, group, seq, variants_after=0 if load.policy.interleave else len(groups) - gi - 1)
-            if load.policy.stop_on_failure and ctx.summary.failed_variants:
-                ctx.stop_reason = f"stopped after a failed variant ({', '.join(ctx.summary.failed_variants)})"
-                ctx.progress.say(ctx.stop_reason)
+            seq = run_group(ctx, group, seq, variants_after=len(groups) - gi - 1)
+            if self._stop_after_failure(ctx):
                 break
+
+    @staticmethod
+    def _stop_after_failure(ctx: RunContext) -> bool:
+        if ctx.load.policy.stop_on_failure and ctx.summary.failed_variants:
+            ctx.stop_reason = f"stopped after a failed variant ({', '.join(ctx.summary.failed_variants)})"
+            ctx.progress.say(ctx.stop_reason)
+            return True
+        return False
 
 
 def executor_for(inp: RunInputs) -> Executor:
@@ -147,9 +163,17 @@ def run_matrix(ledger: Ledger, inp: RunInputs, progress: Progress | None = None,
     resume_run, budget = inp.opts.resume_id, inp.time_budget_s
     if budget is not None and not resume_run and (load.pattern.saturates or any(lv.open_loop for lv in load.levels())):
         raise UsageError("--time-budget sizes sequential and fixed-concurrency runs; a sweep or --rate takes --limit")
+    if not resume_run:  # an order the options cannot have (--order alternate with --ray): before anything else
+        decide_order(inp, load, executor, {}, check_only=True)
     if (why := executor.refuse(inp, load)) is not None:
         raise UsageError(why)
     memory = plan_memory(inp.matrix, progress.say)  # a memory budget that cannot fit stops here, before anything is written
+    if not resume_run:  # the order the variants share time in: decided once, recorded, kept by a resume
+        load.policy.order = decide_order(inp, load, executor, memory)
+        if (why := executor.refuse(inp, load)) is not None:  # what the chosen order cannot carry
+            raise UsageError(why)
+    if len(inp.matrix.variants) > 1:
+        progress.say(f"order: {load.policy.order.kind} ({load.policy.order.why})")
     summary, skip = start_run(ledger, inp, load, progress)
     cases = inp.cases if isinstance(inp.cases, SpooledCases) else list(inp.cases)  # a trace's stay on disk
     ctx = RunContext(ledger, summary.run_id, inp.matrix, cases, inp.repeats, load, skip, progress,
@@ -167,6 +191,25 @@ def run_matrix(ledger: Ledger, inp: RunInputs, progress: Progress | None = None,
     finally:
         finish_run(ledger, inp.matrix, summary, ok, ctx.stop_reason)
     return summary
+
+
+def decide_order(inp: RunInputs, load: Load, executor: Executor, memory: dict, check_only: bool = False) -> Order:
+    """The order this run's variants share time in, and why (`order.py`): alternated where every
+    server fits at once, in balanced blocks where one does, one after the other only when asked.
+    ``check_only``: the options' conflicts alone, before the memory planner runs."""
+    m = inp.matrix
+    launched = [v for v in m.variants if v.launched]
+    asked = load.policy.order.kind or None
+    fits = (True, "")
+    if len(launched) > 1 and asked not in ("sequential", "parallel") and not getattr(executor, "parallel", False) \
+            and not check_only:
+        from ..engines.memory import fit_together
+
+        fits = fit_together(m, memory, gpu=bool(this_host().get("gpu_json")))
+    order = host_order(asked, variants=len(m.variants), launched=len(launched), fit_together=fits,
+                       ray=bool(getattr(executor, "parallel", False)), adaptive=load.pattern.adaptive,
+                       interleave=bool(inp.opts.interleave))
+    return replace(order, seed=load.policy.order.seed, chunk=load.policy.order.chunk)
 
 
 def stop_reason(e: BaseException) -> str:

@@ -394,3 +394,18 @@ def m023_env_samples(db: Database) -> None:
         "gpu_foreign_procs": int,
     }, pk="id", foreign_keys=[("run_id", "runs", "id")])
     db["env_samples"].create_index(["run_id", "t_ms"])
+
+
+@migration("m024_order")
+def m024_order(db: Database) -> None:
+    # The variants alternate (issue 47, execution/order.py): each request records its group of the
+    # alternation (a case on a sequential level, a chunk of cases on a loaded one) and its place in
+    # it, so a position effect can be estimated and a verdict knows its sides ran side by side.
+    # A run that switches one server at a time (`--order blocks`) records each switch and its time.
+    db["requests"].add_column("order_block", int)
+    db["requests"].add_column("order_position", int)
+    db["switches"].create({
+        "id": int, "run_id": str, "variant": str, "block": int, "position": int, "kind": str, "t_ms": float,
+        "took_s": float, "ts": str,
+    }, pk="id", foreign_keys=[("run_id", "runs", "id")])
+    db["switches"].create_index(["run_id", "variant"])

@@ -181,6 +181,14 @@ class Ledger(SeriesReads, TokenScoresMixin, DerivedTables, ReviewsMixin, ReportR
         return bool(self._db["variants"].count_where("id = ?", [vid]))
 
     @_write
+    def record_switch(self, row: dict[str, Any]) -> None:
+        """One switch of `--order blocks`: a variant's server started or woken for a block, and its time."""
+        self._db["switches"].insert(row)
+
+    def switches(self, run_id: str) -> list[dict[str, Any]]:
+        return list(self._db.query("select * from switches where run_id = ? order by id", [run_id]))
+
+    @_write
     def upsert_replica(self, row: dict[str, Any]) -> None:
         self._db["replicas"].upsert(row, pk="id")
 
