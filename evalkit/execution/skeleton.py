@@ -10,6 +10,7 @@ import os
 import platform
 import socket
 import sys
+import time
 import uuid
 from dataclasses import replace
 from itertools import chain, islice
@@ -21,6 +22,7 @@ from ..engines.memory import plan_memory
 from ..errors import EvalkitError, LedgerWriteError, UsageError
 from ..host import this_host
 from ..ledger import DoneKeys, HeldKeys, Ledger, dumps, utcnow
+from ..measure.envload import EnvSampler
 from ..paths import cache_dir
 from ..redact import redact, redact_args
 from ..spec.dataset import dataset_hash
@@ -178,7 +180,11 @@ def run_matrix(ledger: Ledger, inp: RunInputs, progress: Progress | None = None,
     cases = inp.cases if isinstance(inp.cases, SpooledCases) else list(inp.cases)  # a trace's stay on disk
     ctx = RunContext(ledger, summary.run_id, inp.matrix, cases, inp.repeats, load, skip, progress,
                      log_dir or cache_dir() / "logs", summary, memory,
-                     time_budget_s=budget if not resume_run else None)
+                     time_budget_s=budget if not resume_run else None,
+                     # one clock for the whole run; a resumed run's goes on a minute after its last request
+                     epoch=time.perf_counter() - ((ledger.max_mono_ms(summary.run_id) + 60_000.0) / 1000.0
+                                                  if resume_run else 0.0))
+    sampler = machine_sampler(ctx, executor)  # the machine's load beside the run (measure/envload.py)
     ok = False
     try:
         executor.run_variants(ctx)
@@ -189,8 +195,23 @@ def run_matrix(ledger: Ledger, inp: RunInputs, progress: Progress | None = None,
             e.run_id = summary.run_id  # type: ignore[attr-defined]
         raise
     finally:
+        if sampler is not None:
+            sampler.stop()
         finish_run(ledger, inp.matrix, summary, ok, ctx.stop_reason)
     return summary
+
+
+def machine_sampler(ctx: RunContext, executor: Executor) -> EnvSampler | None:
+    """The load sampler of a run sent from this process, started (a Ray run's variants run on their
+    workers' machines: not sampled here). Its rows share the requests' clock (`ctx.epoch`)."""
+    if getattr(executor, "parallel", False) or not ctx.matrix.telemetry.machine_load:
+        return None
+    endpoints = {v.name: [u for r in range(v.n_replicas) if (u := v.endpoint_of(r if v.n_replicas > 1 else None))]
+                 for v in ctx.matrix.variants if not v.launched}
+    s = EnvSampler(ctx.ledger, ctx.run_id, ctx.epoch or time.perf_counter(),
+                   known_pids=lambda: {k: set(v) for k, v in list(ctx.pids.items())}, endpoints=lambda: endpoints)
+    s.start()
+    return s
 
 
 def decide_order(inp: RunInputs, load: Load, executor: Executor, memory: dict, check_only: bool = False) -> Order:

@@ -105,3 +105,21 @@ class EnvSamples:
             for k in ("mean", "p90", "max", "n"):
                 out[r["variant"]][f"{r['m']}_{k}"] = r[k]
         return out
+
+    def first_level(self, run_id: str) -> str | None:
+        """The run's first load level (its lowest concurrency): where its verdicts are read."""
+        row = self._db.execute("select coalesce(level, 'main') from requests where run_id = ? and is_warmup = 0 "
+                               "order by concurrency, seq limit 1", [run_id]).fetchone()
+        return row[0] if row else None
+
+    def case_values(self, run_id: str, field: str, level: str | None = None) -> list[dict[str, Any]]:
+        """Per variant, case and repeat of a level (the first by default): the successful final
+        measured request's value of one request column, its send order and its place in the
+        alternation. What the A/A control and the position effect read (reporting/timeshare.py)."""
+        if field not in self._db["requests"].columns_dict:
+            raise UsageError(f"no request column {field!r}")
+        level = level if level is not None else self.first_level(run_id)
+        return list(self._db.query(
+            f"select variant, case_id, repeat, seq, order_block, order_position, [{field}] as value from requests "
+            "where run_id = :run and is_warmup = 0 and final = 1 and error_class is null and coalesce(level, 'main') = "
+            f":level and [{field}] is not null order by seq", {"run": run_id, "level": level}))

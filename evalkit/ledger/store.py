@@ -237,6 +237,12 @@ class Ledger(SeriesReads, TokenScoresMixin, DerivedTables, ReviewsMixin, ReportR
             "and coalesce(level, 'main') = ? and final = 1 and error_class is null", [run_id, variant, conversation_id,
                                                                                      repeat, level])}
 
+    def max_mono_ms(self, run_id: str) -> float:
+        """The latest end of a request of the run on its clock (0 when none): a resumed run's clock
+        goes on from there."""
+        return float(self._db.execute("select coalesce(max(mono_start_ms + coalesce(e2e_ms, 0)), 0) from requests "
+                                      "where run_id = ?", [run_id]).fetchone()[0])
+
     def max_seq(self, run_id: str) -> int:
         return int(self._db.execute("select coalesce(max(seq), 0) from requests where run_id = ?", [run_id]).fetchone()[0])
 

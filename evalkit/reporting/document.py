@@ -106,7 +106,7 @@ def verdict_blocks(fnd: dict[str, Any]) -> list[Block]:
                    "and a candidate answered (see the variants' status below)")
     elif not out:
         out.append("verdict: none (no margins: give `margins:` in the matrix or --margins; docs/verdicts.md)")
-    return out
+    return out + list((fnd.get("timeshare") or {}).get("headline") or [])
 
 
 @dataclass

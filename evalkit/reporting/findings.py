@@ -26,6 +26,7 @@ from .rows import request_rows
 from .rowseq import succeeded
 from .selection import by_variant, first_level, level_of
 from .spike_summary import Spike
+from .timeshare import timeshare
 from .traffic import conversations, prefix_sharing, trace_fidelity, traffic_lines
 from .under_load import lines as ul_lines
 from .under_load import quality_under_load
@@ -329,8 +330,10 @@ def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = N
         "by": by or [], "by_quality": by_quality(cases, baseline, by) if by else [],  # reporting/by_attr.py
         "paired": report["paired"],
         "multiplicity": report["multiplicity"],
-        "verdicts": (vs := verdicts(first_level(rows), baseline, specs)),
+        "verdicts": (vs := verdicts(first_level(rows), baseline, specs, time=(ts := timeshare(ledger, run_id, baseline,
+                                                                                          specs)))),
         "verdict_lines": sentences(vs, baseline) if baseline else [],
+        "timeshare": ts,
         "margins_given": [m.text for m in specs],  # so "no verdict" can say why truthfully
         "spikes": spikes(rows, "ttft_ms", k) + spikes(rows, "e2e_ms", k),
         "capacity": capacity(variants, rows, levels, max_tokens, stop_kv),
@@ -345,7 +348,7 @@ def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = N
         "flips": (flip_table := flips.flips(first_level(rows), baseline)),  # pass/fail changes per case
         "reviews": (revs := review_summary(ledger, run_id, rows, baseline)),  # people's verdicts (browse --review)
         "notes": [line for cls in available().values() for line in cls.aggregate.notes(rows)] + capacity_lines + ul_lines(qul)
-        + traffic_lines(traffic) + flips.lines(flip_table, specs) + review_lines(revs),
+        + traffic_lines(traffic) + flips.lines(flip_table, specs) + review_lines(revs) + ts["lines"],
     }
 
 

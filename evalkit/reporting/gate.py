@@ -16,6 +16,7 @@ from ..stats import percentile
 from .findings import parse_targets, request_rows
 from .report import build_report
 from .selection import by_level, first_level, is_swept
+from .timeshare import timeshare
 from .verdicts import MarginSpec, counts_text, fmt_estimate, level_text, parse_margins, verdicts
 
 
@@ -145,7 +146,8 @@ def run_checks(ledger: Ledger, run_id: str | None, spec: GateSpec) -> tuple[str,
                               f"{spec.max_client_lag_ms:g} ms; {'kernel' if kernel else 'user-space'} stamps)"))
     # a sweep's levels share one Holm family per variant: four levels are not four chances to be wrong
     swept = is_swept(reqs)
-    for e in verdicts(first, base, spec.margins, levels=by_level(reqs, base) if swept else None):
+    time = timeshare(ledger, rid, base, spec.margins) if base else None
+    for e in verdicts(first, base, spec.margins, levels=by_level(reqs, base) if swept else None, time=time):
         out.append(margin_check(e, swept, spec.require_decided))
     return rid, out
 
@@ -155,7 +157,7 @@ def margin_check(e: dict[str, Any], swept: bool, require_decided: bool) -> Check
     ``require_decided``); the line says the statistic, pairs and failures, and when the run was
     too small for any verdict."""
     at = f" at c={e['level']}" if swept else ""
-    decided = e["verdict"] != "inconclusive"
+    decided = e["verdict"] not in ("inconclusive", "undecided")  # undecided: the machine moved under it
     small = (f"; this run is too small to decide: {e['pairs']} pairs, at least {e['need_pairs']} needed"
              if e["pairs"] < e["need_pairs"] and "cannot decide" not in e["why"] else "")
     return Check(e["variant"], f"margin {e['metric']}{at}", e["estimate"], e["margin"],

@@ -20,6 +20,7 @@ from .report import build_report
 from .rows import Rows, RunRows, big_buffers_apart, give_back, keep_columns, request_rows
 from .rowseq import succeeded
 from .selection import COMPARED, first_level
+from .timeshare import timeshare
 from .traffic import conversation_sums, conversations, prefix_sharing, prefix_sums, trace_entry, traffic_lines
 from .under_load import lines as ul_lines
 from .under_load import load_entry, quality_under_load, seq_values
@@ -56,6 +57,7 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
     run_id = run["id"]
     report = report or build_report(ledger, run_id)
     baseline = ledger.baseline(run_id)
+    ts = timeshare(ledger, run_id, baseline, specs)  # the order, the machine's load, A/A: every verdict reads it
     load = run.load
     stop_kv = load.get("stop_kv", 0.9)
     variants = ledger.variants(run_id)
@@ -86,7 +88,7 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
         if vfirst is not None:  # the comparisons against the baseline: its first level and this one's
             both = vfirst if v == baseline else Rows.chain(base["first"], vfirst)
             p["slices"] = slices(measured(vfirst, baseline, run.repeats), ["complexity"])
-            p["verdicts"] = [] if v == baseline else verdicts(both, baseline, specs)
+            p["verdicts"] = [] if v == baseline else verdicts(both, baseline, specs, time=ts)
             p["flips"] = [] if v == baseline else flips.flips(both, baseline, floor_rep)
             p["study"] = study_entry(ledger, run_id, v, vfirst, None, baseline, base["ok"], ttft, e2e,
                                      ends=request_ends(outline["spans"], v)) if baseline else None
@@ -161,6 +163,7 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
         "multiplicity": report["multiplicity"],
         "verdicts": vs,
         "verdict_lines": sentences(vs, baseline) if baseline else [],
+        "timeshare": ts,
         "margins_given": [m.text for m in specs],
         "spikes": [s for v in names for s in part[v]["spikes"][0]] + [s for v in names for s in part[v]["spikes"][1]],
         "capacity": [c for v in variants for c in (part[v["name"]]["capacity"] if v["name"] in part else
@@ -175,7 +178,8 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
         **traffic,
         "flips": flip_table,
         "reviews": None,  # reviews are read with every row (`findings` takes that path when there are any)
-        "notes": notes + capacity_lines + ul_lines(qul) + traffic_lines(traffic) + flips.lines(flip_table, specs),
+        "notes": notes + capacity_lines + ul_lines(qul) + traffic_lines(traffic) + flips.lines(flip_table, specs)
+        + ts["lines"],
     }
 
 

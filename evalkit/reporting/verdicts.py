@@ -121,11 +121,15 @@ def _decide(iv: tuple[float, float], ms: MarginSpec) -> tuple[str, str]:
 
 
 def verdicts(rows: list[dict[str, Any]], baseline: str | None, specs: list[MarginSpec], alpha: float = ALPHA,
-             levels: list[tuple[int, list[dict[str, Any]]]] | None = None) -> list[dict[str, Any]]:
+             levels: list[tuple[int, list[dict[str, Any]]]] | None = None, time: dict[str, Any] | None = None
+             ) -> list[dict[str, Any]]:
     """One entry per candidate variant and margin: estimate, the interval at the level Holm's last
     step used, the p-values at the margin and at 0 (raw and Holm-adjusted), and the verdict.
     ``levels`` ((level, rows) of a sweep) puts every level's margins of a variant in its one
-    family, so a sweep of many levels is not many chances to be wrong; ``rows`` is then unused."""
+    family, so a sweep of many levels is not many chances to be wrong; ``rows`` is then unused.
+    ``time`` (`timeshare.timeshare`): a variant whose sides ran under measurably different machine
+    load has its latency verdicts *undecided*, the cause in its line; one sent one after the other
+    (or on another machine) says so in each latency verdict."""
     if not baseline or not specs:
         return []
     groups = levels if levels is not None else [(None, rows)]
@@ -167,8 +171,21 @@ def verdicts(rows: list[dict[str, Any]], baseline: str | None, specs: list[Margi
             if e["verdict"] == "inconclusive" and decides(t, ms) and t.min_p() > alpha / m:
                 e["why"] = (f"{t.n} pairs cannot decide: the smallest p they allow is {t.min_p():.3f}, and Holm "
                             f"over {m} hypotheses needs {alpha / m:.4f} or less: at least {need} pairs")
+            if ms.metric in LATENCY and time:
+                timed(e, (time.get("machine") or {}).get(variant), (time.get("notes") or {}).get(variant))
             out.append(e)
     return out
+
+
+def timed(e: dict[str, Any], cause: str | None, note: str | None) -> None:
+    """A latency verdict told what the machine did: undecided when it moved under the verdict (the
+    interval still printed: it measured the models and the machine together), noted when its sides
+    ran apart in time or place."""
+    if cause:
+        e["verdict"], e["why"], e["machine"] = "undecided", cause, cause
+    if note:
+        e["timing_note"] = note
+        e["why"] = f"{e['why']}; {note}"
 
 
 def statistic(ms: MarginSpec) -> str:
@@ -210,11 +227,12 @@ def sentences(vs: list[dict[str, Any]], baseline: str) -> list[str]:
     out = []
     for v, es in by.items():
         parts = []
-        for verdict in ("superior", "non-inferior", "inferior", "inconclusive"):
+        for verdict in ("superior", "non-inferior", "inferior", "inconclusive", "undecided"):
             xs = [e for e in es if e["verdict"] == verdict]
             if xs:
                 parts.append(f"{verdict} on " + ", ".join(f"{e['metric']} {fmt_estimate(e)} (margin {e['margin_text']}; "
-                                                         f"{counts_text(e)})" for e in xs))
+                                                         f"{counts_text(e)}" + (f"; {e['machine']}" if e.get("machine")
+                                                                                else "") + ")" for e in xs))
         most, need = max((e["pairs"] for e in es), default=0), max(e["need_pairs"] for e in es)
         tail = f"; {most} pairs cannot decide {len(es)} margins: at least {need} needed" if most < need else ""
         out.append(f"{v} vs {baseline}: " + "; ".join(parts) + tail + f" (intervals at {level_text(es[0]['ci_level'])}, "

@@ -102,6 +102,9 @@ class Telemetry(BaseModel):
                                                      "Linux); else the event loop's clock")
     client_lag_threshold_ms: float = Field(5.0, gt=0, description="event-loop lag above which a user-space timing "
                                                                   "is marked as one the client may have bent")
+    machine_load: bool = Field(True, description="sample the machine's load about once a second beside the run "
+                                                 "(env_samples: foreign CPU, steal, GPU clocks): a verdict whose sides "
+                                                 "ran under different load says so")
 
 
 class Load(BaseModel):

@@ -21,6 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
+from .cpu_burn import burn
 from .kvsim import KvSim
 from .schema_instances import instance
 from .stub_scoring import is_scoring, score_response, tokenize_response
@@ -42,34 +43,30 @@ class StubConfig:
     stamp: bool = False  # benchmarks: first content chunk starts "R<n>|", its send time kept in stamps
     stamps: dict[int, float] = field(default_factory=dict)
     done_stamps: dict[int, float] = field(default_factory=dict)  # with stamp: when [DONE] was written
-    # with stamp: just before the first content chunk's write, and once the response was closed, so a
-    # test can hold the client's receive stamps between the server's own (the stub thread may be
-    # descheduled around a write on a busy machine)
+    # with stamp: before the first content write and after the close (the client's stamps lie between)
     pre_stamps: dict[int, float] = field(default_factory=dict)
     closed_stamps: dict[int, float] = field(default_factory=dict)
     arrivals: list[float] = field(default_factory=list)
-    # fault name -> apply to every Nth request (1 = all); None = no faults
-    fault: str | None = None
+    fault: str | None = None  # a fault name, applied to every Nth request (1 = all)
     fault_every: int = 1
     counters: dict[str, int] = field(default_factory=lambda: {"requests": 0, "faults": 0})
     # vLLM-style server metrics of the stub's own (simulated) request phases
     hist: dict[str, tuple[int, float]] = field(default_factory=dict)  # histogram -> (count, sum)
     running: int = 0
-    # simulated pressure: KV-cache use per running request, and preemptions once more than
-    # `preempt_over` requests run at once (one per request that starts above that line)
+    # simulated pressure: KV use per running request; a preemption per request started above `preempt_over`
     kv_per_request: float = 1 / 64
     preempt_over: int | None = None
     preemptions: int = 0
     num_blocks: int = 1024
     block_size: int = 16
-    # /metrics answers 500 on every Nth scrape after the first (a server busy or restarting)
-    metrics_fail_every: int | None = None
+    metrics_fail_every: int | None = None  # /metrics answers 500 every Nth scrape after the first
     # token-exact KV pressure (evalkit.testing.kvsim): capacity in tokens, and when set, `ignore_eos`
     # requests generate exactly max_tokens tokens; each extra running request slows decode by this share
     kv_tokens: int | None = None
     max_num_seqs: int = 256
     batch_slowdown: float = 0.0
     per_request_metrics: bool = False  # the final chunk carries vLLM's per-request `metrics`
+    cpu_units: int = 0  # CPU work per token (`cpu_burn`): a neighbour on the stub's core slows it, as a real engine
     jitter_ms: float = 0.0  # each reply's TTFT gets a seeded uniform extra of up to this much
     seed: int = 0
     # a prefix cache over 16-word blocks: a prompt's leading blocks seen before are "cached"
@@ -339,6 +336,8 @@ def make_app(cfg: StubConfig) -> web.Application:
                 kv.grow(n)
             # the engine's token exists before the frontend sends it: stamped before the write, so a
             # handler descheduled inside the write cannot put the server's TTFT after the client's
+            if cfg.cpu_units:
+                burn(cfg.cpu_units)
             times.setdefault("first", time.perf_counter())
             if cfg.stamp and i == 0:
                 cfg.pre_stamps[n] = times["first"]
@@ -430,18 +429,19 @@ def main() -> None:
     ap.add_argument("--fault", choices=FAULTS, default=None)
     ap.add_argument("--fault-every", type=int, default=1)
     ap.add_argument("--no-role-chunk", action="store_true", help="first chunk carries content (benchmarks)")
-    ap.add_argument("--fixed-chunks", type=int, default=None, help="exactly N content chunks per reply")
+    ap.add_argument("--fixed-chunks", type=int, default=None, help="exactly N content chunks per reply")  # benchmarks
     ap.add_argument("--stamp", action="store_true", help="record first-content send times, served on /stats")
     ap.add_argument("--kv-tokens", type=int, default=None, help="token-exact KV pressure with this capacity")
     ap.add_argument("--block-size", type=int, default=16)
     ap.add_argument("--max-num-seqs", type=int, default=256, help="with --kv-tokens: parallel slots (the rest wait)")
     ap.add_argument("--batch-slowdown", type=float, default=0.0, help="decode slowdown per extra running request")
     ap.add_argument("--enable-per-request-metrics", action="store_true", help="vLLM's per-request `metrics`")
+    ap.add_argument("--cpu-units", type=int, default=0, help="CPU work per token (~1 us a unit): a CPU-bound server")
     a = ap.parse_args()
     cfg = StubConfig(ttft_ms=a.ttft_ms, itl_ms=a.itl_ms, fault=a.fault, fault_every=a.fault_every,
                      role_chunk=not a.no_role_chunk, fixed_chunks=a.fixed_chunks, stamp=a.stamp, kv_tokens=a.kv_tokens,
                      block_size=a.block_size, max_num_seqs=a.max_num_seqs, batch_slowdown=a.batch_slowdown,
-                     per_request_metrics=a.enable_per_request_metrics)
+                     per_request_metrics=a.enable_per_request_metrics, cpu_units=a.cpu_units)
     web.run_app(make_app(cfg), host="127.0.0.1", port=a.port, access_log=None)
 
 

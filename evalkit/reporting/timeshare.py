@@ -1,0 +1,161 @@
+"""What the report says about time (issue 47): how the variants shared it (`execution/order.py`),
+whether the machine moved under a verdict, the A/A control, the position effect and the load
+each variant ran under. Every latency verdict reads `machine` from here: a variant whose sides
+ran under measurably different load is *undecided*, with the cause in its line.
+
+- **A/A control**: the baseline's noise-floor pass against its own first pass, paired by case,
+  per latency metric: "A/A e2e_mean +0.4 % [−2.1, +2.9]". Alternated with the rest, it is the
+  difference the machine alone makes between two sends of the same thing; a margin inside it is
+  said to be so.
+- **Position effect**: how much slower (or faster) a request is when sent later in its group of
+  the alternation than first, on the log scale, per case (each variant is first equally often,
+  so the variants' own difference cancels).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..grading.margins import LATENCY, MarginSpec
+from ..ledger import Ledger
+from ..stats import robust_mean, robust_ratio
+from .machine import BaseSeries, SideLoad, machine_moved
+
+AA_DEFAULT = ("e2e_mean", "tpot_mean")  # the A/A metrics when no latency margin is given
+LEVEL = 0.95
+
+
+def timeshare(ledger: Ledger, run_id: str, baseline: str | None, specs: list[MarginSpec]) -> dict[str, Any]:
+    """The run's order, each candidate's machine cause (or None), the A/A control per latency
+    metric, the position effect and the load summary per variant, and the lines that say them."""
+    run = ledger.require_run(run_id)
+    load = run.load
+    order = {"kind": load.get("order") or ("alternate" if load.get("interleave") else "sequential"),
+             "why": load.get("order_why") or ""}
+    variants = [v["name"] for v in ledger.variants(run_id)]
+    env = ledger.env_load(run_id)
+    cands = [v for v in variants if v != baseline]
+    out: dict[str, Any] = {"order": order, "machine": {}, "notes": {}, "aa": [], "position_effect": None,
+                           "env_load": [env[v] for v in variants if v in env]}
+    if baseline is None:
+        return {**out, "lines": [], "headline": []}
+    host = ledger.host(run.get("host_id")) or {}
+    cores = host.get("threads") or host.get("cores")
+    series = BaseSeries(foreign_cpu=[v for _, v in ledger.env_series(run_id, baseline)],
+                        latency_ms=[r["value"] for r in ledger.case_values(run_id, "e2e_ms") if r["variant"] == baseline])
+    for v in cands:
+        if baseline in env and v in env:
+            cause = machine_moved(SideLoad.from_summary(env[baseline]), SideLoad.from_summary(env[v]), series,
+                                  host_cores=cores)
+            out["machine"][v] = cause
+        out["notes"][v] = side_note(order["kind"], ledger, run_id, baseline, v)
+    metrics = [s.metric for s in specs if s.metric in LATENCY] or list(AA_DEFAULT)
+    out["aa"] = [a for m in dict.fromkeys(metrics) if (a := aa_control(ledger, run_id, baseline, run.repeats, m,
+                                                                         specs))]
+    if order["kind"] in ("alternate", "blocks"):
+        out["position_effect"] = position_effect(ledger, run_id)
+    every = lines(out, baseline, specs)
+    # beside the verdict (every output's verdict block): the order, the A/A control, what undid a verdict
+    out["headline"] = [x for x in every if x.startswith(("order:", "A/A")) or "verdicts undecided" in x]
+    out["lines"] = [x for x in every if x not in out["headline"]]
+    return out
+
+
+def side_note(kind: str, ledger: Ledger, run_id: str, baseline: str, variant: str) -> str | None:
+    """What a latency verdict must say about when and where its sides ran, or None."""
+    if kind == "sequential":
+        return "its sides ran at different times (--order sequential): a change of the machine between them reads " \
+               "as a difference"
+    if kind == "parallel":
+        nodes = {v["name"]: v.get("node") for v in ledger.variants(run_id)}
+        if nodes.get(baseline) and nodes.get(variant) and nodes[baseline] != nodes[variant]:
+            return f"compared across machines: {baseline} ran on {nodes[baseline]}, {variant} on {nodes[variant]}"
+        return "its sides ran at the same time, side by side (Ray tasks), competing for the machine"
+    return None
+
+
+def _per_case(rows: list[dict[str, Any]], variant: str, repeats: set[int] | None) -> dict[str, float]:
+    acc: dict[str, list[float]] = {}
+    for r in rows:
+        if r["variant"] == variant and (repeats is None or r["repeat"] in repeats):
+            acc.setdefault(r["case_id"], []).append(r["value"])
+    return {c: sum(v) / len(v) for c, v in acc.items()}
+
+
+def aa_control(ledger: Ledger, run_id: str, baseline: str, repeats: int, metric: str,
+               specs: list[MarginSpec]) -> dict[str, Any] | None:
+    """The baseline against itself on one latency metric: its noise-floor pass(es) against its
+    measured repeats, paired by case, at 95 %; None when the baseline was sent once."""
+    field, _ = LATENCY[metric]
+    rows = [r for r in ledger.case_values(run_id, field) if r["variant"] == baseline]
+    floor = {r["repeat"] for r in rows if r["repeat"] >= repeats}
+    if not floor:
+        return None
+    main, again = _per_case(rows, baseline, set(range(repeats))), _per_case(rows, baseline, floor)
+    cases = sorted(set(main) & set(again))
+    unit = next((s.unit for s in specs if s.metric == metric), "%")
+    if len(cases) < 2:
+        return {"metric": metric, "unit": unit, "pairs": len(cases), "estimate": None, "ci": None}
+    t = robust_ratio([again[c] for c in cases], [main[c] for c in cases]) if unit == "%" else \
+        robust_mean([again[c] - main[c] for c in cases])
+    iv = t.interval(1 - LEVEL)
+    margin = next((s for s in specs if s.metric == metric), None)
+    inside = bool(margin and iv and min(iv) <= margin.value <= max(iv))
+    return {"metric": metric, "unit": unit, "pairs": t.n, "estimate": t.estimate, "ci": list(iv) if iv else None,
+            "level": LEVEL, "margin": margin.value if margin else None, "margin_inside": inside}
+
+
+def position_effect(ledger: Ledger, run_id: str) -> dict[str, Any] | None:
+    """Later in a group against first, E2E on the log scale per group, as a % with its 95 %
+    interval; None without alternated groups (a loaded level's chunk is a group too)."""
+    by: dict[int, dict[str, list[float]]] = {}
+    for r in ledger.case_values(run_id, "e2e_ms"):
+        if r["order_block"] is None or r["order_position"] is None or r["value"] <= 0:
+            continue
+        g = by.setdefault(r["order_block"], {"first": [], "later": []})
+        g["first" if r["order_position"] == 0 else "later"].append(math.log(r["value"]))
+    diffs = [sum(g["later"]) / len(g["later"]) - sum(g["first"]) / len(g["first"])
+             for g in by.values() if g["first"] and g["later"]]
+    if len(diffs) < 2:
+        return None
+    t = robust_mean(diffs)
+    iv = t.interval(1 - LEVEL)
+    pct = 100.0 * (math.exp(t.estimate) - 1.0) if t.estimate is not None else None
+    return {"metric": "e2e_ms", "groups": t.n, "estimate_pct": pct,
+            "ci_pct": [100.0 * (math.exp(x) - 1.0) for x in iv] if iv else None, "level": LEVEL}
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.3g}"
+
+
+def lines(ts: dict[str, Any], baseline: str, specs: list[MarginSpec]) -> list[str]:
+    out = [f"order: {ts['order']['kind']}" + (f" ({ts['order']['why']})" if ts["order"]["why"] else "")]
+    for a in ts["aa"]:
+        u = " %" if a["unit"] == "%" else f" {a['unit']}" if a["unit"] in ("ms", "pp") else ""
+        if a["estimate"] is None:
+            out.append(f"A/A {a['metric']}: {a['pairs']} pairs, too few for an interval")
+            continue
+        ci = f" [{_pct(a['ci'][0])}, {_pct(a['ci'][1])}]" if a["ci"] else ""
+        tail = (f"; the margin {a['margin']:+g}{u} lies inside this noise: the run cannot tell a difference that small "
+                "from the machine's own") if a["margin_inside"] else ""
+        out.append(f"A/A {a['metric']} {_pct(a['estimate'])}{u}{ci} ({baseline} against itself, {a['pairs']} pairs, "
+                   f"{a['level']:.0%}){tail}")
+    pe = ts["position_effect"]
+    if pe and pe["estimate_pct"] is not None:
+        ci = f" [{_pct(pe['ci_pct'][0])}, {_pct(pe['ci_pct'][1])}]" if pe["ci_pct"] else ""
+        out.append(f"position effect: sent later in its group, E2E {_pct(pe['estimate_pct'])} %{ci} against first "
+                   f"({pe['groups']} groups; balanced, so it cancels between variants)")
+    for e in ts["env_load"]:
+        if e.get("samples"):
+            out.append(f"machine load while {e['variant']} ran: foreign CPU {e['foreign_cpu_mean'] or 0:.2f} cores "
+                       f"(p90 {e['foreign_cpu_p90'] or 0:.2f}), steal {100 * (e['steal_mean'] or 0):.1f} %, "
+                       f"iowait {100 * (e['iowait_mean'] or 0):.1f} % ({e['samples']} samples)")
+    for v, cause in ts["machine"].items():
+        if cause:
+            out.append(f"{v}: latency verdicts undecided: {cause}")
+    for v, note in ts["notes"].items():
+        if note:
+            out.append(f"{v} vs {baseline}: {note}")
+    return out
