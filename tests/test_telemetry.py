@@ -234,3 +234,86 @@ def test_conflicting_or_bad_load_flags_exit_2(runner, args, expected, tmp_path):
     assert r.exit_code == 2, r.output
     assert expected in r.output
     assert "Traceback" not in r.output
+
+
+# --- a histogram that is absent or never moves is found once (issue 46) --------------------------------
+
+
+def _scraper(values: dict[str, float]):
+    import asyncio
+
+    from evalkit.measure.telemetry import MetricsScraper, Scrape
+
+    sc = MetricsScraper(None, "r", "v", "http://127.0.0.1:9", 0.0)  # type: ignore[arg-type]
+    calls = []
+
+    async def scrape(http):
+        calls.append(1)
+        await asyncio.sleep(0)
+        return Scrape(0.0, dict(values))
+
+    sc.scrape = scrape  # type: ignore[method-assign]
+    return sc, calls
+
+
+def _wait(sc, timeout_s: float = 0.05):
+    import asyncio
+
+    return asyncio.run(sc.wait_for_count(None, "e2e_request_latency_seconds_count", 1.0, timeout_s=timeout_s))
+
+
+def test_an_absent_histogram_is_not_waited_for():
+    sc, calls = _scraper({"other": 1.0})
+    _wait(sc, timeout_s=5.0)
+    assert len(calls) == 1
+
+
+def test_an_absent_histogram_is_never_asked_for_again():
+    sc, calls = _scraper({"other": 1.0})
+    _wait(sc)
+    _wait(sc)
+    assert len(calls) == 1
+
+
+def test_a_histogram_that_never_moves_is_waited_for_once():
+    import time
+
+    sc, calls = _scraper({"e2e_request_latency_seconds_count": 0.0})
+    _wait(sc)
+    t0 = time.perf_counter()
+    _wait(sc, timeout_s=5.0)
+    assert time.perf_counter() - t0 < 0.5
+
+
+@pytest.mark.parametrize("values, why", [({"other": 1.0}, "absent from /metrics"),
+                                          ({"e2e_request_latency_seconds_count": 0.0}, "did not move in 0.05 s")])
+def test_the_scraper_says_why_it_stopped_waiting(values, why):
+    sc, _ = _scraper(values)
+    _wait(sc)
+    assert sc.dead_keys == {"e2e_request_latency_seconds_count": why}
+
+
+def test_a_histogram_that_moves_is_read():
+    sc, _ = _scraper({"e2e_request_latency_seconds_count": 1.0})
+    assert _wait(sc).values["e2e_request_latency_seconds_count"] == 1.0
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("histograms", [False, True])
+def test_sequential_requests_start_within_50_ms_of_the_last_ones_end(runner, endpoint_matrix, tmp_path, histograms):
+    # an endpoint whose /metrics lacks vLLM's histograms: no request waits for one (issue 46)
+    import sqlite3
+
+    from evalkit.cli import cli
+    from evalkit.testing.stub_server import StubConfig, StubServer
+
+    with StubServer(StubConfig(ttft_ms=5, itl_ms=1, histograms=histograms)) as s:
+        m = endpoint_matrix(s.base_url, warmup=0, structured=False)
+        r = runner.invoke(cli, ["run", "--matrix", str(m), "--limit", "8", "--ledger", str(tmp_path / "l.db"), "-q",
+                                "--no-grade"])
+        assert r.exit_code == 0, r.output
+    with sqlite3.connect(tmp_path / "l.db") as c:
+        rows = c.execute("select mono_start_ms, mono_start_ms + e2e_ms from requests where is_warmup = 0 "
+                         "order by mono_start_ms").fetchall()
+    gaps = [b[0] - a[1] for a, b in zip(rows, rows[1:], strict=False)]
+    assert max(gaps) < 50, gaps

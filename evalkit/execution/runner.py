@@ -156,6 +156,9 @@ def record_scrape_errors(servers: dict[str, LiveVariant], scrapers: dict[str, Me
         if sc.errors:
             progress.say(f"warning: '{target}' /metrics: {sc.errors} scrape(s) failed (last: {sc.last_error}); "
                          "server fields of requests in those gaps rest on fewer samples (srv_scrapes)")
+        for key, why in sc.dead_keys.items():  # found once; no request waited for it after
+            progress.say(f"'{target}' /metrics: {key.removesuffix('_count')} {why}: no per-request histogram "
+                         "phases for its requests")
 
 
 def level_outcome(ctx: RunContext, name: str, level: Level, fresh: LevelOutcome) -> LevelOutcome:

@@ -271,6 +271,7 @@ class MetricsScraper:
     last_samples: list[Sample] = field(default_factory=list)
     available: bool = True
     errors: int = 0  # scrapes that failed (timeout, refused, non-200, unparsable); the loop goes on
+    dead_keys: dict[str, str] = field(default_factory=dict)  # histograms found absent or stuck: never waited for again
     last_error: str | None = None
     _last: dict[str, float] = field(default_factory=dict)
     _t: list[float] = field(default_factory=list)  # the history's times, for bisection
@@ -384,15 +385,25 @@ class MetricsScraper:
     async def wait_for_count(self, http: aiohttp.ClientSession, key: str, target: float,
                              timeout_s: float = 2.0) -> Scrape | None:
         """Scrape until a histogram count reaches ``target`` (the server records a request just
-        after its last chunk is sent)."""
+        after its last chunk is sent). A histogram the server does not have, or one that did not
+        move in a whole ``timeout_s``, is found once: no later request waits for it (a bare
+        endpoint's sequential requests would otherwise start ``timeout_s`` apart). Returns None then."""
+        if key in self.dead_keys:
+            return None
         deadline = time.perf_counter() + timeout_s
         s = None
         while time.perf_counter() < deadline:
             s = await self.scrape(http)
-            if s is None or s.values.get(key, 0.0) >= target:
+            if s is None:
+                return s
+            if key not in s.values:  # not a vLLM histogram this server keeps
+                self.dead_keys[key] = "absent from /metrics"
+                return None
+            if s.values[key] >= target:
                 return s
             await asyncio.sleep(0.02)
-        return s
+        self.dead_keys[key] = f"did not move in {timeout_s:g} s"
+        return None
 
 
 def engine_config(samples: list[Sample]) -> dict[str, Any]:

@@ -60,6 +60,7 @@ class StubConfig:
     num_blocks: int = 1024
     block_size: int = 16
     metrics_fail_every: int | None = None  # /metrics answers 500 every Nth scrape after the first
+    histograms: bool = True  # False: /metrics without vLLM's request histograms (another engine's)
     # token-exact KV pressure (evalkit.testing.kvsim): capacity in tokens, and when set, `ignore_eos`
     # requests generate exactly max_tokens tokens; each extra running request slows decode by this share
     kv_tokens: int | None = None
@@ -117,7 +118,7 @@ def metrics_text(cfg: StubConfig) -> str:
         f"vllm:cache_config_info{{block_size=\"{cfg.block_size}\",cache_dtype=\"auto\",{lab},"
         f"num_gpu_blocks=\"{blocks}\"}} 1.0",
     ]
-    for h in HISTS:
+    for h in HISTS if cfg.histograms else ():
         n, total = cfg.hist.get(h, (0, 0.0))
         lines.append(f"vllm:{h}_count{{{lab}}} {float(n)}")
         lines.append(f"vllm:{h}_sum{{{lab}}} {total}")
