@@ -425,3 +425,19 @@ def test_a_kl_interval_below_the_floor_reads_non_inferior_not_superior():
 
     (e,) = verdicts(rows("kl", 48, -0.015, 3, shape="zero_inflated"), "base", parse_margins({"kl": "0.01"}))
     assert (e["verdict"], e["ci"][1] < 0) == ("non-inferior", True)
+
+
+@pytest.mark.integration  # starts stub servers
+def test_a_dataset_too_small_for_its_margins_is_not_said_to_decide_them(runner, endpoint_matrix, tmp_path,
+                                                                       shipped_rows):
+    # issue 46: "stretched to 16 cases, the fewest at which every margin can be decided" while the run
+    # then said 16 pairs cannot decide: the budget line now agrees with the verdict
+    data = tmp_path / "small.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in shipped_rows[:6]), encoding="utf-8")
+    with StubServer(StubConfig(ttft_ms=5, itl_ms=1)) as a, StubServer(StubConfig(ttft_ms=5, itl_ms=1)) as b:
+        m = endpoint_matrix(a.base_url, b.base_url, extra="divergence: {enabled: false}\nmargins: {schema_pass: -10pp}\n")
+        r = runner.invoke(cli, ["run", "--matrix", str(m), "--dataset", str(data), "--ledger", str(tmp_path / "s.db"),
+                                "--time-budget", "1s", "--no-grade"])
+    said = " ".join(r.output.split())
+    assert "the dataset has 6 cases: no time budget decides them here" in said
+    assert "stretched to" not in said

@@ -148,7 +148,8 @@ def margin_floor(margins: dict[str, Any]) -> tuple[int, int]:
     return (hypotheses(specs), pairs_needed(specs)) if specs else (0, 0)
 
 
-def buys(n: int, spreads: dict[str, tuple[float, int]], source: str, n_hypotheses: int = 0, need: int = 0) -> str:
+def buys(n: int, spreads: dict[str, tuple[float, int]], source: str, n_hypotheses: int = 0, need: int = 0,
+         room: int | None = None) -> str:
     """What n pairs can detect, per metric, and whether they can decide the matrix's margins at all."""
     parts = []
     for metric, unit in (("drift", ""), ("e2e_mean", " %")):
@@ -157,8 +158,9 @@ def buys(n: int, spreads: dict[str, tuple[float, int]], source: str, n_hypothese
     line = f"with {n} cases per variant this run can detect (80 % power, 5 % two-sided): {', '.join(parts)} ({source})"
     need = max(need, pairs_for_a_verdict(n_hypotheses) if n_hypotheses else 0)
     if n_hypotheses and n < need:
+        more = f"; the dataset has {room}" if room is not None and room < need else ": a larger --time-budget"
         line += (f"; too few to decide every margin ({n_hypotheses} hypotheses under Holm: at least {need} cases "
-                 f"before each can be decided: a larger --time-budget)")
+                 f"before each can be decided{more})")
     return line
 
 
@@ -178,10 +180,13 @@ def size_to_budget(ctx: Any, est: RunEstimate | None, variants_after: int, serve
     per_req += 0.03  # grading, per output
     n = fit_time(budget_s, time.monotonic() - summary.t0, per_req, reqs_per_case,
                    variants_after * (start_s + warm_s), len(cases))
-    stretched = ""
-    hyp, need = margin_floor(matrix.margins)
-    need = min(len(cases), need + (-need) % 6)  # whole rounds of the six strata
-    if n < need:  # a run that cannot decide its margins answers nothing: the budget gives way, and says so
+    stretched = short = ""
+    hyp, floor = margin_floor(matrix.margins)
+    need = floor + (-floor) % 6  # whole rounds of the six strata
+    if need > len(cases) and hyp:  # no budget decides them: the dataset itself is too small, and the line says so
+        short = (f"; the margins need at least {floor} pairs to be decided ({hyp} hypotheses under Holm; "
+                 f"docs/verdicts.md) and the dataset has {len(cases)} cases: no time budget decides them here")
+    elif n < need:  # a run that cannot decide its margins answers nothing: the budget gives way, and says so
         stretched = (f"; stretched to {need} cases, the fewest at which every margin can be decided ({hyp} hypotheses "
                      f"under Holm; docs/verdicts.md): about {mmss((need - n) * per_req * reqs_per_case)} past the budget")
         n = need
@@ -192,9 +197,9 @@ def size_to_budget(ctx: Any, est: RunEstimate | None, variants_after: int, serve
     speeds = f", {est.basis}" if est is not None else ""
     ctx.progress.say(f"time budget {mmss(budget_s)}: {n} cases {'kept' if stretched else 'fit'} on this machine "
                      f"(at most {mmss(per_req * reqs_per_case)} per case across {len(matrix.variants)} variants{speeds})"
-                     f"{stretched}; "
+                     f"{stretched}{short}; "
                      + buys(n, spreads, f"spread from run {pilot}" if pilot else "shipped priors; `evalkit plan` "
-                            "refines them from this run", hyp, need))
+                            "refines them from this run", hyp, need, len(cases)))
     return {c.id for c in kept}
 
 

@@ -55,11 +55,15 @@ EXPORTS = {
     "grades": "select * from grades where run_id = ?",
     "server_samples": "select * from server_samples where run_id = ?",
     "variants": "select * from variants where run_id = ?",
-    "cases": "select c.* from cases c join runs u on u.dataset_hash = c.dataset_hash where u.id = ?",
+    # the run's cases, not the warm-ups' (they share no prompt with a case and are never measured)
+    "cases": "select c.* from cases c join runs u on u.dataset_hash = c.dataset_hash where u.id = ? "
+             "and c.id not like '\\_warmup-%' escape '\\'",
     "runs": "select * from runs where id = ?",
     "hosts": "select h.* from hosts h join runs u on u.host_id = h.id where u.id = ?",
     "token_scores": "select * from token_scores where run_id = ?",
     "reviews": "select * from reviews where run_id = ?",
+    "env_samples": "select * from env_samples where run_id = ?",  # the machine's load beside the run
+    "switches": "select * from switches where run_id = ?",
 }
 
 

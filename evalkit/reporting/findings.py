@@ -234,12 +234,13 @@ def recommend(rows: list[dict[str, Any]], targets: dict[tuple[str, float], float
 
 
 def study_summary(ledger: Ledger, run_id: str, rows: list[dict[str, Any]], baseline: str,
-                  pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+                  pairs: list[dict[str, Any]], repeats: int = 1) -> list[dict[str, Any]]:
     """The study's table: TTFT tax by complexity, E2E delta on medium generations, KV-cache
     peak and time-weighted mean, preemptions, and the quality ledger, for each variant against the
-    baseline, at each variant's first load level (the report's own comparisons, ``pairs``)."""
+    baseline, at each variant's first load level (the report's own comparisons, ``pairs``). Its
+    counts and rates are the cases': the baseline's noise-floor passes are not in them."""
     out = []
-    first = first_level(rows)
+    first = measured(first_level(rows), baseline, repeats)
     ttft = {(p["variant"], p["complexity"]): p for p in pairs if p["metric"] == "ttft_ms"}
     e2e = {(p["variant"], p["complexity"]): p for p in pairs if p["metric"] == "e2e_ms"}
     firsts, alls = by_variant(first), by_variant(rows)
@@ -340,7 +341,7 @@ def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = N
         "capacity_statement": capacity_lines,
         "load_levels": levels,
         "cost": costs,
-        "study_summary": study_summary(ledger, run_id, rows, baseline, report["paired"]) if baseline else [],
+        "study_summary": study_summary(ledger, run_id, rows, baseline, report["paired"], run.repeats) if baseline else [],
         "quality_under_load": qul,
         "quality_vs_cost": quality_vs_cost(rows, levels, costs),
         **(traffic := {"trace_fidelity": trace_fidelity(rows), "prefix_sharing": prefix_sharing(ledger, run_id, rows),

@@ -65,7 +65,8 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
     levels_of = ledger.slice_levels(run_id)  # variants in the order the rows first show them
     outline = ledger.level_outline(run_id)
     first = request_rows(ledger, run_id, baseline, min(levels_of[baseline])) if baseline in levels_of else Rows()
-    base = {"first": first, "ok": succeeded(first)}  # let go after the first levels
+    # let go after the first levels; its cases without the noise-floor passes, as every table counts them
+    base = {"first": first, "cases_ok": succeeded(measured(first, baseline, run.repeats))}
     del first
     # the baseline's first noise-floor pass, from every variant's first level (`flips._floor_repeat`)
     reps = {v: ledger.slice_repeats(run_id, v, min(ls)) for v, ls in levels_of.items()}
@@ -90,7 +91,8 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
             p["slices"] = slices(measured(vfirst, baseline, run.repeats), ["complexity"])
             p["verdicts"] = [] if v == baseline else verdicts(both, baseline, specs, time=ts)
             p["flips"] = [] if v == baseline else flips.flips(both, baseline, floor_rep)
-            p["study"] = study_entry(ledger, run_id, v, vfirst, None, baseline, base["ok"], ttft, e2e,
+            p["study"] = study_entry(ledger, run_id, v, measured(vfirst, baseline, run.repeats), None, baseline,
+                                     base["cases_ok"], ttft, e2e,
                                      ends=request_ends(outline["spans"], v)) if baseline else None
             del both, vfirst
         groups = level_groups(rows)

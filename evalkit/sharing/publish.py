@@ -117,8 +117,11 @@ def export(ledger: Ledger, out: Path, run_id: str | None = None) -> dict[str, in
         if where:
             raise UsageError(f"refusing to publish: a value in {where} looks like a secret")
     rep, fnd, _ = full_report(ledger, run_id)
-    tables["summary"] = [{k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in s.items()}
-                         for s in fnd["study_summary"]]
+    summary = [{k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in s.items()}
+               for s in fnd["study_summary"]]
+    # a column no variant has (a grader the run did not use, a slice its cases lack) is not published empty
+    filled = {k for row in summary for k, v in row.items() if v is not None}
+    tables["summary"] = [{k: v for k, v in row.items() if k in filled} for row in summary]
     tmp = Path(tempfile.mkdtemp(prefix=".evalkit-publish-", dir=out.parent if out.parent.exists() else None))
     counts = {}
     try:
