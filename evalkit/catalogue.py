@@ -59,10 +59,17 @@ def _ms(key: str, label: str, meaning: str, source: str, agg: str) -> Metric:
 
 # What one request row carries (Datasette's column descriptions, the dataset card's definitions).
 REQUEST: tuple[Metric, ...] = (
-    Metric("ttft_ms", "TTFT", 1, "send to the first non-empty content chunk, kernel receive time", "ms"),
+    Metric("ttft_ms", "TTFT", 1, "send to the first generated token of any kind (answer or reasoning), kernel receive "
+           "time", "ms"),
+    Metric("ttfo_ms", "TTFO", 1, "send to the first answer token (time to first output): TTFT for a model that does "
+           "not reason", "ms"),
+    Metric("reasoning_ms", "reasoning time", 1, "TTFO - TTFT: the thinking streamed before the answer", "ms"),
+    Metric("reasoning_tokens", "reasoning tokens", 0, "tokens of reasoning (usage details, else its streamed chunks)",
+           "tokens"),
     Metric("e2e_ms", "E2E", 1, "send to the receive time of the read that ended the stream", "ms"),
-    Metric("tpot_ms", "TPOT", 2, "(E2E - TTFT) / (output tokens - 1)", "ms"),
-    Metric("itl_mean_ms", "ITL mean", 2, "mean gap between content chunks (TTFT excluded)", "ms"),
+    Metric("tpot_ms", "TPOT", 2, "(E2E - TTFT) / (output tokens - 1), reasoning and answer tokens alike", "ms"),
+    Metric("itl_mean_ms", "ITL mean", 2, "mean gap between token chunks, reasoning and answer alike (TTFT excluded)",
+           "ms"),
     Metric("first_chunk_ms", "first chunk", 1, "first SSE event of any kind (vLLM's role-only chunk)", "ms"),
     Metric("ttft_user_ms", "TTFT (user clock)", 1, "TTFT by the event loop's clock, beside the kernel's", "ms"),
     Metric("e2e_user_ms", "E2E (user clock)", 1, "E2E by the event loop's clock, beside the kernel's", "ms"),

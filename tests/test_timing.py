@@ -69,3 +69,86 @@ def test_structured_output_payload_and_reply():
 
     r = _run(StubConfig(ttft_ms=1, itl_ms=0), schema_name="x", schema=schema)
     assert len(json.loads(r.text)["a"]) >= 3
+
+
+# --- a model that thinks first (issue 49): TTFT is the first token of any kind, TTFO the answer's ---------
+
+
+def _stream(reasoning_field: str | None, n_thought: int = 3):
+    import asyncio
+
+    from evalkit.measure.client import stream_chat
+    from evalkit.testing.stub_server import StubConfig, StubServer
+
+    cfg = StubConfig(ttft_ms=20, itl_ms=15, fixed_chunks=4, reasoning_chunks=n_thought if reasoning_field else 0,
+                     reasoning_field=reasoning_field or "reasoning_content")
+
+    async def go(url: str):
+        import aiohttp
+
+        async with aiohttp.ClientSession() as http:
+            return await stream_chat(http, f"{url}/v1/chat/completions",
+                                     {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True,
+                                      "stream_options": {"include_usage": True}, "max_tokens": 8})
+
+    with StubServer(cfg) as s:
+        return asyncio.run(go(s.base_url))
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+def test_reasoning_in_either_field_is_counted(field):
+    assert _stream(field).reasoning_tokens == 3
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+def test_ttfo_minus_ttft_is_the_reasoning_time(field):
+    r = _stream(field)
+    assert r.ttfo_ms - r.ttft_ms == pytest.approx(r.reasoning_ms)
+
+
+@pytest.mark.integration
+def test_the_reasoning_time_is_about_its_tokens_gaps():
+    assert _stream("reasoning").reasoning_ms >= 3 * 15 * 0.8  # three gaps of 15 ms before the answer
+
+
+@pytest.mark.integration
+def test_the_answer_text_holds_no_reasoning():
+    assert "step" not in _stream("reasoning_content").text
+
+
+@pytest.mark.integration
+def test_the_reasoning_text_is_kept_apart():
+    assert _stream("reasoning").reasoning.startswith("step 0.")
+
+
+@pytest.mark.integration
+def test_tpot_counts_reasoning_and_answer_tokens():
+    r = _stream("reasoning")
+    assert r.completion_tokens == 3 + 4
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("attr", ["reasoning_tokens", "reasoning_ms"])
+def test_a_model_that_does_not_reason_has_no_reasoning(attr):
+    assert getattr(_stream(None), attr) is None
+
+
+@pytest.mark.integration
+def test_without_reasoning_ttfo_is_ttft():
+    r = _stream(None)
+    assert r.ttfo_ms == r.ttft_ms
+
+
+@pytest.mark.parametrize("attr, ms", [("ttft_ms", 100.0), ("ttfo_ms", 300.0), ("reasoning_ms", 200.0)])
+def test_the_parser_times_a_reasoning_chunk_as_the_first_token(attr, ms):
+    from evalkit.measure.client import RequestResult, StreamParser
+
+    res = RequestResult(started_at="t")
+    p = StreamParser(res, 0.0)
+    p.feed(b'data: {"choices": [{"delta": {"role": "assistant", "content": ""}}]}\n\n', 0.005)
+    p.feed(b'data: {"choices": [{"delta": {"reasoning": "hmm"}}]}\n\n', 0.100)
+    p.feed(b'data: {"choices": [{"delta": {"content": "Hi"}}]}\n\n', 0.300)
+    p.finish(0.4)
+    assert getattr(res, attr) == pytest.approx(ms)

@@ -36,6 +36,8 @@ def request_row(run_id: str, item: WorkItem, seq: int, attempt: int, final: bool
         "n_reads": r.n_reads, "first_read_chunks": r.first_read_chunks, "max_read_chunks": r.max_read_chunks,
         "cached_prompt_tokens": r.cached_prompt_tokens,
         "order_block": item.order_block, "order_position": item.order_position,
+        "ttfo_ms": r.ttfo_ms, "reasoning_ms": r.reasoning_ms, "reasoning_tokens": r.reasoning_tokens,
+        "reasoning_text": r.reasoning or None,
         **{k: item.case.meta.get(k) for k in TRACE_FIELDS if k in item.case.meta},
     }
 

@@ -409,3 +409,12 @@ def m024_order(db: Database) -> None:
         "took_s": float, "ts": str,
     }, pk="id", foreign_keys=[("run_id", "runs", "id")])
     db["switches"].create_index(["run_id", "variant"])
+
+
+@migration("m025_reasoning")
+def m025_reasoning(db: Database) -> None:
+    # A reasoning model streams its thinking apart from its answer (issue 49): TTFT is the first token
+    # of any kind, TTFO the first answer token, and the reasoning's own time, tokens and text are kept
+    # beside the answer (graders read the answer; `text` stays the answer alone).
+    for col, kind in (("ttfo_ms", float), ("reasoning_ms", float), ("reasoning_tokens", int), ("reasoning_text", str)):
+        db["requests"].add_column(col, kind)

@@ -40,7 +40,7 @@ CASE_FIELDS = ("task", "persona", "persona_title", "persona_description", "candi
                "schema_name", "context_keys_json", "messages_json", "attributes_json", "reference", "schema_json")
 # What a report never reads: the texts. A lean read leaves them out (a million rows' worth is gigabytes).
 HEAVY_FIELDS = frozenset({"text", "request_json", "chunk_offsets_ms_json", "persona_description", "messages_json",
-                          "reference", "schema_json", "context_keys_json"})
+                          "reference", "schema_json", "context_keys_json", "reasoning_text"})
 # Request columns no report, finding, card or derived table reads: a lean read leaves them out too
 # (each is ~50 bytes a row in Python; a million rows hold the report's memory and time).
 UNREPORTED = frozenset({"n_chunks", "http_status", "n_malformed", "srv_inference_ms", "srv_e2e_ms",

@@ -49,6 +49,12 @@ class RequestResult:
     first_read_chunks: int | None = None  # content chunks sharing the first token's receive time (1: exact)
     max_read_chunks: int = 0  # the most content chunks that shared one receive time
     cached_prompt_tokens: int | None = None  # prompt tokens the server's prefix cache served (usage details)
+    # a reasoning model's thinking, streamed apart from its answer (delta `reasoning_content` or `reasoning`):
+    # its text, the offset of the first answer token, and its token count (usage details, else its chunks)
+    reasoning: str = ""
+    answer_offset_ms: float | None = None
+    reasoning_chunks: int = 0
+    usage_reasoning_tokens: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -57,6 +63,27 @@ class RequestResult:
     @property
     def ttft_ms(self) -> float | None:
         return timing.ttft_ms(self.chunk_offsets_ms)
+
+    @property
+    def ttfo_ms(self) -> float | None:
+        """The first answer token (TTFT is the first token of any kind: a reasoning one first)."""
+        return self.answer_offset_ms
+
+    @property
+    def reasoning_tokens(self) -> int | None:
+        """Tokens of reasoning: the server's usage details when it gives them, else one a streamed
+        reasoning chunk (vLLM streams a token a chunk); None for an answer without reasoning."""
+        if self.usage_reasoning_tokens is not None:
+            return self.usage_reasoning_tokens or None
+        return self.reasoning_chunks or None
+
+    @property
+    def reasoning_ms(self) -> float | None:
+        """TTFO − TTFT: the time spent reasoning before the first answer token (None without reasoning)."""
+        if not self.reasoning_chunks or self.ttft_ms is None:
+            return None
+        end = self.answer_offset_ms if self.answer_offset_ms is not None else self.e2e_ms
+        return None if end is None else end - self.ttft_ms
 
     @property
     def itl_mean_ms(self) -> float | None:
@@ -110,6 +137,7 @@ class StreamParser:
     def __init__(self, res: RequestResult, t0: float) -> None:
         self.res, self.t0 = res, t0
         self.parts: list[str] = []
+        self.reasoning_parts: list[str] = []
         self.buf = b""
         self.buf_at: tuple[float, float | None] = (t0, None)  # when the partial line in buf began arriving
         self.done = False
@@ -148,6 +176,7 @@ class StreamParser:
         res.e2e_user_ms = (now - self.t0) * 1000
         res.e2e_ms = ((self.end_at if self.end_at is not None else now) - self.t0) * 1000
         res.text = "".join(self.parts)
+        res.reasoning = "".join(self.reasoning_parts)
         # Content events that share one receive time arrived (or were merged by TCP while the
         # client did not read) together: a first token sharing its time with later ones may be late.
         offs = res.chunk_offsets_ms
@@ -195,11 +224,22 @@ class StreamParser:
             details = usage.get("prompt_tokens_details") or {}
             if isinstance(details, dict) and details.get("cached_tokens") is not None:
                 res.cached_prompt_tokens = details["cached_tokens"]
+            out = usage.get("completion_tokens_details") or {}
+            if isinstance(out, dict) and out.get("reasoning_tokens") is not None:
+                res.usage_reasoning_tokens = out["reasoning_tokens"]
         for choice in obj.get("choices") or ():
-            delta = choice.get("delta")
-            content = delta.get("content") if delta else None
-            if content:
+            delta = choice.get("delta") or {}
+            # reasoning: `reasoning_content` (vLLM ≤ 0.10, DeepSeek), `reasoning` (newer vLLM, OpenRouter)
+            thought = delta.get("reasoning_content") or delta.get("reasoning")
+            content = delta.get("content")
+            if thought or content:  # a token of any kind: TTFT, ITL and TPOT count both
                 res.chunk_offsets_ms.append((now - self.t0) * 1000)
+            if thought:
+                res.reasoning_chunks += 1
+                self.reasoning_parts.append(thought)
+            if content:
+                if res.answer_offset_ms is None:
+                    res.answer_offset_ms = (now - self.t0) * 1000
                 self.parts.append(content)
             if choice.get("finish_reason"):
                 res.finish_reason = choice["finish_reason"]

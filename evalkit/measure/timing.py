@@ -2,11 +2,17 @@
 
 Definitions (also in docs/measuring.md; tests pin each one):
 
-- TTFT: send -> arrival of the first chunk whose delta carries non-empty content. Role-only and
-  empty chunks do not count (vLLM's first chunk is ``{"role": "assistant", "content": ""}``).
+- TTFT: send -> arrival of the first chunk whose delta carries a generated token of any kind:
+  answer content, or reasoning (`reasoning_content`, or `reasoning` in newer vLLM). Role-only and
+  empty chunks do not count (vLLM's first chunk is ``{"role": "assistant", "content": ""}``). vLLM's
+  `bench serve` and AIPerf define it so: a model that thinks first has its first token early.
+- TTFO: send -> arrival of the first chunk carrying answer content (time to first output): equal to
+  TTFT for a model that does not reason; TTFO − TTFT is the reasoning time (`reasoning_ms`).
 - E2E: send -> end of the stream (``[DONE]`` or connection close).
-- ITL: the gaps between consecutive content-bearing chunks (TTFT excluded). One value per gap.
-- TPOT: (E2E - TTFT) / (completion_tokens - 1); undefined for fewer than 2 output tokens.
+- ITL: the gaps between consecutive token-bearing chunks, reasoning and answer alike (TTFT
+  excluded). One value per gap.
+- TPOT: (E2E - TTFT) / (completion_tokens - 1), over reasoning and answer tokens alike (the
+  server's usage counts both); undefined for fewer than 2 output tokens.
 - Output tok/s: completion_tokens / E2E.
 """
 

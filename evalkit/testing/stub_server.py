@@ -24,6 +24,7 @@ from aiohttp import web
 from .cpu_burn import burn
 from .kvsim import KvSim
 from .schema_instances import instance
+from .stub_reasoning import think
 from .stub_scoring import is_scoring, score_response, tokenize_response
 
 FAULTS = ("http_500", "http_503", "http_429", "cut", "malformed", "stall", "empty", "not_json", "echo_auth")
@@ -43,15 +44,13 @@ class StubConfig:
     stamp: bool = False  # benchmarks: first content chunk starts "R<n>|", its send time kept in stamps
     stamps: dict[int, float] = field(default_factory=dict)
     done_stamps: dict[int, float] = field(default_factory=dict)  # with stamp: when [DONE] was written
-    # with stamp: before the first content write and after the close (the client's stamps lie between)
-    pre_stamps: dict[int, float] = field(default_factory=dict)
+    pre_stamps: dict[int, float] = field(default_factory=dict)  # with stamp: before the first write, after the close
     closed_stamps: dict[int, float] = field(default_factory=dict)
     arrivals: list[float] = field(default_factory=list)
     fault: str | None = None  # a fault name, applied to every Nth request (1 = all)
     fault_every: int = 1
     counters: dict[str, int] = field(default_factory=lambda: {"requests": 0, "faults": 0})
-    # vLLM-style server metrics of the stub's own (simulated) request phases
-    hist: dict[str, tuple[int, float]] = field(default_factory=dict)  # histogram -> (count, sum)
+    hist: dict[str, tuple[int, float]] = field(default_factory=dict)  # /metrics histograms: name -> (count, sum)
     running: int = 0
     # simulated pressure: KV use per running request; a preemption per request started above `preempt_over`
     kv_per_request: float = 1 / 64
@@ -61,17 +60,17 @@ class StubConfig:
     block_size: int = 16
     metrics_fail_every: int | None = None  # /metrics answers 500 every Nth scrape after the first
     histograms: bool = True  # False: /metrics without vLLM's request histograms (another engine's)
-    # token-exact KV pressure (evalkit.testing.kvsim): capacity in tokens, and when set, `ignore_eos`
-    # requests generate exactly max_tokens tokens; each extra running request slows decode by this share
+    reasoning_chunks: int = 0  # a reasoning model: this many thinking tokens first (`stub_reasoning`), in the field
+    reasoning_field: str = "reasoning_content"  # `reasoning_content` (vLLM <= 0.10) or `reasoning` (newer)
+    # token-exact KV pressure (kvsim): capacity in tokens; `ignore_eos` requests make exactly max_tokens tokens
     kv_tokens: int | None = None
     max_num_seqs: int = 256
-    batch_slowdown: float = 0.0
+    batch_slowdown: float = 0.0  # each extra running request slows decode by this share
     per_request_metrics: bool = False  # the final chunk carries vLLM's per-request `metrics`
     cpu_units: int = 0  # CPU work per token (`cpu_burn`): a neighbour on the stub's core slows it, as a real engine
     jitter_ms: float = 0.0  # each reply's TTFT gets a seeded uniform extra of up to this much
     seed: int = 0
-    # a prefix cache over 16-word blocks: a prompt's leading blocks seen before are "cached"
-    # (usage.prompt_tokens_details.cached_tokens, vllm:prefix_cache_* counters)
+    # a prefix cache over 16-word blocks, leading blocks seen before "cached" (usage details, /metrics)
     prefix_cache: bool = False
     prefix_blocks: set[int] = field(default_factory=set)
     prefix_queries: int = 0
@@ -80,8 +79,7 @@ class StubConfig:
     numbered: bool = False  # tests: each reply names its request number, so replies can be told apart
     bodies: list[dict[str, Any]] = field(default_factory=list)
     kv: Any = None
-    # teacher-forced scoring (stub_scoring.py): "vllm" answers prompt_logprobs like vLLM 0.32, "ignore"
-    # and "reject" are hosted APIs that do not; noise perturbs the next-token distribution
+    # scoring (stub_scoring.py): "vllm" answers prompt_logprobs as vLLM 0.32; "ignore"/"reject" do not
     scoring: str = "vllm"
     max_logprobs: int = 20
     tokenizer: str = "words"
@@ -321,6 +319,7 @@ def make_app(cfg: StubConfig) -> web.Application:
             await resp.write(_chunk(rid, model, {"role": "assistant", "content": ""}))
         extra = random.Random(cfg.seed * 100003 + n).uniform(0, cfg.jitter_ms) if cfg.jitter_ms else 0.0
         await asyncio.sleep((cfg.ttft_ms + extra) / 1000)
+        thought = await think(resp, rid, model, cfg.reasoning_chunks, cfg.reasoning_field, cfg.itl_ms)
         step = 4 if cfg.fixed_chunks is not None else cfg.chars_per_chunk
         pieces = [text[i:i + step] for i in range(0, len(text), step)]
         if cfg.stamp and pieces:
@@ -356,7 +355,8 @@ def make_app(cfg: StubConfig) -> web.Application:
                 await asyncio.sleep(3600)
         times["end"] = time.perf_counter()
         await resp.write(_chunk(rid, model, {}, "length" if cfg.max_chunks else "stop"))
-        usage: dict[str, Any] = {"prompt_tokens": _prompt_tokens(body), "completion_tokens": len(pieces), "total_tokens": 0}
+        usage: dict[str, Any] = {"prompt_tokens": _prompt_tokens(body), "completion_tokens": len(pieces) + thought,
+                                 **({"completion_tokens_details": {"reasoning_tokens": thought}} if thought else {})}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         if cfg.prefix_cache:
             usage["prompt_tokens_details"] = {"cached_tokens": _prefix_lookup(cfg, body)}
