@@ -139,7 +139,7 @@ def test_a_signal_mid_run_interrupts_gracefully_and_resume_completes(sig, code, 
 
 @pytest.fixture
 def tiny_fs(tmp_path: Path):
-    """A 1.7 MB filesystem for the ledger (its migrations fit, a run's rows do not) (tmpfs: needs root, as on this project's machines)."""
+    """A 1.7 MB filesystem for the ledger: its migrations fit, a run's rows do not (tmpfs: needs root)."""
     mnt = tmp_path / "tiny"
     mnt.mkdir()
     r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1700k", "tmpfs", str(mnt)], capture_output=True)

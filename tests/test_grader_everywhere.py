@@ -434,7 +434,7 @@ def test_the_stub_s_answers_pass_a_schema_with_a_pattern(runner, receipts):
 
 
 def test_the_stub_keeps_its_readable_answer_when_it_is_valid():
-    from evalkit.testing.stub_server import answer_text
+    from evalkit.testing.stub_text import answer_text
 
     body = {"response_format": {"type": "json_schema", "json_schema": {"schema": {
         "type": "object", "properties": {"reply": {"type": "string"}}}}}}

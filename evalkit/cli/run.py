@@ -26,6 +26,10 @@ from .console import RichProgress, print_closing, print_report
 @click.option("--time-budget", default=None, metavar="DURATION",
               help="size the run to this machine: keep as many stratified cases as fit this time, e.g. 10m (measured "
                    "from the first variant's timing probes); prints what that buys")
+@click.option("--suite", "suites", multiple=True, metavar="NAME[:FILE]",
+              help="an evaluation suite graded for accuracy (repeatable, or comma-separated): instructions, "
+                   "arithmetic, choice, or your own gsm8k:FILE, mmlu:FILE, arc:FILE, ifeval:FILE; alone it is the "
+                   "workload, with --dataset or --workload both run (docs/suites.md)")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="replay a trace: its arrivals at their recorded offsets (open loop), its lengths or messages")
 @click.option("--trace-format", type=click.Choice(["mooncake", "azure", "burstgpt", "evalkit"]), default=None,

@@ -21,6 +21,7 @@ from .load import Load, load_from_options
 from .options import RunOptions
 from .resume import parse_retry_classes, resume_context
 from .sizing import parse_duration
+from .suite_inputs import with_suites
 from .traces import trace_cases, trace_json
 
 
@@ -74,10 +75,15 @@ def resolve_inputs(ledger: Ledger | None, q: RunOptions, say: Any = lambda s: No
                                      order=q.order, arrival_seed=q.arrival_seed, order_seed=q.subset_seed,
                                      client_procs=q.client_procs, launched_locally=launched,
                                      max_error_rate=q.max_error_rate, stop_on_failure=q.stop_on_failure)
-            dpath = q.dataset_path or matrix.workload_path("dataset", "dataset.jsonl") or default_dataset_path()
-            all_cases = load_cases(dpath, matrix.workload_path("schemas", "schemas"))
+            given = q.dataset_path or matrix.workload_path("dataset", "dataset.jsonl")
+            dpath = given or default_dataset_path()
+            suites = [*matrix.suites, *q.suites]
+            all_cases = load_cases(dpath, matrix.workload_path("schemas", "schemas")) if given or not suites else []
             # with --time-budget: every case in balanced order (any prefix is balanced); the run keeps what fits
-            cases = stratified_subset(all_cases, q.limit or (len(all_cases) if budget_s else matrix.limit), q.subset_seed)
+            cases = stratified_subset(all_cases, q.limit or (len(all_cases) if budget_s else matrix.limit),
+                                      q.subset_seed) if all_cases else []
+            if suites:  # alone the suites are the workload; with a dataset or a workload, both run
+                cases, dpath = with_suites(cases, suites, keep_dataset=bool(given), limit=q.limit, seed=q.subset_seed)
             out = RunInputs(matrix, cases, dpath, load, q.repeats)
     out.time_budget_s = budget_s
     out.opts = q
@@ -86,8 +92,9 @@ def resolve_inputs(ledger: Ledger | None, q: RunOptions, say: Any = lambda s: No
     use_workload(out.matrix.folder)
     if q.grade:  # which graders apply to these cases: bad case fields stop here, before anything is written
         names = list(q.graders) if q.graders else out.matrix.graders
+        suite = ["accuracy"] if any(c.attributes.get("suite") for c in out.cases[:100_000]) else []  # graded for accuracy
         out.graders, out.grader_notes = choose(names, out.cases, with_judge=out.matrix.judge is not None,
-                                               where=str(out.dataset_path))
+                                               where=str(out.dataset_path), also=suite)
         if not q.resume_id:  # only what the chosen graders read is sent (a resumed run keeps what it recorded)
             out.grader_notes += serve_only(out.matrix, out.graders)
     elif out.matrix.graders:  # not grading now, but a plugin grader the matrix names declares margins too

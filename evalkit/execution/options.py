@@ -42,6 +42,7 @@ class RunOptions:
     retry_failed: str | None = None
     ray_address: str | None = None  # "local" for a local Ray instance; None: this process
     graders: tuple[str, ...] = ()  # --grader, over the matrix's `graders:`
+    suites: tuple[str, ...] = ()  # --suite NAME[:FILE] (evalkit.suites): alone the workload, else beside it
     grader_path: Path | None = None
     grade: bool = True
     grade_sample: int | None = None

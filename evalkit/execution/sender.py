@@ -79,7 +79,8 @@ class Sender:
         gen = self.matrix.generation
         trace = item.case.attributes.get("task") == "trace"
         schema = item.case.schema_doc if gen.structured_output and not trace else None
-        max_tokens = item.case.max_tokens or gen.max_tokens
+        suite = item.case.attributes.get("suite_max_tokens")  # a suite item's own length, capped by the matrix
+        max_tokens = item.case.max_tokens or (min(suite, gen.suite_max_tokens or suite) if suite else gen.max_tokens)
         extra = {**gen.extra_body, **({"ignore_eos": True} if item.case.max_tokens else {})}  # a trace's length holds
         prefix = [{"role": "system", "content": gen.shared_prefix}] if gen.shared_prefix and not trace else []
         return build_payload(

@@ -66,7 +66,8 @@ def graded_requests(ledger: Ledger, run_id: str) -> tuple[list[GradedRequest], d
     for row in rows:
         case = cases.get(row["case_id"]) or cases.setdefault(row["case_id"], case_from_row(row))
         items.append(GradedRequest(row["id"], row["variant"], row["text"] or "", row["finish_reason"], case,
-                                   row["level"] or "main", row["concurrency"] or 1, row["repeat"]))
+                                   row["level"] or "main", row["concurrency"] or 1, row["repeat"],
+                                   row.get("reasoning_text") or ""))
     return items, {r["id"]: r["repeat"] for r in rows}
 
 

@@ -89,7 +89,7 @@ class AccuracyAggregate(Aggregate):
                   "be parsed, 0-1", scale=100.0),
     )
     margins = (Margin("accuracy", "pp", True, "suite accuracy, candidate minus baseline, percentage points (unparsed "
-                      "answers count as wrong)"),)
+                      "answers count as wrong); accuracy:SUITE for one suite (accuracy:gsm8k=-2pp)", qualified=True),)
     view_columns = (("accuracy_correct", "value"),)
     canned_queries = (CannedQuery("accuracy_wrong", "Suite items answered wrong", "failures"),)
 
@@ -119,8 +119,12 @@ class AccuracyAggregate(Aggregate):
     @classmethod
     def margin_values(cls, grades: list[dict[str, Any]], baseline_side: bool) -> dict[str, dict[str, float]]:
         """Each case's first repeat: 1.0 correct, 0.0 wrong or unparsed (the default would drop
-        unparsed answers, whose `passed` is None)."""
-        return {"accuracy": {c: float(g["value"]) for c, g in _first_repeat(grades).items()}}
+        unparsed answers, whose `passed` is None); also per suite, as `accuracy:SUITE`."""
+        first = _first_repeat(grades)
+        out = {"accuracy": {c: float(g["value"]) for c, g in first.items()}}
+        for c, g in first.items():
+            out.setdefault(f"accuracy:{suite_of(g)}", {})[c] = float(g["value"])
+        return out
 
     @classmethod
     def suite_margin_values(cls, grades: list[dict[str, Any]], baseline_side: bool) -> dict[str, dict[str, float]]:

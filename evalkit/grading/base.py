@@ -46,6 +46,8 @@ class GradedRequest:
     concurrency: int = _doc("the concurrency of that level", default=1)
     repeat: int = _doc("which repeat of the case (0 first; the baseline's noise-floor pass after the run's)",
                        default=0)
+    reasoning: str = _doc("a reasoning model's thinking, streamed apart from the answer (\"\" when none): "
+                          "`text` is the answer alone; a judge may read both", default="")
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,9 @@ class Margin:
     more than they promise whatever the data, docs/verdicts.md); fewer read inconclusive.
     ``one_sided``: the baseline's side is the best any variant can read (a floor that a variant
     identical to the baseline reaches), so the margin is its only hypothesis and no verdict says
-    "superior": an interval below 0 reads as no difference, non-inferior."""
+    "superior": an interval below 0 reads as no difference, non-inferior. ``qualified``: the margin
+    may name a part, `NAME:QUALIFIER` (`accuracy:gsm8k=-2pp`), whose per-case values
+    ``Aggregate.margin_values`` gives under that key too."""
 
     name: str
     unit: Literal["pp", "abs"]
@@ -82,6 +86,7 @@ class Margin:
     description: str
     min_pairs: int = 0
     one_sided: bool = False
+    qualified: bool = False  # also NAME:QUALIFIER (accuracy:gsm8k): `margin_values` keys those values so too
 
 
 @dataclass(frozen=True)

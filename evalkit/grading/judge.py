@@ -158,10 +158,13 @@ class JudgeGrader(Grader):
 
     def grade(self, item: GradedRequest) -> Score:
         task = item.case.messages[-1].content[:1500]
+        text = prose(item.text)
+        if self.judge.see_reasoning and item.reasoning:  # the thinking beside the answer, marked as such
+            text = f"(the model's reasoning before its answer)\n{item.reasoning[:3000]}\n\n(its answer)\n{text}"
         per: dict[str, Any] = {}
         for name, criterion in self.judge.criteria.items():
             try:
-                raw, asked = self._ask(PROMPT.format(criterion=criterion, task=task, text=prose(item.text)))
+                raw, asked = self._ask(PROMPT.format(criterion=criterion, task=task, text=text))
             except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError) as e:
                 why = f"HTTP {e.code}: {_error_text(e)}" if isinstance(e, urllib.error.HTTPError) else str(e)
                 per[name] = {"grade": None, "raw": None, "error": redact(why)[:300]}

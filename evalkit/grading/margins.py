@@ -65,6 +65,13 @@ class MarginSpec:
         return f"{self.value:+g}{UNIT[self.unit]}"
 
 
+def qualified(key: str) -> str | None:
+    """`accuracy:gsm8k` -> `accuracy` when that grader margin takes a qualifier (`Margin.qualified`)."""
+    base, sep, part = key.partition(":")
+    m = grader_margins().get(base)
+    return base if sep and part and m is not None and m[1].qualified else None
+
+
 def known_metrics() -> dict[str, tuple[str, bool]]:
     """metric name -> (unit kind, higher is better), the graders' and the latency ones."""
     out = {k: ("latency", hib) for k, (_, hib) in LATENCY.items()}
@@ -87,6 +94,8 @@ def parse_margins(spec: dict[str, Any] | str | None, where: str = "--margins") -
     out = []
     for key, raw in items:
         key = str(key).strip()
+        if key not in known and (q := qualified(key)) is not None:  # accuracy:gsm8k: a part of a margin
+            known[key] = known[q]
         if key not in known:
             raise UsageError(f"{where}: unknown metric '{key}' (known: {', '.join(sorted(known))})")
         kind, hib = known[key]
@@ -109,7 +118,7 @@ def parse_margins(spec: dict[str, Any] | str | None, where: str = "--margins") -
         else:
             unit = "abs"
         value = -num if sign == "-" else num if sign == "+" else (-num if hib else num)
-        declared = grader_margins().get(key)
+        declared = grader_margins().get(qualified(key) or key)
         out.append(MarginSpec(key, value, unit, hib, f"{key}={raw}", declared[1].min_pairs if declared else 0,
                               is_flips(key) or bool(declared and declared[1].one_sided)))
     return out

@@ -209,7 +209,7 @@ def can_grade(cls: type[Grader], case: Any) -> bool:
 
 
 def choose(names: list[str] | None, cases: Sequence[Any], *, with_judge: bool = False,
-           where: str = "dataset") -> tuple[list[str], list[str]]:
+           where: str = "dataset", also: Sequence[str] = ()) -> tuple[list[str], list[str]]:
     """The graders a run uses: the ones named (the matrix's `graders:` or --grader), else every
     default one. A default grader grades the cases that carry the fields it reads (`requires`),
     the rows that lack them named by file:line (none carries them: skipped, one line); a grader
@@ -218,6 +218,7 @@ def choose(names: list[str] | None, cases: Sequence[Any], *, with_judge: bool = 
     from ..errors import DatasetError
 
     chosen = resolve(names) if names is not None else default_names(with_judge)
+    chosen = [*chosen, *(a for a in also if a not in chosen)]  # ``also``: graded where their fields are, as a default
     reg = available()  # after resolve: a module:Class it registered is in it
     out, notes = [], []
     for n in chosen:
@@ -227,7 +228,7 @@ def choose(names: list[str] | None, cases: Sequence[Any], *, with_judge: bool = 
         if have < len(cases):
             rows = rows_lacking(cases, cls.requires, where)
             missing = ", ".join(k for k in cls.requires if not all(c.has(k) for c in cases))
-            if names is not None:
+            if names is not None and n not in also:
                 raise DatasetError(f"grader '{n}' is named explicitly but {len(cases) - have} of {len(cases)} "
                                    f"rows lack {missing}, which it reads: {rows}; add the field to them, or drop "
                                    "the grader")

@@ -123,3 +123,20 @@ class EnvSamples:
             f"select variant, case_id, repeat, seq, order_block, order_position, [{field}] as value from requests "
             "where run_id = :run and is_warmup = 0 and final = 1 and error_class is null and coalesce(level, 'main') = "
             f":level and [{field}] is not null order by seq", {"run": run_id, "level": level}))
+
+    def grade_details(self, run_id: str, grader: str, level: str | None = None) -> list[dict[str, Any]]:
+        """A grader's newest grade of each successful final measured request of a level (the first by
+        default): variant, case, repeat, value and detail (parsed). What the per-suite accuracy reads."""
+        import json
+
+        level = level if level is not None else self.first_level(run_id)
+        rows = self._db.query(
+            """select r.variant, r.case_id, r.repeat, g.value, g.detail_json from grades g
+               join (select max(id) as id from grades where run_id = :run and grader = :grader and error_class is null
+                     group by request_id) m on m.id = g.id
+               join requests r on r.id = g.request_id
+               where r.run_id = :run and r.is_warmup = 0 and r.final = 1 and r.error_class is null
+                 and coalesce(r.level, 'main') = :level order by r.seq""",
+            {"run": run_id, "grader": grader, "level": level})
+        return [{**{k: r[k] for k in ("variant", "case_id", "repeat", "value")},
+                 "detail": json.loads(r["detail_json"] or "{}")} for r in rows]

@@ -19,6 +19,7 @@ from ..stats.describe import LARGE
 from . import flips
 from .by_attr import by_quality, measured
 from .capacity import capacity, capacity_statement, cost, load_levels
+from .ledger_findings import ledger_findings
 from .plots import quality_vs_cost
 from .report import build_report, quality
 from .reviews import review_lines, review_summary
@@ -26,7 +27,6 @@ from .rows import request_rows
 from .rowseq import succeeded
 from .selection import by_variant, first_level, level_of
 from .spike_summary import Spike
-from .timeshare import timeshare
 from .traffic import conversations, prefix_sharing, trace_fidelity, traffic_lines
 from .under_load import lines as ul_lines
 from .under_load import quality_under_load
@@ -331,10 +331,10 @@ def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = N
         "by": by or [], "by_quality": by_quality(cases, baseline, by) if by else [],  # reporting/by_attr.py
         "paired": report["paired"],
         "multiplicity": report["multiplicity"],
-        "verdicts": (vs := verdicts(first_level(rows), baseline, specs, time=(ts := timeshare(ledger, run_id, baseline,
-                                                                                          specs)))),
+        "verdicts": (vs := verdicts(first_level(rows), baseline, specs,
+                                    time=(lf := ledger_findings(ledger, run_id, baseline, specs, run.repeats))["timeshare"])),
         "verdict_lines": sentences(vs, baseline) if baseline else [],
-        "timeshare": ts,
+        "timeshare": lf["timeshare"], "accuracy": lf["accuracy"],
         "margins_given": [m.text for m in specs],  # so "no verdict" can say why truthfully
         "spikes": spikes(rows, "ttft_ms", k) + spikes(rows, "e2e_ms", k),
         "capacity": capacity(variants, rows, levels, max_tokens, stop_kv),
@@ -349,7 +349,7 @@ def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = N
         "flips": (flip_table := flips.flips(first_level(rows), baseline)),  # pass/fail changes per case
         "reviews": (revs := review_summary(ledger, run_id, rows, baseline)),  # people's verdicts (browse --review)
         "notes": [line for cls in available().values() for line in cls.aggregate.notes(rows)] + capacity_lines + ul_lines(qul)
-        + traffic_lines(traffic) + flips.lines(flip_table, specs) + review_lines(revs) + ts["lines"],
+        + traffic_lines(traffic) + flips.lines(flip_table, specs) + review_lines(revs) + lf["lines"],
     }
 
 

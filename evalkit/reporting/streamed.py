@@ -15,12 +15,12 @@ from . import flips
 from .by_attr import measured
 from .capacity import Usage, capacity, capacity_statement, cost, finish_levels, level_entries, level_groups, level_refs
 from .findings import findings, full_report, request_ends, slices, spikes, study_entry
+from .ledger_findings import ledger_findings
 from .plots import mark_frontier, quality_points
 from .report import build_report
 from .rows import Rows, RunRows, big_buffers_apart, give_back, keep_columns, request_rows
 from .rowseq import succeeded
 from .selection import COMPARED, first_level
-from .timeshare import timeshare
 from .traffic import conversation_sums, conversations, prefix_sharing, prefix_sums, trace_entry, traffic_lines
 from .under_load import lines as ul_lines
 from .under_load import load_entry, quality_under_load, seq_values
@@ -57,7 +57,8 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
     run_id = run["id"]
     report = report or build_report(ledger, run_id)
     baseline = ledger.baseline(run_id)
-    ts = timeshare(ledger, run_id, baseline, specs)  # the order, the machine's load, A/A: every verdict reads it
+    lf = ledger_findings(ledger, run_id, baseline, specs, run.repeats)  # the order, the machine, accuracy: in SQL
+    ts = lf["timeshare"]
     load = run.load
     stop_kv = load.get("stop_kv", 0.9)
     variants = ledger.variants(run_id)
@@ -165,7 +166,7 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
         "multiplicity": report["multiplicity"],
         "verdicts": vs,
         "verdict_lines": sentences(vs, baseline) if baseline else [],
-        "timeshare": ts,
+        "timeshare": ts, "accuracy": lf["accuracy"],
         "margins_given": [m.text for m in specs],
         "spikes": [s for v in names for s in part[v]["spikes"][0]] + [s for v in names for s in part[v]["spikes"][1]],
         "capacity": [c for v in variants for c in (part[v["name"]]["capacity"] if v["name"] in part else
@@ -181,7 +182,7 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
         "flips": flip_table,
         "reviews": None,  # reviews are read with every row (`findings` takes that path when there are any)
         "notes": notes + capacity_lines + ul_lines(qul) + traffic_lines(traffic) + flips.lines(flip_table, specs)
-        + ts["lines"],
+        + lf["lines"],
     }
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from ..grading.margins import ALPHA, LATENCY, UNIT, MarginSpec, tested_values
+from ..grading.margins import ALPHA, LATENCY, UNIT, MarginSpec, qualified, tested_values
 from ..grading.margins import hypotheses as hypotheses
 from ..grading.margins import known_metrics as known_metrics
 from ..grading.margins import pairs_needed as pairs_needed
@@ -82,7 +82,7 @@ def paired_test(rows: list[dict[str, Any]], baseline: str, variant: str, ms: Mar
         a, b, fails = latency_pairs(rows, baseline, variant, field, hib, shared_repeats(rows, baseline, variant))
         t = robust_ratio(a, b) if ms.unit == "%" else robust_mean([x - y for x, y in zip(a, b, strict=True)])
     else:
-        grader, _ = grader_margins()[ms.metric]
+        grader, _ = grader_margins()[qualified(ms.metric) or ms.metric]
         cls = available()[grader]
         a = cls.aggregate.margin_values(grader_values(rows, variant, grader), baseline_side=False).get(ms.metric, {})
         b = cls.aggregate.margin_values(grader_values(rows, baseline, grader), baseline_side=True).get(ms.metric, {})

@@ -36,6 +36,8 @@ class Generation(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_tokens: int = Field(128, ge=1)
+    suite_max_tokens: int | None = Field(None, ge=1, description="a cap on a suite item's own output length (each "
+                                         "suite sets one: 64 for a letter, 512 for worked arithmetic)")
     temperature: float = Field(0.0, ge=0)
     top_p: float | None = Field(None, gt=0, le=1)
     sampling_seed: int = Field(1234, description="each request's sampling seed is this + its repeat index")
@@ -260,6 +262,8 @@ class Judge(BaseModel):
         "refuses it (HTTP 400) is asked again plainly, and the grade says so")
     concurrency: int = Field(4, ge=1, le=64, description="judge requests in flight at once (a served model "
                              "batches them)")
+    see_reasoning: bool = Field(False, description="show the judge a reasoning model's thinking beside its answer "
+                                                   "(other graders read the answer alone)")
     criteria: dict[str, str] = Field(
         default_factory=lambda: {
             "persona_fit": "Does the text address the named recipient persona in a way that persona would value?",
@@ -296,6 +300,8 @@ class Matrix(BaseModel):
     graders: list[str] | None = Field(
         None, description="graders to run: names (schema, drift, persona, formality, ...) or module:Class from the "
                           "workload folder [default: every default grader whose case fields the dataset carries]")
+    suites: list[str] = Field(default_factory=list, description="evaluation suites run beside the cases, graded for "
+                              "accuracy: instructions, arithmetic, choice, or gsm8k/mmlu/arc/ifeval:FILE (docs/suites.md)")
     dataset: str | None = Field(None, description="the workload's cases, a path relative to this file "
                                                   "[default: dataset.jsonl beside it, else the shipped resume cases]")
     schemas: str | None = Field(None, description="a folder of NAME.schema.json, relative to this file "

@@ -1,5 +1,5 @@
 """Answers that are instances of a request's JSON Schema, for the stub server. The stub's own
-readable answer (`stub_server._fill`: the schema's shape with "Stub answer for ..." text) is kept
+readable answer (`stub_text._fill`: the schema's shape with "Stub answer for ..." text) is kept
 when it validates; when it does not (a `pattern`, a `format`, `oneOf`, bounds it cannot see), the
 instance comes from hypothesis-jsonschema, a maintained generator that honours every keyword,
 drawn derandomized (the same schema gives the same instance) and cached per schema."""

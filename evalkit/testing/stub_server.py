@@ -23,9 +23,9 @@ from aiohttp import web
 
 from .cpu_burn import burn
 from .kvsim import KvSim
-from .schema_instances import instance
 from .stub_reasoning import think
 from .stub_scoring import is_scoring, score_response, tokenize_response
+from .stub_text import _text, answer_text
 
 FAULTS = ("http_500", "http_503", "http_429", "cut", "malformed", "stall", "empty", "not_json", "echo_auth")
 
@@ -60,6 +60,7 @@ class StubConfig:
     block_size: int = 16
     metrics_fail_every: int | None = None  # /metrics answers 500 every Nth scrape after the first
     histograms: bool = True  # False: /metrics without vLLM's request histograms (another engine's)
+    sum_accuracy: float | None = None  # answer "What is A + B?" questions right this share of the time (`stub_text`)
     reasoning_chunks: int = 0  # a reasoning model: this many thinking tokens first (`stub_reasoning`), in the field
     reasoning_field: str = "reasoning_content"  # `reasoning_content` (vLLM <= 0.10) or `reasoning` (newer)
     # token-exact KV pressure (kvsim): capacity in tokens; `ignore_eos` requests make exactly max_tokens tokens
@@ -121,46 +122,6 @@ def metrics_text(cfg: StubConfig) -> str:
         lines.append(f"vllm:{h}_count{{{lab}}} {float(n)}")
         lines.append(f"vllm:{h}_sum{{{lab}}} {total}")
     return "\n".join(lines) + "\n"
-
-
-def _fill(schema: dict[str, Any], hint: str) -> Any:
-    if schema.get("enum"):
-        return schema["enum"][0]
-    if "const" in schema:
-        return schema["const"]
-    t = schema.get("type")
-    if t == "object":
-        return {k: _fill(v, f"{hint} {k}") for k, v in schema.get("properties", {}).items()}
-    if t == "array":
-        n = max(1, schema.get("minItems", 1))
-        return [_fill(schema.get("items", {"type": "string"}), hint) for _ in range(n)]
-    if t == "integer":
-        return schema.get("minimum", 1)
-    if t == "number":
-        return float(schema.get("minimum", 1))
-    if t == "boolean":
-        return True
-    text = f"Stub answer for {hint.strip()}."
-    lo, hi = schema.get("minLength", 0), schema.get("maxLength", 10_000)
-    while len(text) < lo:
-        text += " More detail follows here."
-    return text[:hi]
-
-
-def _text(content: Any) -> str:
-    """Message content as text: a string, or OpenAI-style parts [{"type": "text", "text": ...}]."""
-    if isinstance(content, list):
-        return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return content or ""
-
-
-def answer_text(body: dict[str, Any], tag: str = "the request") -> str:
-    rf = body.get("response_format") or {}
-    if rf.get("type") == "json_schema":
-        schema = (rf.get("json_schema") or {}).get("schema") or {}
-        return json.dumps(instance(schema, _fill(schema, tag)))  # valid whatever its keywords
-    last = next((_text(m.get("content")) for m in reversed(body.get("messages", [])) if m.get("role") == "user"), "")
-    return f"This is a stub reply to a prompt of {len(last.split())} words. It is deterministic and plain."
 
 
 def _prompt_tokens(body: dict[str, Any]) -> int:
@@ -262,7 +223,8 @@ def make_app(cfg: StubConfig) -> web.Application:
         if fault == "http_429":
             return web.json_response({"error": {"message": "slow down"}}, status=429, headers={"Retry-After": "1"})
         body = await request.json()
-        text = "" if fault == "empty" else answer_text(body, f"{cfg.model} reply {n}" if cfg.numbered else "the request")
+        text = "" if fault == "empty" else answer_text(body, f"{cfg.model} reply {n}" if cfg.numbered else "the request",
+                                                       cfg.sum_accuracy, cfg.seed)
         if cfg.fixed_text is not None:
             text = cfg.fixed_text
         if cfg.keep_bodies and not body.get("stream"):  # a judge's request, not streamed
