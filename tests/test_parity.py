@@ -220,3 +220,65 @@ def test_a_sending_process_that_dies_leaves_its_request_as_a_row_of_its_own_clas
     classes = sorted(str(r.error_class) for r, _ in got)
     assert classes == sorted([DIED, "None"])
     assert any("died" in e for e in errors)  # and the level says a sending process was lost
+
+
+# --- every road alternates, or says why not (issue 47) -------------------------------------------------
+
+ROADS = {  # a road's options -> the order it takes by default
+    "sequential": (["--limit", "6"], "alternate"),
+    "procs2": (["--limit", "6", "--concurrency", "2", "--client-procs", "2"], "alternate"),
+    "sweep": (["--limit", "6", "--sweep", "1,2"], "alternate"),
+    "rate": (["--limit", "6", "--rate", "50"], "alternate"),
+    "trace": (["--trace", str(TRACE), "--trace-format", "mooncake", "--speedup", "8", "--trace-limit", "12"],
+              "alternate"),
+    "search": (["--limit", "6", "--search", "concurrency", "--max-probes", "3", "--slo", "ttft_p99=5s"], "sequential"),
+    "ray": (["--limit", "6", "--ray"], "parallel"),
+}
+
+
+def _order_run(runner, tmp_path: Path, stubs, road: str) -> Path:
+    args, _ = ROADS[road]
+    ledger = tmp_path / f"order-{road}.db"
+    r = runner.invoke(cli, ["run", "--matrix", str(_matrix(tmp_path, stubs)), *args, "--ledger", str(ledger), "-q",
+                            "--no-grade"])
+    assert r.exit_code == 0, r.output
+    return ledger
+
+
+@pytest.mark.parametrize("road", sorted(ROADS))
+def test_every_road_records_the_order_it_took(runner, tmp_path, stubs, ray_address, road):
+    load = json.loads(next(Database(_order_run(runner, tmp_path, stubs, road)).query("select load_json from runs"))
+                      ["load_json"])
+    assert load["order"] == ROADS[road][1]
+
+
+@pytest.mark.parametrize("road", sorted(r for r, (_, kind) in ROADS.items() if kind == "alternate"))
+def test_an_alternating_road_sends_each_variant_in_every_block(runner, tmp_path, stubs, road):
+    rows = list(Database(_order_run(runner, tmp_path, stubs, road)).query(
+        "select order_block, variant from requests where is_warmup = 0 and final = 1"))
+    blocks: dict[int, set[str]] = {}
+    for r in rows:
+        blocks.setdefault(r["order_block"], set()).add(r["variant"])
+    assert all(v == {"base", "cand"} for v in blocks.values()), blocks
+
+
+@pytest.mark.parametrize("road", sorted(r for r, (_, kind) in ROADS.items() if kind == "alternate"))
+def test_an_alternating_road_interleaves_the_variants_in_time(runner, tmp_path, stubs, road):
+    seq = [r["variant"] for r in Database(_order_run(runner, tmp_path, stubs, road)).query(
+        "select variant from requests where is_warmup = 0 order by mono_start_ms")]
+    switches = sum(1 for a, b in zip(seq, seq[1:], strict=False) if a != b)
+    assert switches >= 2, seq  # back to back switches once
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--search", "concurrency", "--order", "alternate"], "a search chooses each variant's probes"),
+    (["--ray", "--order", "alternate"], "on Ray each variant runs as its own task"),
+    (["--order", "parallel"], "--order parallel is Ray's"),
+])
+def test_an_order_a_road_cannot_take_is_refused_in_one_line(runner, tmp_path, stubs, args, says):
+    ledger = tmp_path / "refused.db"
+    r = runner.invoke(cli, ["run", "--matrix", str(_matrix(tmp_path, stubs)), "--limit", "2", *args, "--ledger",
+                            str(ledger), "-q"])
+    assert r.exit_code == 2, r.output
+    assert says in r.output
+    assert len(r.output.strip().splitlines()) == 1

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..ledger import utcnow
-from .order import balanced, chunks
+from .order import MIN_BLOCK, balanced, chunks
 from .runner import RunContext, run_group
 
 
@@ -20,7 +20,7 @@ def run_blocks(ctx: RunContext, names: list[str], seq: int) -> int:
     """Send the run block by block: chunk k of the cases to each variant in turn (balanced orders),
     each block with its server brought up (or woken) for it and stopped (or put to sleep) after."""
     order = ctx.load.policy.order
-    size = max(order.chunk or 0, order.chunk_for(1))
+    size = max(order.chunk, MIN_BLOCK)  # one server at a time: at least six cases a variant between switches
     perms = balanced(names, order.seed)
     parts = list(chunks(list(ctx.cases), size))
     for b, part in enumerate(parts):

@@ -261,7 +261,7 @@ def _measured(matrix: Matrix, variants: list[str], cases: Sequence[Case], repeat
                 yield item(v, c, rep, b, pos)
     elif order.alternates and len(variants) > 1:
         perms = balanced(variants, order.seed)
-        for b, part in enumerate(chunks(cases, order.chunk_for(concurrency))):
+        for b, part in enumerate(chunks(cases, order.chunk_for(concurrency, len(cases)))):
             for pos, v in enumerate(next(perms)):
                 for rep in range(n_rep(v)):
                     for c in part:

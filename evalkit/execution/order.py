@@ -58,10 +58,14 @@ class Order:
         return cls(kind, int(d.get("order_chunk") or 0), int(d.get("order_seed") or d.get("seed") or 0),
                    d.get("order_why") or "")
 
-    def chunk_for(self, concurrency: int) -> int:
-        """Cases in a chunk of a loaded level: enough for the level's load to reach a steady state
-        (four times its concurrency), at least `MIN_BLOCK`."""
-        return self.chunk or max(MIN_BLOCK, 4 * concurrency)
+    def chunk_for(self, concurrency: int, n_cases: int) -> int:
+        """Cases in a chunk of a loaded level: enough to keep the level's load in flight for most of
+        the block (four times its concurrency), but no more than a quarter of the cases, so the
+        variants alternate at least four times (a chunk of all the cases would be back to back);
+        never fewer than the concurrency itself."""
+        if self.chunk:
+            return self.chunk
+        return max(concurrency, min(4 * concurrency, n_cases // 4))
 
 
 def balanced(items: Sequence[T], seed: int) -> Iterator[list[T]]:

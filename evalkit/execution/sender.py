@@ -304,10 +304,13 @@ class Sender:
         order = self.load.policy.order
         if order.alternates and not level.sequential and len({s.variant.name for s in self.servers.values()}) > 1:
             # alternated under load (`order.py`): each chunk of cases is sent to one variant at a time, as a
-            # block of the level's load; a chunk's open-loop arrivals are its own stretch of the schedule
-            chunk = order.chunk_for(level.concurrency)
-            for (block, _), part in groupby(items, key=lambda it: (it.order_block, it.order_position)):
-                await self._side_by_side(http, list(part), level, (block or 0) * chunk)
+            # block of the level's load; its open-loop arrivals go on where that variant's last block left off
+            sent: dict[str, int] = {}
+            for _, group in groupby(items, key=lambda it: (it.order_block, it.order_position)):
+                part = list(group)
+                v = part[0].variant
+                await self._side_by_side(http, part, level, sent.get(v, 0))
+                sent[v] = sent.get(v, 0) + len(part)
                 if STOP.requested:
                     return
             return
