@@ -299,12 +299,21 @@ def use_paths(paths: Any) -> list[str]:
     return out
 
 
-def use(ledger: Any = None, run_id: str | None = None, paths: Any = (), every_run: bool = False) -> list[str] | None:
+def workload_here() -> Path | None:
+    """The current folder when it is a workload folder (it holds a matrix.yaml)."""
+    return Path.cwd() if (Path.cwd() / "matrix.yaml").is_file() else None
+
+
+def use(ledger: Any = None, run_id: str | None = None, paths: Any = (), every_run: bool = False,
+        workload: str | Path | None = None) -> list[str] | None:
     """The one grader resolution every command makes before it names a grader, a metric, a margin
-    or a threshold: built-ins and entry points (always), the modules of each `--grader-path`, and
-    the graders the run recorded (its workload folder, each `module:Class` with its folder); with
-    ``every_run`` those of every run in the ledger (browse). Returns the run's recorded names."""
+    or a threshold: built-ins and entry points (always), the modules of each `--grader-path` and of
+    ``workload`` (a workload folder, e.g. `workload_here()`), and the graders the run recorded (its
+    workload folder, each `module:Class` with its folder); with ``every_run`` those of every run in
+    the ledger (browse). Returns the run's recorded names."""
     use_paths(paths)
+    if workload is not None:
+        discover(workload)
     if ledger is None:
         return None
     if every_run:
