@@ -154,3 +154,83 @@ def test_a_bad_attribute_a_grader_reads_names_its_line_and_field(tmp_path):
 def test_the_shipped_workload_keeps_its_graders():
     names, notes = registry.choose(None, load_cases())
     assert names == ["schema", "persona", "formality", "drift", "load_drift", "divergence"]
+
+
+# --- check_case as docs/plugins.md writes it (issue 46) ------------------------------------------------------
+
+PRIORITY = """from evalkit.grading import Grader, Score
+
+
+class Priority(Grader):
+    name = "priority"
+    version = "1"
+    default = False
+    requires = ("priority",)
+
+    def check_case(self, case):
+        {body}
+
+    def grade(self, item):
+        return Score(1.0, True, "ok")
+"""
+CHECKS = {"plain method": 'return None if self.name and case.get("priority") in ("low", "high") '
+                          'else "priority: expected low or high"',
+          "raising": 'return {"low": None}[case.get("priority")]'}
+
+
+def _priority_workload(folder: Path, body: str, bad: int) -> Path:
+    """A workload whose grader's `check_case` is a plain method; ``bad`` rows of 30 it refuses."""
+    folder.mkdir()
+    (folder / "priority_mod.py").write_text(PRIORITY.format(body=CHECKS[body]))
+    rows = [{"id": f"c{i}", "messages": MSG, "priority": "urgent" if i < bad else "low"} for i in range(30)]
+    (folder / "dataset.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "matrix.yaml").write_text("name: p\nbaseline: a\ngraders: [priority_mod:Priority]\n"
+                                        "variants: [{name: a, endpoint: 'http://127.0.0.1:9'}]\n")
+    return folder
+
+
+@pytest.fixture
+def forgets_priority():
+    yield
+    for d in (registry._LOCAL, registry._ROOTS, registry._ORIGIN):
+        d.pop("priority", None)
+    sys.modules.pop("priority_mod", None)
+    sys.path[:] = [p for p in sys.path if "prio-" not in p]
+    registry.available.cache_clear()
+
+
+def _validate(runner, folder: Path):
+    return runner.invoke(cli, ["dataset", "validate", "--workload", str(folder)])
+
+
+def test_a_plain_method_check_case_passes_good_rows(runner, tmp_path, forgets_priority):
+    r = _validate(runner, _priority_workload(tmp_path / "prio-ok", "plain method", 0))
+    assert "graders: priority" in r.output, r.output
+
+
+def test_a_plain_method_check_case_refuses_with_exit_2(runner, tmp_path, forgets_priority):
+    assert _validate(runner, _priority_workload(tmp_path / "prio-bad", "plain method", 3)).exit_code == 2
+
+
+def test_every_refused_row_is_named_by_file_and_line(runner, tmp_path, forgets_priority):
+    folder = _priority_workload(tmp_path / "prio-bad", "plain method", 3)
+    out = _validate(runner, folder).output
+    named = [f"{folder / 'dataset.jsonl'}:{i}: field 'priority': expected low or high" for i in (1, 2, 3)]
+    assert [x for x in named if x in out] == named
+
+
+def test_refused_rows_beyond_twenty_are_counted(runner, tmp_path, forgets_priority):
+    out = _validate(runner, _priority_workload(tmp_path / "prio-many", "plain method", 25)).output
+    assert out.strip().endswith("(grader 'priority' reads them); +5 more"), out
+
+
+@pytest.mark.parametrize("fact", ["one line", "names the grader and hook", "names the row", "no traceback", "exit 2"])
+def test_a_raising_hook_is_one_line(runner, tmp_path, forgets_priority, fact):
+    folder = _priority_workload(tmp_path / "prio-raise", "raising", 2)
+    r = _validate(runner, folder)
+    checks = {"one line": lambda: len(r.output.strip().splitlines()) == 1,
+              "names the grader and hook": lambda: "grader 'priority': its hook `check_case` raised KeyError" in r.output,
+              "names the row": lambda: f"(on {folder / 'dataset.jsonl'}:1)" in r.output,
+              "no traceback": lambda: isinstance(r.exception, SystemExit | None),
+              "exit 2": lambda: r.exit_code == 2}
+    assert checks[fact](), r.output

@@ -157,6 +157,7 @@ def graders_calibrate(grader: str, path: Path | None, as_json: bool, use_reviews
     confusion matrix, per rule. A plugin grader is found as `run` and `grade` find it: --grader-path,
     the workload folder it is run in, the graders the reviewed run recorded, entry points."""
     from ..grading import available
+    from ..grading.base import hook
     from ..grading.registry import calibratable, resolve, use, workload_here
 
     use(paths=grader_paths, workload=workload_here())
@@ -182,8 +183,8 @@ def graders_calibrate(grader: str, path: Path | None, as_json: bool, use_reviews
     if grader not in choices:
         raise UsageError(f"--grader: '{grader}' has no calibration data (graders that have: {', '.join(choices)})")
     cls = available()[grader]
-    r = cls.calibrate(path)
-    click.echo(json.dumps(r, indent=2) if as_json else "\n".join(cls.calibration_lines(r)))
+    r = hook(cls, "calibrate", path)
+    click.echo(json.dumps(r, indent=2) if as_json else "\n".join(hook(cls, "calibration_lines", r)))
 
 
 @cli.group(cls=Group)
@@ -197,7 +198,8 @@ def rubrics() -> None:
 def rubrics_validate(directory: Path | None) -> None:
     """Load every registered grader's rubric files, reporting the first error (file:line, field)."""
     from ..grading import available
+    from ..grading.base import hook
 
     d = directory or rubrics_dir()
-    parts = [x for cls in available().values() if (x := cls.validate_rubrics(d))]
+    parts = [x for cls in available().values() if (x := hook(cls, "validate_rubrics", d))]
     click.echo(f"{d}: OK — " + "; ".join(parts))

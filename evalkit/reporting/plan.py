@@ -46,7 +46,7 @@ def grader_diffs(ledger: Ledger, run_id: str) -> dict[str, tuple[float, int]]:
                 return [{**grades[r["id"]][grader], "case_id": r["case_id"], "repeat": r["repeat"]} for r in rows
                         if r["variant"] == var and grader in grades.get(r["id"], {})]
 
-            xs = paired_differences(reg[grader].aggregate, side(v), side(base or "")).get(name, [])
+            xs = paired_differences(reg[grader], side(v), side(base or "")).get(name, [])
             if len(xs) >= 2:
                 scale = 100.0 if m.unit == "pp" else 1.0
                 mu = sum(xs) / len(xs)

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..grading import paired_differences
-from ..grading.registry import available
+from ..grading.registry import aggregate_hook, available
 from ..stats import bootstrap_ci, mean
 from .grade_views import grade_views
 
@@ -57,7 +57,7 @@ def side_values(agg: Any, grades: Sequence[Mapping[str, Any]], baseline_side: bo
     step = SEQ_CHUNK if ours else max(len(grades), 1)
     packers: dict[str, _Packer] = {}
     for i in range(0, max(len(grades), 1), step):
-        for m, d in agg.margin_values(grades[i:i + step], baseline_side).items():
+        for m, d in aggregate_hook(agg, "margin_values", grades[i:i + step], baseline_side).items():
             packers.setdefault(m, _Packer()).add(d)
     return {m: p.result() for m, p in packers.items()}
 
