@@ -103,7 +103,7 @@ def test_server_that_fails_to_start_is_reported_and_others_still_run(runner, stu
     monkeypatch.setenv("EVALKIT_VLLM_PYTHON", str(fake))
     monkeypatch.setenv("EVALKIT_CACHE", str(tmp_path / "cache"))
     m = write("m.yaml", f"name: x\nbaseline: ok\ngeneration: {{baseline_repeats: 1}}\nvariants:\n"
-                        f"  - name: ok\n    endpoint: {stub.base_url}\n  - name: broken\n    model: /nope\n")
+                        f"  - name: ok\n    endpoint: {stub.base_url}\n  - name: broken\n    model: nobody/nope\n")
     r = runner.invoke(cli, ["run", "--no-grade", "--matrix", str(m), "--limit", "2", "--ledger", str(ledger_path), "-q"])
     assert r.exit_code == 1
     last = r.output.strip().splitlines()[-1]

@@ -69,3 +69,55 @@ def test_bad_matrix_names_line_and_field(tmp_path: Path, text: str, expected: st
     assert msg.startswith(str(p)), msg
     assert expected in msg, msg
     assert "\n" not in msg
+
+
+# --- what --resume lets a matrix change (issue 46) -----------------------------------------------------------
+
+
+def _m(**cand: object) -> object:
+    from evalkit.spec.matrix import Matrix
+
+    c = {"name": "cand", "endpoint": "http://a:1", **cand}
+    return Matrix.model_validate({"name": "m", "baseline": "base", "variants": [
+        {"name": "base", "endpoint": "http://base:1"}, {k: v for k, v in c.items() if v is not None}]})
+
+
+@pytest.mark.parametrize(("change", "line"), [
+    ({"endpoint": "http://b:2"}, "resume: cand endpoint http://a:1 → http://b:2"),
+    ({"api_key_env": "MY_KEY"}, "resume: cand api key env None → MY_KEY"),
+])
+def test_resume_takes_a_changed_endpoint_and_says_so(change, line):
+    from evalkit.execution.resume import endpoint_changes
+
+    assert endpoint_changes("r1", _m(), _m(**change)) == [line]
+
+
+def test_resume_puts_the_new_endpoint_on_the_run_s_matrix():
+    from evalkit.execution.resume import endpoint_changes
+
+    stored = _m()
+    endpoint_changes("r1", stored, _m(endpoint="http://b:2"))
+    assert stored.variant("cand").endpoint == "http://b:2"
+
+
+@pytest.mark.parametrize(("given", "field"), [
+    (_m(served_model_name="other"), "variants.cand.served_model_name"),
+    (_m(endpoint=None, model="/m"), "variants.cand.model"),
+])
+def test_resume_refuses_any_other_difference_naming_the_field(given, field):
+    from evalkit.errors import UsageError
+    from evalkit.execution.resume import endpoint_changes
+
+    with pytest.raises(UsageError, match=f"field '{field}'"):
+        endpoint_changes("r1", _m(), given)
+
+
+def test_resume_refuses_other_variants():
+    from evalkit.errors import UsageError
+    from evalkit.execution.resume import endpoint_changes
+    from evalkit.spec.matrix import Matrix
+
+    other = Matrix.model_validate({"name": "m", "baseline": "base", "variants": [
+        {"name": "base", "endpoint": "http://base:1"}, {"name": "cand2", "endpoint": "http://a:1"}]})
+    with pytest.raises(UsageError, match="variants"):
+        endpoint_changes("r1", _m(), other)

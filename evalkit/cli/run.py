@@ -67,7 +67,8 @@ from .console import RichProgress, print_closing, print_report
               help="run each variant (or replica) as a Ray task: `--ray` alone starts a local Ray instance; "
                    "or give auto / ray://HOST:10001")
 @click.option("--resume", "resume_id", default=None, metavar="RUN_ID",
-              help="complete the requests missing from an interrupted run (same matrix, cases, load)")
+              help="complete the requests missing from an interrupted run (same matrix, cases, load); with --matrix "
+                   "or --workload, a matrix that differs from the run's only in endpoints (a corrected URL)")
 @click.option("--retry-failed", "retry_failed", is_flag=False, flag_value=",".join(DEFAULT_RETRY_CLASSES), default=None,
               metavar="[CLASSES]", help="with --resume: also send again the requests whose final row failed with one "
                                         f"of these error classes [{','.join(DEFAULT_RETRY_CLASSES)}]; the old rows stay")
@@ -121,6 +122,8 @@ def run(workload: Path | None, trace_path: Path | None, trace_format: str | None
     if search is not None:
         inp.load = search.load(inp.load, inp.matrix.load.slo if inp.matrix.load else None, opts.arrival_seed)
     db = db or open_ledger(ledger_path(ledger))
+    for line in inp.resume_changes:
+        click.echo(line)
     if inp.reopened or opts.retry_failed:
         click.echo(f"run {resume_id}: {inp.reopened} failed requests will be sent again (their rows stay, not final)")
     progress = progress_for(quiet, {v.name: v.endpoint_of(None) for v in inp.matrix.variants})  # live on a terminal

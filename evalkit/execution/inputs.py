@@ -19,7 +19,7 @@ from ..spec.dataset import Case, load_cases, stratified_subset
 from ..spec.matrix import Matrix, load_matrix
 from .load import Load, load_from_options
 from .options import RunOptions
-from .resume import parse_retry_classes, resume_context
+from .resume import endpoint_changes, parse_retry_classes, resume_context
 from .sizing import parse_duration
 from .traces import trace_cases, trace_json
 
@@ -37,6 +37,7 @@ class RunInputs:
     run_extra: dict[str, Any] | None = None
     reopened: int = 0  # --retry-failed: requests that will be sent again
     opts: RunOptions = field(default_factory=RunOptions)  # what was asked: executor, grading, resume
+    resume_changes: list[str] = field(default_factory=list)  # --resume with a matrix: the endpoints it changed
 
     @classmethod
     def of(cls, matrix: Matrix, cases: list[Case], dataset_path: Path, *, load: Load | None = None, repeats: int = 1,
@@ -52,6 +53,8 @@ def resolve_inputs(ledger: Ledger | None, q: RunOptions, say: Any = lambda s: No
         assert ledger is not None
         ctx = resume_context(ledger, q.resume_id)
         out = RunInputs(ctx.matrix, ctx.cases, ctx.dataset_path, ctx.load, ctx.repeats)
+        if q.matrix_path is not None:  # a corrected matrix: its endpoints replace the run's, nothing else may differ
+            out.resume_changes = endpoint_changes(q.resume_id, ctx.matrix, load_matrix(q.matrix_path))
         if q.retry_failed:
             out.reopened = len(ledger.reopen_failed(q.resume_id, parse_retry_classes(q.retry_failed)))
     else:

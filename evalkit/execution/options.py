@@ -59,7 +59,8 @@ class RunOptions:
         if not self.grade and self.grade_sample:
             raise UsageError("--grade-sample says how much to grade: it does not go with --no-grade")
         if self.resume_id:
-            refuse_resume_options(matrix=self.matrix_path, dataset=self.dataset_path, limit=self.limit,
+            # a matrix may come along: only its endpoints may differ from the run's (`resume.endpoint_changes`)
+            refuse_resume_options(dataset=self.dataset_path, limit=self.limit,
                                   repeats=self.repeats != 1, mode=self.mode, concurrency=self.concurrency, rate=self.rate,
                                   sweep=self.sweep, arrival=self.arrival, max_concurrency=self.max_concurrency,
                                   trace=self.trace, budget=self.time_budget)

@@ -27,6 +27,7 @@ from ..spec.matrix import Matrix
 from ..spec.spool import SpooledCases
 from .inputs import RunInputs
 from .load import Load, warmup_cases
+from .preflight import preflight
 from .runner import Progress, RunContext, RunSummary, SilentProgress, case_rows, run_group
 
 
@@ -65,8 +66,10 @@ def start_run(ledger: Ledger, inp: RunInputs, load: Load, progress: Progress) ->
     resume_run, matrix, repeats = inp.opts.resume_id, inp.matrix, inp.repeats
     if resume_run:
         run_id = resume_run
+        # a corrected matrix's endpoints are the run's from now on
+        changed = {"matrix_json": redact(matrix.model_dump_json())} if inp.resume_changes else {}
         ledger.update_run(run_id, {"status": "running", "finished_at": None, "pid": os.getpid(), "host": socket.gethostname(),
-                                   "stop_reason": None})
+                                   "stop_reason": None, **changed})
     else:
         run_id = create_run(ledger, inp, load)
     skip = ledger.done_keys(run_id) if resume_run else HeldKeys()
@@ -150,6 +153,8 @@ def run_matrix(ledger: Ledger, inp: RunInputs, progress: Progress | None = None,
     if (why := executor.refuse(inp, load)) is not None:
         raise UsageError(why)
     memory = plan_memory(inp.matrix, progress.say)  # a memory budget that cannot fit stops here, before anything is written
+    # so does a wrong URL or a server that cannot start: found now, not after the baseline was sent
+    preflight(inp.matrix, local_launch=isinstance(executor, InProcess))
     summary, skip = start_run(ledger, inp, load, progress)
     cases = inp.cases if isinstance(inp.cases, SpooledCases) else list(inp.cases)  # a trace's stay on disk
     ctx = RunContext(ledger, summary.run_id, inp.matrix, cases, inp.repeats, load, skip, progress,
