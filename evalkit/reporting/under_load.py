@@ -186,10 +186,19 @@ def sorted_differences(mine: Mapping[str, float], theirs: Mapping[str, float]) -
 def lines(entries: list[dict[str, Any]]) -> list[str]:
     out = []
     for e in entries:
-        d = "; ".join(f"{m} {x['delta']:+.3g}" + (f" [{x['ci95'][0]:+.3g}, {x['ci95'][1]:+.3g}]" if x["ci95"] else "")
-                      for m, x in e["deltas"].items())
+        d = "; ".join(_delta_text(m, x, e["pairs"]) for m, x in e["deltas"].items())
         ident = "-" if e["identical_pct"] is None else f"{e['identical_pct']:.0f} %"
-        out.append(f"quality under load {e['variant']}: concurrency {e['level']} vs 1 over {e['pairs']} pairs: "
-                   f"{ident} byte-identical, drift {e['drift_mean'] if e['drift_mean'] is None else round(e['drift_mean'], 3)}"
+        drift = "-" if e["drift_mean"] is None else round(e["drift_mean"], 3)
+        head = f"{ident} byte-identical, drift {drift}" if e["pairs"] else "no pairs"
+        out.append(f"quality under load {e['variant']}: concurrency {e['level']} vs 1 over {e['pairs']} pairs: {head}"
                    + (f"; {d}" if d else ""))
     return out
+
+
+def _delta_text(m: str, x: dict[str, Any], pairs: int) -> str:
+    """`schema_pass +0 [+0, +0]`, with its own pairs when they are not the line's; never an interval from none."""
+    n = x.get("pairs", pairs)
+    if not n:
+        return f"{m} no pairs"
+    ci = f" [{x['ci95'][0]:+.3g}, {x['ci95'][1]:+.3g}]" if x["ci95"] else ""
+    return f"{m} {x['delta']:+.3g}{ci}" + (f" over {n} pairs" if n != pairs else "")

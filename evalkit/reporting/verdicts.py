@@ -192,6 +192,8 @@ def counts_text(e: dict[str, Any]) -> str:
 
 
 def fmt_estimate(e: dict[str, Any]) -> str:
+    if not e.get("pairs"):  # nothing was paired: no estimate, never an interval
+        return "no pairs"
     u = UNIT[e["unit"]]
     ci = e["ci"]
     est = "-" if e["estimate"] is None else f"{e['estimate']:+.3g}{u}"
