@@ -241,14 +241,15 @@ def test_plan_predicts_the_detectable_difference_a_run_then_shows(runner, endpoi
 
 
 @pytest.mark.integration  # starts stub servers
-def test_plan_sizes_a_difference_and_refuses_without_a_question(runner, endpoint_matrix, tmp_path):
+def test_plan_sizes_a_difference_and_bare_asks_the_margins(runner, endpoint_matrix, tmp_path):
     pilot = tmp_path / "pilot.db"
     _jittered_run(runner, endpoint_matrix, pilot, 24, seed=1)
     out = runner.invoke(cli, ["plan", "--ledger", str(pilot), "--detect", "e2e_mean=10"]).output
     assert "to detect 10 % at 80 % power" in out
-    r = runner.invoke(cli, ["plan", "--ledger", str(pilot)])
-    assert r.exit_code == 2
-    assert "--detect" in r.output
+    r = runner.invoke(cli, ["plan", "--ledger", str(pilot)])  # bare: the README's `evalkit plan`
+    assert r.exit_code == 0, r.output
+    assert "asked: --detect drift=0.1, e2e_mean=5%, the size of the matrix's margins" in r.output
+    assert "e2e_mean: to detect 5 % at 80 % power" in r.output
 
 
 @pytest.mark.integration  # starts stub servers
@@ -527,3 +528,14 @@ def test_quality_under_load_gives_a_margin_its_own_pairs():
     line = lines([{"variant": "cand", "level": 8, "pairs": 0, "identical_pct": None, "drift_mean": None,
                    "deltas": {"schema_pass": {"delta": 0.0, "ci95": [0.0, 0.0], "pairs": 6}}}])[0]
     assert line.endswith("schema_pass +0 [+0, +0] over 6 pairs")
+
+
+@pytest.mark.parametrize(("margins", "asked"), [
+    ({"e2e_mean": "+10%", "schema_pass": "-5pp", "tpot_mean": "+5%"}, {"e2e_mean": 10.0, "schema_pass": 5.0}),
+    ({"e2e_mean": "+50ms"}, {"drift": 0.1, "e2e_mean": 5.0}),  # nothing plan can size: the default matrix's
+    ({}, {"drift": 0.1, "e2e_mean": 5.0}),
+])
+def test_a_bare_plan_asks_what_the_margins_ask(margins, asked):
+    from evalkit.reporting.plan import default_detect
+
+    assert default_detect(margins) == asked
