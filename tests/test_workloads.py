@@ -234,3 +234,82 @@ def test_a_raising_hook_is_one_line(runner, tmp_path, forgets_priority, fact):
               "no traceback": lambda: isinstance(r.exception, SystemExit | None),
               "exit 2": lambda: r.exit_code == 2}
     assert checks[fact](), r.output
+
+
+# --- default_schema (issue 46) -----------------------------------------------------------------------------
+
+
+def _schema_cases(tmp_path: Path, default: object) -> list:
+    from evalkit.spec.matrix import Matrix
+
+    p = _cases(tmp_path, [{"id": "a", "messages": MSG}, {"id": "b", "messages": MSG, "schema": {"type": "array"}}],
+               {"type": "object"})
+    m = Matrix.model_validate({"name": "m", "baseline": "x", "default_schema": default,
+                               "variants": [{"name": "x", "endpoint": "http://127.0.0.1:1"}]})
+    m._folder = tmp_path
+    return m.load_cases(p)
+
+
+@pytest.mark.parametrize("default", ["mine", "schemas/mine.schema.json", {"type": "object"}])
+def test_default_schema_applies_to_a_case_that_names_none(tmp_path, default):
+    assert _schema_cases(tmp_path, default)[0].schema_doc == {"type": "object"}
+
+
+def test_a_case_s_own_schema_wins_over_the_default(tmp_path):
+    assert _schema_cases(tmp_path, "mine")[1].schema_doc == {"type": "array"}
+
+
+def test_an_unknown_default_schema_names_the_matrix_field(tmp_path):
+    with pytest.raises(DatasetError, match=r"matrix field 'default_schema': unknown schema 'nope' \(known: .*mine"):
+        _schema_cases(tmp_path, "nope")
+
+
+def test_validate_feeds_the_schema_grader_from_the_default_schema(runner, tmp_path):
+    folder = tmp_path / "w"
+    folder.mkdir()
+    _cases(folder, [{"id": "a", "messages": MSG}], {"type": "object"}).rename(folder / "dataset.jsonl")
+    (folder / "matrix.yaml").write_text("name: w\nbaseline: x\ndefault_schema: mine\n"
+                                        "variants: [{name: x, endpoint: 'http://127.0.0.1:1'}]\n")
+    assert "graders: schema" in runner.invoke(cli, ["dataset", "validate", "--workload", str(folder)]).output
+
+
+# --- --workload DIR --matrix FILE (issue 46) ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def other_matrix_run(tmp_path_factory):
+    """The scaffolded workload run under another matrix from elsewhere (its own name, margins, stubs)."""
+    from click.testing import CliRunner
+    from sqlite_utils import Database
+
+    tmp = tmp_path_factory.mktemp("other-matrix")
+    folder = tmp / "my-support"
+    scaffold(folder)
+    with StubServer(StubConfig(ttft_ms=2, itl_ms=1)) as a, StubServer(StubConfig(ttft_ms=4, itl_ms=1)) as b:
+        other = tmp / "elsewhere" / "gpu.yaml"
+        other.parent.mkdir()
+        other.write_text(f"name: gpu\nbaseline: one\nmargins: {{e2e_mean: +50%}}\ngeneration: {{max_tokens: 64}}\n"
+                         f"variants:\n  - name: one\n    endpoint: {a.base_url}\n  - name: two\n    endpoint: {b.base_url}\n")
+        r = CliRunner().invoke(cli, ["run", "--workload", str(folder), "--matrix", str(other), "--ledger",
+                                     str(tmp / "l.db"), "--limit", "4", "-q"])
+    yield r, folder, next(Database(tmp / "l.db")["runs"].rows)
+    for d in (registry._LOCAL, registry._ROOTS, registry._ORIGIN):
+        d.pop("replylen", None)
+    sys.modules.pop("replylen", None)
+    registry.available.cache_clear()
+
+
+def test_a_workload_runs_under_another_matrix(other_matrix_run):
+    assert other_matrix_run[0].exit_code == 0, other_matrix_run[0].output
+
+
+def test_the_other_matrix_is_the_run_s(other_matrix_run):
+    assert other_matrix_run[2]["matrix_name"] == "gpu"
+
+
+def test_the_workload_s_cases_are_the_run_s(other_matrix_run):
+    assert other_matrix_run[2]["dataset_path"] == str((other_matrix_run[1] / "dataset.jsonl").resolve())
+
+
+def test_the_workload_s_graders_are_the_run_s(other_matrix_run):
+    assert "replylen:ReplyLength" in other_matrix_run[2]["graders_json"]

@@ -18,7 +18,8 @@ from .console import RichProgress, print_closing, print_report
               help="matrix YAML, or a bundled name (default, capacity, saturation, drift-control) "
                    "[default: the embedded unquantized vs W8A8 matrix]")
 @click.option("--workload", "workload", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
-              help="a workload folder: its matrix.yaml, dataset, schemas/, rubrics/ and graders (docs/workloads.md)")
+              help="a workload folder: its matrix.yaml, dataset, schemas/, rubrics/ and graders (docs/workloads.md); "
+                   "with --matrix, that matrix over the folder's cases, schemas and graders")
 @click.option("--dataset", "dataset_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="dataset JSONL [default: the workload's, else data/resume_gen_benchmark.jsonl]")
 @click.option("--limit", type=click.IntRange(min=1), default=None,
@@ -106,12 +107,13 @@ def run(workload: Path | None, trace_path: Path | None, trace_format: str | None
     from ..sharing.browse import store_derived
     from .liveview import progress_for
 
-    if workload is not None and options["matrix_path"] is not None:
-        raise UsageError("give --workload DIR or --matrix FILE: a workload folder holds its matrix.yaml")
     if trace_path is not None and trace_format is None:
         raise UsageError("--trace needs --trace-format (mooncake, azure, burstgpt or evalkit)")
     search = SearchRequest.take(options)  # --search takes over --slo and --arrival; other shapes refused
+    # --workload DIR --matrix FILE: the folder's cases, schemas and graders under another matrix
+    other = workload is not None and options["matrix_path"] is not None
     opts = RunOptions(**{**options, "matrix_path": options["matrix_path"] or workload,
+                         "workload": workload if other else None,
                          "trace": TraceSpec(str(trace_path), trace_format or "", speedup, trace_limit) if trace_path else None,
                          "subset_seed": subset_seed or 0, "arrival_seed": arrival_seed or 0, "graders": graders,
                          "grade": not no_grade})

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..grading.margins import hypotheses, pairs_needed, parse_margins
+from ..grading.margins import hypotheses, matrix_margins, pairs_needed
 from ..grading.registry import add_path, choose, resolve, serve_only, specs, use_workload
 from ..ledger import Ledger
 from ..paths import default_dataset_path
-from ..spec.dataset import Case, load_cases, stratified_subset
-from ..spec.matrix import Matrix, load_matrix
+from ..spec.dataset import Case, stratified_subset
+from ..spec.matrix import Matrix, load_matrix, with_workload
 from .load import Load, load_from_options
 from .options import RunOptions
 from .resume import endpoint_changes, parse_retry_classes, resume_context
@@ -54,11 +54,15 @@ def resolve_inputs(ledger: Ledger | None, q: RunOptions, say: Any = lambda s: No
         ctx = resume_context(ledger, q.resume_id)
         out = RunInputs(ctx.matrix, ctx.cases, ctx.dataset_path, ctx.load, ctx.repeats)
         if q.matrix_path is not None:  # a corrected matrix: its endpoints replace the run's, nothing else may differ
-            out.resume_changes = endpoint_changes(q.resume_id, ctx.matrix, load_matrix(q.matrix_path))
+            given = load_matrix(q.matrix_path)
+            out.resume_changes = endpoint_changes(q.resume_id, ctx.matrix,
+                                                  with_workload(given, q.workload) if q.workload else given)
         if q.retry_failed:
             out.reopened = len(ledger.reopen_failed(q.resume_id, parse_retry_classes(q.retry_failed)))
     else:
         matrix = load_matrix(q.matrix_path)
+        if q.workload is not None:  # another matrix over a workload's cases, schemas and graders
+            matrix = with_workload(matrix, q.workload)
         launched = any(v.launched for v in matrix.variants)
         if q.trace is not None:
             if q.dataset_path or q.limit or q.time_budget or q.concurrency or q.rate or q.sweep or q.mode or q.interleave:
@@ -77,7 +81,7 @@ def resolve_inputs(ledger: Ledger | None, q: RunOptions, say: Any = lambda s: No
                                      client_procs=q.client_procs, launched_locally=launched,
                                      max_error_rate=q.max_error_rate, stop_on_failure=q.stop_on_failure)
             dpath = q.dataset_path or matrix.workload_path("dataset", "dataset.jsonl") or default_dataset_path()
-            all_cases = load_cases(dpath, matrix.workload_path("schemas", "schemas"))
+            all_cases = matrix.load_cases(dpath)
             # with --time-budget: every case in balanced order (any prefix is balanced); the run keeps what fits
             cases = stratified_subset(all_cases, q.limit or (len(all_cases) if budget_s else matrix.limit), q.subset_seed)
             out = RunInputs(matrix, cases, dpath, load, q.repeats)
@@ -106,7 +110,7 @@ def check_margins(inp: RunInputs, say: Any) -> None:
     a fixed number of cases too small to decide them is said (`--time-budget` stretches instead)."""
     if not inp.matrix.margins:
         return
-    margins = parse_margins(inp.matrix.margins, "matrix margins")
+    margins = matrix_margins(inp.matrix, resolved=True)  # the graders are resolved: `matrix validate` does both
     need = pairs_needed(margins)
     if inp.time_budget_s is None and len(inp.cases) < need:
         say(f"{len(inp.cases)} cases cannot decide the matrix's margins ({hypotheses(margins)} hypotheses under Holm): "

@@ -18,6 +18,7 @@ class RunOptions:
     """What `evalkit run` was asked; `resolve_inputs` turns it into what the run sends."""
 
     matrix_path: Path | None = None  # a matrix file, a bundled name, or a workload folder
+    workload: Path | None = None  # with another matrix: the workload folder whose cases, schemas and graders it runs
     dataset_path: Path | None = None
     limit: int | None = None
     time_budget: str | None = None

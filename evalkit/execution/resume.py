@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..ledger import Ledger, RunRecord
-from ..spec.dataset import Case, dataset_hash, load_cases
+from ..spec.dataset import Case, dataset_hash
 from ..spec.matrix import Matrix
 from .error_classes import DEFAULT_RETRY_CLASSES
 from .load import Load
@@ -91,7 +91,7 @@ def resume_context(ledger: Ledger, run_id: str) -> ResumeContext:
             raise UsageError(f"--resume: run {run_id}'s trace {spec.get('path')} now has {len(cases)} rows, "
                              f"the run recorded {len(run.case_ids)}")
         return ResumeContext(matrix, cases, dpath, *load_of_run(run, offsets))
-    all_cases = load_cases(dpath, matrix.workload_path("schemas", "schemas"))
+    all_cases = matrix.load_cases(dpath)
     by_id = {c.id: c for c in all_cases}
     return ResumeContext(matrix, [by_id[i] for i in run.case_ids], dpath, *load_of_run(run, None))
 
