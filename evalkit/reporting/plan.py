@@ -143,7 +143,7 @@ def plan(ledger: Ledger, run_id: str | None, detect: dict[str, float], cases: in
     out.update({"floor": floor, "margins": [ms.text for ms in specs], "hypotheses": hyp})
     if asked is not None:  # a bare plan sizes the margins it has something to size from
         detect = {k: v for k, v in detect.items() if k in spreads or k in PRIORS}
-        out["asked"] = ", ".join(f"{k}={v:g}{metrics().get(k, '').strip()}" for k, v in detect.items())
+        out["asked"] = ", ".join(f"{k}={v:g}{metrics().get(k, '').strip()}" for k, v in sorted(detect.items()))
     for metric in sorted(set(detect) | (set(METRICS) if cases else set())):
         if metric not in spreads and metric not in PRIORS:
             raise UsageError(f"--detect {metric}: the pilot run {rid} has no paired grades of it to plan from")
