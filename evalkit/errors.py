@@ -32,6 +32,10 @@ class RubricError(UsageError):
     """A rubric or schema file is invalid."""
 
 
+class PluginError(UsageError):
+    """A grader plugin's hook raised: one line naming the grader and the hook (exit code 2)."""
+
+
 class LedgerError(UsageError):
     """The ledger file is not an evalkit ledger, or is from a newer schema."""
 

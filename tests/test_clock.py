@@ -209,7 +209,7 @@ def test_fallbacks_record_their_source(runner, endpoint_matrix, tmp_path, monkey
     m = endpoint_matrix(f"https://127.0.0.1:{free_port()}", warmup=0)
     ledger = tmp_path / "tls.db"
     r = runner.invoke(cli, ["run", "--matrix", str(m), "--ledger", str(ledger), "--limit", "1", "-q", "--no-grade"])
-    assert r.exit_code == 1  # the endpoint is unreachable: the variant fails, nothing is silently fine
+    assert r.exit_code == 2  # the endpoint is unreachable: refused before anything is sent, nothing silently fine
     # a platform without the socket option, or kernel_timestamps off, times in user space and says so
     monkeypatch.setattr("evalkit.execution.sender.kernel_stamps_supported", lambda: False)
     with StubServer(StubConfig()) as s:

@@ -105,7 +105,7 @@ def test_server_that_fails_to_start_is_reported_and_others_still_run(runner, stu
     monkeypatch.setenv("EVALKIT_VLLM_PYTHON", str(fake))
     monkeypatch.setenv("EVALKIT_CACHE", str(tmp_path / "cache"))
     m = write("m.yaml", f"name: x\nbaseline: ok\ngeneration: {{baseline_repeats: 1}}\nvariants:\n"
-                        f"  - name: ok\n    endpoint: {stub.base_url}\n  - name: broken\n    model: /nope\n")
+                        f"  - name: ok\n    endpoint: {stub.base_url}\n  - name: broken\n    model: nobody/nope\n")
     r = runner.invoke(cli, ["run", "--no-grade", "--matrix", str(m), "--limit", "2", "--ledger", str(ledger_path), "-q"])
     assert r.exit_code == 1
     last = r.output.strip().splitlines()[-1]
@@ -364,3 +364,61 @@ def test_retry_honours_retry_after(runner, endpoint_matrix, ledger_path):
     assert waited >= 0.95, waited  # Retry-After: 1
     assert rows[1]["final"] == 0
     assert rows[2]["final"] == 1
+
+
+# --- why a launched server died (issue 46) ------------------------------------------------------------------
+
+SIGTERMED = ("INFO 05-02 10:00:00 [core.py:71] EngineCore started\n"
+             "(EngineCore_DP0 pid=42) INFO 05-02 10:00:09 [core.py:88] EngineCore: trigger received signal=SIGTERM\n"
+             "{last} 05-02 10:00:09 [__init__.py:9] Triton is installed, but doesn't include CPU backend\n")
+TRACEBACK = ("INFO loading\nTraceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
+             "    raise RuntimeError('boom')\nRuntimeError: CUDA error: out of memory\n"
+             "WARNING 05-02 [x.py:1] shutting down with 1 warning\n")
+
+
+@pytest.mark.parametrize(("log", "code", "line"), [
+    (SIGTERMED.format(last="INFO"), -15, "signal=SIGTERM"),
+    (SIGTERMED.format(last="WARNING"), -15, "signal=SIGTERM"),
+    (SIGTERMED.format(last="WARNING"), 1, "signal=SIGTERM"),
+    (TRACEBACK, 1, "RuntimeError: CUDA error: out of memory"),
+    ("(EngineCore_DP0 pid=7) Traceback (most recent call last):\n(EngineCore_DP0 pid=7)   File \"a.py\"\n"
+     "(EngineCore_DP0 pid=7) ValueError: no such model\nINFO stopping\n", 1, "ValueError: no such model"),
+    ("INFO loading weights\nKilled\nWARNING 05-02 [x.py:1] leaked semaphore\n", 137, "Killed"),
+    ("usage: api_server [-h]\napi_server: error: unrecognized arguments: --nope\n", 2, "error: unrecognized arguments"),
+    ("ERROR 05-02 [engine.py:3] EngineCore failed to start\nWARNING 05-02 [x.py:1] RuntimeWarning: leak\n", 1,
+     "EngineCore failed to start"),
+    ("INFO loading\nWARNING 05-02 [x.py:1] Triton is installed, but doesn't include CPU backend\n", -9,
+     "Triton is installed"),  # nothing fatal: the last line is all there is
+])
+def test_the_log_line_that_says_why_a_server_ended(log, code, line):
+    from evalkit.engines.vllm_server import telling_line
+
+    assert line in (telling_line(log, code) or "")
+
+
+@pytest.mark.parametrize(("log", "code"), [(SIGTERMED.format(last="WARNING"), -15), (TRACEBACK, 1)])
+def test_a_warning_is_never_the_cause_while_a_fatal_line_exists(log, code):
+    from evalkit.engines.vllm_server import telling_line
+
+    assert "WARNING" not in (telling_line(log, code) or "")
+
+
+@pytest.mark.parametrize(("code", "says"), [
+    (-15, "was killed by SIGTERM (exit code -15)"),
+    (1, "exited with code 1"),
+    (137, "exited with code 137 (128 + 9: killed by SIGKILL, often the out-of-memory killer)"),
+])
+def test_how_a_server_ended_names_the_signal_or_code(code, says, tmp_path):
+    from evalkit.engines.vllm_server import death_cause
+
+    log = tmp_path / "server.log"
+    log.write_text(SIGTERMED.format(last="WARNING"))
+    assert death_cause(code, log).startswith(f"{says}; its log says: ")
+
+
+def test_a_sigterm_death_is_blamed_on_the_signal_line(tmp_path):
+    from evalkit.engines.vllm_server import death_cause
+
+    log = tmp_path / "server.log"
+    log.write_text(SIGTERMED.format(last="INFO"))
+    assert death_cause(-15, log).endswith("EngineCore: trigger received signal=SIGTERM")

@@ -274,6 +274,8 @@ def test_publish_out_loads_with_datasets(runner, stub_ledger, tmp_path, monkeypa
     for config, table in (("requests", "requests"), ("grades", "grades"), ("server_samples", "server_samples")):
         ds = datasets.load_dataset("parquet", data_files=str(out / config / "*.parquet"), split="train")
         assert ds.num_rows == db[table].count, config
+    # as docs/publishing.md says to load it: a config of the folder by name
+    assert datasets.load_dataset(str(out), "requests", split="train").num_rows == db["requests"].count
     card = (out / "README.md").read_text()
     assert card.startswith("---\nconfigs:")
     assert "config_name: requests" in card

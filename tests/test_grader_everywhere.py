@@ -508,7 +508,8 @@ def test_workloads_md_names_every_bundled_model():
 
 @pytest.fixture(scope="module")
 def endpoint_down(tmp_path_factory):
-    """A run whose candidate's endpoint is down, with margins in its matrix."""
+    """A run whose candidate's endpoint is down, with margins in its matrix (down after the pre-run
+    probe, which would refuse the run: the probe is bypassed to reach a run with a failed variant)."""
     import socket
 
     from click.testing import CliRunner
@@ -522,8 +523,10 @@ def endpoint_down(tmp_path_factory):
         m.write_text(f"name: down\nbaseline: base\nmargins: {{e2e_mean: +10%}}\ngeneration: {{max_tokens: 16}}\n"
                      f"variants:\n  - name: base\n    endpoint: {a.base_url}\n  - name: cand\n    endpoint: {dead}\n")
         ledger = tmp / "down.db"
-        ran = CliRunner().invoke(cli, ["run", "--matrix", str(m), "--limit", "3", "--ledger", str(ledger), "-q",
-                                       "--no-grade"])
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr("evalkit.execution.skeleton.preflight", lambda matrix, **kw: None)
+            ran = CliRunner().invoke(cli, ["run", "--matrix", str(m), "--limit", "3", "--ledger", str(ledger), "-q",
+                                           "--no-grade"])
     return ledger, ran
 
 

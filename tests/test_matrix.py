@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from evalkit.cli import cli
 from evalkit.errors import MatrixError
 from evalkit.paths import PROJECT_DIR
 from evalkit.spec.matrix import load_matrix
@@ -69,3 +70,115 @@ def test_bad_matrix_names_line_and_field(tmp_path: Path, text: str, expected: st
     assert msg.startswith(str(p)), msg
     assert expected in msg, msg
     assert "\n" not in msg
+
+
+# --- what --resume lets a matrix change (issue 46) -----------------------------------------------------------
+
+
+def _m(**cand: object) -> object:
+    from evalkit.spec.matrix import Matrix
+
+    c = {"name": "cand", "endpoint": "http://a:1", **cand}
+    return Matrix.model_validate({"name": "m", "baseline": "base", "variants": [
+        {"name": "base", "endpoint": "http://base:1"}, {k: v for k, v in c.items() if v is not None}]})
+
+
+@pytest.mark.parametrize(("change", "line"), [
+    ({"endpoint": "http://b:2"}, "resume: cand endpoint http://a:1 → http://b:2"),
+    ({"api_key_env": "MY_KEY"}, "resume: cand api key env None → MY_KEY"),
+])
+def test_resume_takes_a_changed_endpoint_and_says_so(change, line):
+    from evalkit.execution.resume import endpoint_changes
+
+    assert endpoint_changes("r1", _m(), _m(**change)) == [line]
+
+
+def test_resume_puts_the_new_endpoint_on_the_run_s_matrix():
+    from evalkit.execution.resume import endpoint_changes
+
+    stored = _m()
+    endpoint_changes("r1", stored, _m(endpoint="http://b:2"))
+    assert stored.variant("cand").endpoint == "http://b:2"
+
+
+@pytest.mark.parametrize(("given", "field"), [
+    (_m(served_model_name="other"), "variants.cand.served_model_name"),
+    (_m(endpoint=None, model="/m"), "variants.cand.model"),
+])
+def test_resume_refuses_any_other_difference_naming_the_field(given, field):
+    from evalkit.errors import UsageError
+    from evalkit.execution.resume import endpoint_changes
+
+    with pytest.raises(UsageError, match=f"field '{field}'"):
+        endpoint_changes("r1", _m(), given)
+
+
+def test_resume_refuses_other_variants():
+    from evalkit.errors import UsageError
+    from evalkit.execution.resume import endpoint_changes
+    from evalkit.spec.matrix import Matrix
+
+    other = Matrix.model_validate({"name": "m", "baseline": "base", "variants": [
+        {"name": "base", "endpoint": "http://base:1"}, {"name": "cand2", "endpoint": "http://a:1"}]})
+    with pytest.raises(UsageError, match="variants"):
+        endpoint_changes("r1", _m(), other)
+
+
+# --- matrix validate checks margins as run does; matrix show (issue 46) ----------------------------------------
+
+TWO = "name: x\nbaseline: a\nmargins: {{{margins}}}\nvariants:\n  - name: a\n    endpoint: http://127.0.0.1:1\n"
+
+
+@pytest.mark.parametrize("margins", ["e2e_mena: +5%", "e2e_mean: 5"])
+def test_matrix_validate_refuses_a_margin_run_refuses(runner, write, margins):
+    assert runner.invoke(cli, ["matrix", "validate", str(write("m.yaml", TWO.format(margins=margins)))]).exit_code == 2
+
+
+def test_matrix_validate_names_the_misspelled_margin(runner, write):
+    r = runner.invoke(cli, ["matrix", "validate", str(write("m.yaml", TWO.format(margins="e2e_mena: +5%")))])
+    assert "matrix margins: unknown metric 'e2e_mena'" in r.output
+
+
+@pytest.fixture
+def forgets_replylen():
+    import sys
+
+    from evalkit.grading import registry
+
+    path = list(sys.path)
+    yield
+    for d in (registry._LOCAL, registry._ROOTS, registry._ORIGIN):
+        d.pop("replylen", None)
+    sys.modules.pop("replylen", None)
+    sys.path[:] = path
+    registry.available.cache_clear()
+
+
+def test_matrix_validate_knows_a_workload_grader_s_margin(runner, write, forgets_replylen):
+    import shutil
+
+    folder = write("m.yaml", "").parent / "support"
+    shutil.copytree(PROJECT_DIR / "examples" / "support", folder)
+    (folder / "matrix.yaml").write_text((folder / "matrix.yaml").read_text().replace(
+        "margins: {", "margins: {reply_words: 20, "))  # replylen's own margin
+    r = runner.invoke(cli, ["matrix", "validate", str(folder)])
+    assert r.exit_code == 0, r.output
+
+
+@pytest.mark.parametrize(("name", "file"), [(None, "default.yaml"), ("default", "default.yaml"),
+                                            ("capacity", "capacity.yaml")])
+def test_matrix_show_prints_a_bundled_matrix_as_shipped(runner, name, file):
+    from evalkit.paths import default_matrix_path
+
+    r = runner.invoke(cli, ["matrix", "show", *([name] if name else [])])
+    assert r.output == (default_matrix_path().parent / file).read_text(encoding="utf-8")
+
+
+def test_matrix_show_prints_a_file(runner, write):
+    text = TWO.format(margins="")
+    assert runner.invoke(cli, ["matrix", "show", str(write("m.yaml", text))]).output == text
+
+
+def test_matrix_show_refuses_an_unknown_name(runner):
+    r = runner.invoke(cli, ["matrix", "show", "nope"])
+    assert r.exit_code == 2

@@ -4,11 +4,15 @@ them (split, against the flips), and `publish` exporting them."""
 from __future__ import annotations
 
 import json
+import shutil
+import sys
+from pathlib import Path
 
 import pytest
 
 from evalkit.cli import cli
 from evalkit.errors import UsageError
+from evalkit.grading import grade_run, make_graders, registry
 from evalkit.ledger import open_ledger
 from evalkit.reporting.findings import findings
 from evalkit.reporting.reviews import review_lines
@@ -156,3 +160,98 @@ def test_the_dataset_card_says_what_people_said(reviewed, tmp_path):
     export(db, tmp_path / "ds", run_id)
     card = (tmp_path / "ds" / "README.md").read_text(encoding="utf-8")
     assert f"- reviews: {k + 1} of {n} pairs reviewed" in card.split("## Human review", 1)[1]
+
+
+# --- a plugin grader against the reviews (issue 46) ---------------------------------------------------------
+
+TRIAGE = """from evalkit.grading import GradedRequest, Grader, Score
+
+
+class Triage(Grader):
+    name = "triage"
+    version = "1"
+    default = False
+
+    def grade(self, item: GradedRequest) -> Score:
+        return Score(float(len(item.text)), len(item.text) % 2 == 0, "even length")
+"""
+
+
+def forget_triage() -> None:
+    """What a new process would not know: the plugin's module and its folder on the import path."""
+    for d in (registry._LOCAL, registry._ROOTS, registry._ORIGIN):
+        d.pop("triage", None)
+    sys.modules.pop("triage_mod", None)
+    registry.UNRESOLVED.clear()
+    sys.path[:] = [p for p in sys.path if "triage-workload" not in p]
+    registry.available.cache_clear()
+
+
+@pytest.fixture(scope="module")
+def triaged(tmp_path_factory):
+    """A reviewed stub run graded by a module:Class grader from a workload folder, the run not
+    recording it (graded from Python): (ledger, run id, the folder)."""
+    tmp = tmp_path_factory.mktemp("triaged")
+    ledger, run_id = build_ledger(tmp)
+    folder = tmp / "triage-workload"
+    folder.mkdir()
+    (folder / "triage_mod.py").write_text(TRIAGE, encoding="utf-8")
+    (folder / "matrix.yaml").write_text("name: triage\nbaseline: a\nvariants: [{name: a, endpoint: http://x}]\n",
+                                        encoding="utf-8")
+    db = open_ledger(ledger)
+    for p in case_list(db, run_id)["pairs"]:
+        submit_review(db, {"run": run_id, "case": p["case_id"], "candidate": p["candidate"],
+                           "verdict": "candidate_worse" if p["flips"] else "same",
+                           "baseline_request_id": p["baseline_request_id"],
+                           "candidate_request_id": p["candidate_request_id"]}, "alice")
+    registry.add_path(folder)
+    registry.register("triage_mod:Triage")
+    grade_run(db, run_id, make_graders(["triage"]))
+    db.close()
+    forget_triage()
+    return ledger, run_id, folder
+
+
+@pytest.fixture
+def forgets_triage():
+    forget_triage()
+    yield
+    forget_triage()
+
+
+def _copy_ledger(src: Path, dst: Path) -> Path:
+    for suffix in ("", "-wal", "-shm"):
+        if Path(f"{src}{suffix}").exists():
+            shutil.copy(f"{src}{suffix}", f"{dst}{suffix}")
+    return dst
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("how", ["grader-path", "module:Class", "workload folder", "recorded on the run"])
+def test_graders_calibrate_finds_a_plugin_grader(triaged, runner, tmp_path, monkeypatch, forgets_triage, how):
+    ledger, run_id, folder = triaged
+    args = ["graders", "calibrate", "--grader", "triage", "--reviews", "--ledger", str(ledger)]
+    monkeypatch.chdir(tmp_path)
+    if how == "grader-path":
+        args += ["--grader-path", str(folder)]
+    elif how == "module:Class":
+        args = [*args[:3], "triage_mod:Triage", *args[4:], "--grader-path", str(folder)]
+    elif how == "workload folder":
+        monkeypatch.chdir(folder)
+    else:  # `evalkit grade --grader mod:Class` recorded it on (a copy of) the run
+        ledger = _copy_ledger(ledger, tmp_path / "copy.db")
+        args[args.index("--ledger") + 1] = str(ledger)
+        db = open_ledger(ledger)
+        registry.add_path(folder)
+        registry.record(db, run_id, [registry.register("triage_mod:Triage")])
+        db.close()
+        forget_triage()
+    r = runner.invoke(cli, args)
+    assert "triage vs people (reviewed pairs): kappa" in r.output, r.output
+
+
+@pytest.mark.integration
+def test_graders_calibrate_names_how_to_find_an_unknown_grader(triaged, runner, tmp_path, monkeypatch, forgets_triage):
+    monkeypatch.chdir(tmp_path)
+    r = runner.invoke(cli, ["graders", "calibrate", "--grader", "triage", "--reviews", "--ledger", str(triaged[0])])
+    assert "--grader-path" in r.output

@@ -241,14 +241,15 @@ def test_plan_predicts_the_detectable_difference_a_run_then_shows(runner, endpoi
 
 
 @pytest.mark.integration  # starts stub servers
-def test_plan_sizes_a_difference_and_refuses_without_a_question(runner, endpoint_matrix, tmp_path):
+def test_plan_sizes_a_difference_and_bare_asks_the_margins(runner, endpoint_matrix, tmp_path):
     pilot = tmp_path / "pilot.db"
     _jittered_run(runner, endpoint_matrix, pilot, 24, seed=1)
     out = runner.invoke(cli, ["plan", "--ledger", str(pilot), "--detect", "e2e_mean=10"]).output
     assert "to detect 10 % at 80 % power" in out
-    r = runner.invoke(cli, ["plan", "--ledger", str(pilot)])
-    assert r.exit_code == 2
-    assert "--detect" in r.output
+    r = runner.invoke(cli, ["plan", "--ledger", str(pilot)])  # bare: the README's `evalkit plan`
+    assert r.exit_code == 0, r.output
+    assert "asked: --detect drift=0.1, e2e_mean=5%, the size of the matrix's margins" in r.output
+    assert "e2e_mean: to detect 5 % at 80 % power" in r.output
 
 
 @pytest.mark.integration  # starts stub servers
@@ -441,3 +442,116 @@ def test_a_dataset_too_small_for_its_margins_is_not_said_to_decide_them(runner, 
     said = " ".join(r.output.split())
     assert "the dataset has 6 cases: no time budget decides them here" in said
     assert "stretched to" not in said
+
+
+# --- intervals inside what the data allow, none from zero pairs (issue 46) -----------------------------------
+
+
+def _bounded_pairs(n: int, seed: int) -> tuple[list[float], list[float]]:
+    """n cases of E2E between 0.5 and 3 s; every third seed a skewed candidate (a few cases at 3 s)."""
+    rng = random.Random(seed)
+    base = [rng.uniform(0.5, 3.0) for _ in range(n)]
+    cand = [3.0 if rng.random() < 0.2 else rng.uniform(0.5, 0.8) for _ in range(n)] if seed % 3 == 0 else \
+        [rng.uniform(0.5, 3.0) for _ in range(n)]
+    return cand, base
+
+
+def _allowed_pct(cand: list[float], base: list[float]) -> tuple[float, float]:
+    return 100 * (min(cand) / max(base) - 1), 100 * (max(cand) / min(base) - 1)
+
+
+@pytest.mark.parametrize("n", [8, 16])
+@pytest.mark.parametrize("level", [0.05, 0.05 / 4])
+def test_a_ratio_interval_stays_within_what_the_data_allow(n, level):
+    from evalkit.stats import robust_ratio
+
+    outside = []
+    for seed in range(40):
+        cand, base = _bounded_pairs(n, seed)
+        iv = robust_ratio(cand, base).interval(level, (0.0, 5.0))
+        lo, hi = _allowed_pct(cand, base)
+        if iv is not None and not (lo - 1e-9 <= iv[0] <= iv[1] <= hi + 1e-9):
+            outside.append((seed, iv, (lo, hi)))
+    assert outside == []
+
+
+def _latency_rows(cand: list[float], base: list[float]) -> list[dict]:
+    return [{"variant": v, "case_id": f"c{i}", "repeat": 0, "complexity": "short", "error_class": None,
+             "concurrency": 1, "e2e_ms": 1000.0 * x, "ttft_ms": 10.0, "tpot_ms": 1.0}
+            for v, xs in (("base", base), ("cand", cand)) for i, x in enumerate(xs)]
+
+
+def _e2e_verdicts(n: int) -> list[tuple[list[float], list[float], dict]]:
+    out = []
+    for seed in range(12):
+        cand, base = _bounded_pairs(n, seed)
+        out.append((cand, base, verdicts(_latency_rows(cand, base), "base", parse_margins("e2e_mean=+5%"))[0]))
+    return out
+
+
+@pytest.mark.parametrize("n", [8, 16])
+def test_an_e2e_margin_s_interval_stays_within_what_the_data_allow(n):
+    outside = [e["ci"] for cand, base, e in _e2e_verdicts(n)
+               if e["ci"] and not (_allowed_pct(cand, base)[0] - 1e-9 <= e["ci"][0] <= e["ci"][1]
+                                   <= _allowed_pct(cand, base)[1] + 1e-9)]
+    assert outside == []
+
+
+@pytest.mark.parametrize("n", [8, 16])
+def test_an_e2e_margin_s_verdict_agrees_with_its_interval(n):
+    def read(ci: list[float] | None) -> str:
+        if ci is None or ci[0] <= 5.0 <= ci[1]:
+            return "inconclusive"
+        return "inferior" if ci[0] > 5.0 else ("superior" if ci[1] < 0 else "non-inferior")
+
+    assert [e["verdict"] for _, _, e in _e2e_verdicts(n)] == [read(e["ci"]) for _, _, e in _e2e_verdicts(n)]
+
+
+@pytest.mark.parametrize("n", [8, 16])
+def test_an_e2e_margin_s_verdict_agrees_with_its_p_values(n):
+    # non-inferior or superior exactly when the margin's hypothesis is rejected after Holm
+    got = [(e["verdict"] in ("non-inferior", "superior"), e["p_margin_holm"] <= 0.05 and e["estimate"] < 5.0)
+           for _, _, e in _e2e_verdicts(n)]
+    assert [a for a, _ in got] == [b for _, b in got]
+
+
+def test_a_margin_over_zero_pairs_prints_no_interval():
+    rows = [r for r in _latency_rows([1.0] * 4, [1.0] * 4) if r["variant"] == "base"] + \
+        [{**r, "case_id": "other" + r["case_id"]} for r in _latency_rows([1.0] * 4, [1.0] * 4) if r["variant"] == "cand"]
+    line = sentences(verdicts(rows, "base", parse_margins("e2e_mean=+5%")), "base")[0]
+    assert "e2e_mean no pairs (margin" in line
+
+
+def test_quality_under_load_over_zero_pairs_prints_no_interval():
+    from evalkit.reporting.under_load import lines
+
+    line = lines([{"variant": "cand", "level": 8, "pairs": 0, "identical_pct": None, "drift_mean": None,
+                   "deltas": {"schema_pass": {"delta": 0.0, "ci95": [0.0, 0.0], "pairs": 0}}}])[0]
+    assert "+0 [+0, +0]" not in line
+
+
+def test_quality_under_load_over_zero_pairs_says_so():
+    from evalkit.reporting.under_load import lines
+
+    line = lines([{"variant": "cand", "level": 8, "pairs": 0, "identical_pct": None, "drift_mean": None,
+                   "deltas": {"schema_pass": {"delta": 0.0, "ci95": [0.0, 0.0], "pairs": 0}}}])[0]
+    assert line == "quality under load cand: concurrency 8 vs 1 over 0 pairs: no pairs; schema_pass no pairs"
+
+
+def test_quality_under_load_gives_a_margin_its_own_pairs():
+    from evalkit.reporting.under_load import lines
+
+    line = lines([{"variant": "cand", "level": 8, "pairs": 0, "identical_pct": None, "drift_mean": None,
+                   "deltas": {"schema_pass": {"delta": 0.0, "ci95": [0.0, 0.0], "pairs": 6}}}])[0]
+    assert line.endswith("schema_pass +0 [+0, +0] over 6 pairs")
+
+
+@pytest.mark.parametrize(("margins", "asked"), [
+    ({"e2e_mean": "+10%", "schema_pass": "-5pp", "tpot_mean": "+5%"}, {"e2e_mean": 10.0, "schema_pass": 5.0}),
+    ({"e2e_mean": "+50ms"}, {"drift": 0.1, "e2e_mean": 5.0}),  # nothing plan can size: the default matrix's
+    ({}, {"drift": 0.1, "e2e_mean": 5.0}),
+])
+def test_a_bare_plan_asks_what_the_margins_ask(margins, asked):
+    from evalkit.reporting.plan import default_detect
+
+    assert default_detect(margins) == asked

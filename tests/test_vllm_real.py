@@ -301,7 +301,7 @@ def test_killing_a_real_api_server_fails_its_variant_leaves_no_process_and_retry
     v = next(db["variants"].rows)
     assert v["status"] == "failed", v["error"]
     assert v["exit_code"] == -9, v["error"]
-    assert "exited with code -9" in v["error"], v["error"]
+    assert "was killed by SIGKILL (exit code -9)" in v["error"], v["error"]
     assert group_members(pid) == []  # nothing of the dead server's process group survived evalkit
     run = next(db["runs"].rows)
     assert run["status"] == "failed"

@@ -154,3 +154,162 @@ def test_a_bad_attribute_a_grader_reads_names_its_line_and_field(tmp_path):
 def test_the_shipped_workload_keeps_its_graders():
     names, notes = registry.choose(None, load_cases())
     assert names == ["schema", "persona", "formality", "drift", "load_drift", "divergence"]
+
+
+# --- check_case as docs/plugins.md writes it (issue 46) ------------------------------------------------------
+
+PRIORITY = """from evalkit.grading import Grader, Score
+
+
+class Priority(Grader):
+    name = "priority"
+    version = "1"
+    default = False
+    requires = ("priority",)
+
+    def check_case(self, case):
+        {body}
+
+    def grade(self, item):
+        return Score(1.0, True, "ok")
+"""
+CHECKS = {"plain method": 'return None if self.name and case.get("priority") in ("low", "high") '
+                          'else "priority: expected low or high"',
+          "raising": 'return {"low": None}[case.get("priority")]'}
+
+
+def _priority_workload(folder: Path, body: str, bad: int) -> Path:
+    """A workload whose grader's `check_case` is a plain method; ``bad`` rows of 30 it refuses."""
+    folder.mkdir()
+    (folder / "priority_mod.py").write_text(PRIORITY.format(body=CHECKS[body]))
+    rows = [{"id": f"c{i}", "messages": MSG, "priority": "urgent" if i < bad else "low"} for i in range(30)]
+    (folder / "dataset.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "matrix.yaml").write_text("name: p\nbaseline: a\ngraders: [priority_mod:Priority]\n"
+                                        "variants: [{name: a, endpoint: 'http://127.0.0.1:9'}]\n")
+    return folder
+
+
+@pytest.fixture
+def forgets_priority():
+    yield
+    for d in (registry._LOCAL, registry._ROOTS, registry._ORIGIN):
+        d.pop("priority", None)
+    sys.modules.pop("priority_mod", None)
+    sys.path[:] = [p for p in sys.path if "prio-" not in p]
+    registry.available.cache_clear()
+
+
+def _validate(runner, folder: Path):
+    return runner.invoke(cli, ["dataset", "validate", "--workload", str(folder)])
+
+
+def test_a_plain_method_check_case_passes_good_rows(runner, tmp_path, forgets_priority):
+    r = _validate(runner, _priority_workload(tmp_path / "prio-ok", "plain method", 0))
+    assert "graders: priority" in r.output, r.output
+
+
+def test_a_plain_method_check_case_refuses_with_exit_2(runner, tmp_path, forgets_priority):
+    assert _validate(runner, _priority_workload(tmp_path / "prio-bad", "plain method", 3)).exit_code == 2
+
+
+def test_every_refused_row_is_named_by_file_and_line(runner, tmp_path, forgets_priority):
+    folder = _priority_workload(tmp_path / "prio-bad", "plain method", 3)
+    out = _validate(runner, folder).output
+    named = [f"{folder / 'dataset.jsonl'}:{i}: field 'priority': expected low or high" for i in (1, 2, 3)]
+    assert [x for x in named if x in out] == named
+
+
+def test_refused_rows_beyond_twenty_are_counted(runner, tmp_path, forgets_priority):
+    out = _validate(runner, _priority_workload(tmp_path / "prio-many", "plain method", 25)).output
+    assert out.strip().endswith("(grader 'priority' reads them); +5 more"), out
+
+
+@pytest.mark.parametrize("fact", ["one line", "names the grader and hook", "names the row", "no traceback", "exit 2"])
+def test_a_raising_hook_is_one_line(runner, tmp_path, forgets_priority, fact):
+    folder = _priority_workload(tmp_path / "prio-raise", "raising", 2)
+    r = _validate(runner, folder)
+    checks = {"one line": lambda: len(r.output.strip().splitlines()) == 1,
+              "names the grader and hook": lambda: "grader 'priority': its hook `check_case` raised KeyError" in r.output,
+              "names the row": lambda: f"(on {folder / 'dataset.jsonl'}:1)" in r.output,
+              "no traceback": lambda: isinstance(r.exception, SystemExit | None),
+              "exit 2": lambda: r.exit_code == 2}
+    assert checks[fact](), r.output
+
+
+# --- default_schema (issue 46) -----------------------------------------------------------------------------
+
+
+def _schema_cases(tmp_path: Path, default: object) -> list:
+    from evalkit.spec.matrix import Matrix
+
+    p = _cases(tmp_path, [{"id": "a", "messages": MSG}, {"id": "b", "messages": MSG, "schema": {"type": "array"}}],
+               {"type": "object"})
+    m = Matrix.model_validate({"name": "m", "baseline": "x", "default_schema": default,
+                               "variants": [{"name": "x", "endpoint": "http://127.0.0.1:1"}]})
+    m._folder = tmp_path
+    return m.load_cases(p)
+
+
+@pytest.mark.parametrize("default", ["mine", "schemas/mine.schema.json", {"type": "object"}])
+def test_default_schema_applies_to_a_case_that_names_none(tmp_path, default):
+    assert _schema_cases(tmp_path, default)[0].schema_doc == {"type": "object"}
+
+
+def test_a_case_s_own_schema_wins_over_the_default(tmp_path):
+    assert _schema_cases(tmp_path, "mine")[1].schema_doc == {"type": "array"}
+
+
+def test_an_unknown_default_schema_names_the_matrix_field(tmp_path):
+    with pytest.raises(DatasetError, match=r"matrix field 'default_schema': unknown schema 'nope' \(known: .*mine"):
+        _schema_cases(tmp_path, "nope")
+
+
+def test_validate_feeds_the_schema_grader_from_the_default_schema(runner, tmp_path):
+    folder = tmp_path / "w"
+    folder.mkdir()
+    _cases(folder, [{"id": "a", "messages": MSG}], {"type": "object"}).rename(folder / "dataset.jsonl")
+    (folder / "matrix.yaml").write_text("name: w\nbaseline: x\ndefault_schema: mine\n"
+                                        "variants: [{name: x, endpoint: 'http://127.0.0.1:1'}]\n")
+    assert "graders: schema" in runner.invoke(cli, ["dataset", "validate", "--workload", str(folder)]).output
+
+
+# --- --workload DIR --matrix FILE (issue 46) ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def other_matrix_run(tmp_path_factory):
+    """The scaffolded workload run under another matrix from elsewhere (its own name, margins, stubs)."""
+    from click.testing import CliRunner
+    from sqlite_utils import Database
+
+    tmp = tmp_path_factory.mktemp("other-matrix")
+    folder = tmp / "my-support"
+    scaffold(folder)
+    with StubServer(StubConfig(ttft_ms=2, itl_ms=1)) as a, StubServer(StubConfig(ttft_ms=4, itl_ms=1)) as b:
+        other = tmp / "elsewhere" / "gpu.yaml"
+        other.parent.mkdir()
+        other.write_text(f"name: gpu\nbaseline: one\nmargins: {{e2e_mean: +50%}}\ngeneration: {{max_tokens: 64}}\n"
+                         f"variants:\n  - name: one\n    endpoint: {a.base_url}\n  - name: two\n    endpoint: {b.base_url}\n")
+        r = CliRunner().invoke(cli, ["run", "--workload", str(folder), "--matrix", str(other), "--ledger",
+                                     str(tmp / "l.db"), "--limit", "4", "-q"])
+    yield r, folder, next(Database(tmp / "l.db")["runs"].rows)
+    for d in (registry._LOCAL, registry._ROOTS, registry._ORIGIN):
+        d.pop("replylen", None)
+    sys.modules.pop("replylen", None)
+    registry.available.cache_clear()
+
+
+def test_a_workload_runs_under_another_matrix(other_matrix_run):
+    assert other_matrix_run[0].exit_code == 0, other_matrix_run[0].output
+
+
+def test_the_other_matrix_is_the_run_s(other_matrix_run):
+    assert other_matrix_run[2]["matrix_name"] == "gpu"
+
+
+def test_the_workload_s_cases_are_the_run_s(other_matrix_run):
+    assert other_matrix_run[2]["dataset_path"] == str((other_matrix_run[1] / "dataset.jsonl").resolve())
+
+
+def test_the_workload_s_graders_are_the_run_s(other_matrix_run):
+    assert "replylen:ReplyLength" in other_matrix_run[2]["graders_json"]

@@ -94,12 +94,9 @@ def graders_list(ledger: Path | None, workload: Path | None, grader_paths: tuple
     summary columns, the thresholds `check --threshold` takes, its margins, canned queries and
     calibration file."""
     from ..grading import available
-    from ..grading.registry import BUILTINS, UNRESOLVED, discover, origin, use
+    from ..grading.registry import BUILTINS, UNRESOLVED, origin, use, workload_here
 
-    use(paths=grader_paths)
-    folder = workload or (Path.cwd() if (Path.cwd() / "matrix.yaml").is_file() else None)
-    if folder is not None:
-        discover(folder)
+    use(paths=grader_paths, workload=workload or workload_here())
     path = ledger_path(ledger)
     if path.is_file():
         try:
@@ -138,6 +135,7 @@ def graders_list(ledger: Path | None, workload: Path | None, grader_paths: tuple
                    "verdicts, per rule")
 @LEDGER_OPT
 @RUN_OPT
+@GRADER_PATH_OPT
 @click.option("--judge-endpoint", default=None, metavar="URL", help="the judge's OpenAI-compatible server (--grader judge)")
 @click.option("--judge-model", default=None, metavar="NAME", help="the judge's model name (--grader judge)")
 @click.option("--judge-max-tokens", type=click.IntRange(min=1), default=None, metavar="N",
@@ -147,17 +145,21 @@ def graders_list(ledger: Path | None, workload: Path | None, grader_paths: tuple
               help="constrain the judge's answer to {score: 1-5, reason} (a JSON schema response_format): auto "
                    "(when the endpoint is vLLM), on, off")
 def graders_calibrate(grader: str, path: Path | None, as_json: bool, use_reviews: bool, ledger: Path | None,
-                      run_id: str | None, judge_endpoint: str | None, judge_model: str | None,
-                      judge_max_tokens: int | None, judge_structured_output: str) -> None:
+                      run_id: str | None, grader_paths: tuple[Path, ...], judge_endpoint: str | None,
+                      judge_model: str | None, judge_max_tokens: int | None, judge_structured_output: str) -> None:
     """How well a grader agrees with labels (formality: both estimators — n, exact, within ±1,
     MAE, Spearman rho, recall per level, confusion, their agreement; persona: per-rule precision
     and recall of the rule's failures, and accuracy). Any pass/fail grader, the LLM judge
     included (on rubrics/judge_labels.jsonl by default), against a labelled file or with
     --reviews against people's reviews in a ledger: Cohen's kappa with a 95 % interval and the
-    confusion matrix, per rule."""
+    confusion matrix, per rule. A plugin grader is found as `run` and `grade` find it: --grader-path,
+    the workload folder it is run in, the graders the reviewed run recorded, entry points."""
     from ..grading import available
-    from ..grading.registry import calibratable
+    from ..grading.base import hook
+    from ..grading.registry import calibratable, resolve, use, workload_here
 
+    use(paths=grader_paths, workload=workload_here())
+    grader = resolve([grader])[0] if ":" in grader else grader
     choices = calibratable()
     if use_reviews or judge_endpoint or (grader not in choices and path is not None) or grader == "judge":
         from ..grading.calibrate_labels import agreement_lines, calibrate
@@ -170,14 +172,16 @@ def graders_calibrate(grader: str, path: Path | None, as_json: bool, use_reviews
             extra["max_tokens"] = judge_max_tokens
         judge = Judge(endpoint=judge_endpoint, model=judge_model, **extra) if judge_endpoint and judge_model else None
         db = command_ledger(ledger_path(ledger), create=False) if use_reviews else None
+        if db is not None:  # the reviewed run's own graders (its workload's modules), as `grade` finds them
+            use(db, run_id)
         r = calibrate(grader, path, db, run_id, judge)
         click.echo(json.dumps(r, indent=2) if as_json else "\n".join(agreement_lines(r)))
         return
     if grader not in choices:
         raise UsageError(f"--grader: '{grader}' has no calibration data (graders that have: {', '.join(choices)})")
     cls = available()[grader]
-    r = cls.calibrate(path)
-    click.echo(json.dumps(r, indent=2) if as_json else "\n".join(cls.calibration_lines(r)))
+    r = hook(cls, "calibrate", path)
+    click.echo(json.dumps(r, indent=2) if as_json else "\n".join(hook(cls, "calibration_lines", r)))
 
 
 @cli.group(cls=Group)
@@ -191,7 +195,8 @@ def rubrics() -> None:
 def rubrics_validate(directory: Path | None) -> None:
     """Load every registered grader's rubric files, reporting the first error (file:line, field)."""
     from ..grading import available
+    from ..grading.base import hook
 
     d = directory or rubrics_dir()
-    parts = [x for cls in available().values() if (x := cls.validate_rubrics(d))]
+    parts = [x for cls in available().values() if (x := hook(cls, "validate_rubrics", d))]
     click.echo(f"{d}: OK — " + "; ".join(parts))

@@ -29,7 +29,7 @@ def dataset_validate(path: Path | None, workload: Path | None) -> None:
 
     m = load_matrix(workload) if workload is not None else None
     p = path or (m.workload_path("dataset", "dataset.jsonl") if m else None) or default_dataset_path()
-    cases = load_cases(p, m.workload_path("schemas", "schemas") if m else None)
+    cases = m.load_cases(p) if m else load_cases(p)
     if m is not None:
         use_workload(m.folder)
     names, notes = choose(m.graders if m else None, cases, with_judge=bool(m and m.judge), where=str(p))
@@ -46,10 +46,29 @@ def matrix() -> None:
 @matrix.command("validate")
 @click.argument("path", type=click.Path(path_type=Path), required=False)
 def matrix_validate(path: Path | None) -> None:
-    """Check a matrix file, a workload folder's, or a bundled matrix by name (default: the embedded default)."""
+    """Check a matrix file, a workload folder's, or a bundled matrix by name (default: the embedded
+    default): its fields, and its margins as `run` checks them (its graders' too)."""
+    from ..grading.margins import matrix_margins
     from ..spec.matrix import load_matrix, matrix_summary
 
-    click.echo(f"{path or 'default matrix'}: OK — {matrix_summary(load_matrix(path))}")
+    m = load_matrix(path)
+    matrix_margins(m)  # the check `run` makes before sending: a misspelled metric stops here too
+    click.echo(f"{path or 'default matrix'}: OK — {matrix_summary(m)}")
+
+
+@matrix.command("show")
+@click.argument("name", metavar="[NAME|FILE]", type=click.Path(path_type=Path), required=False)
+def matrix_show(name: Path | None) -> None:
+    """Print a matrix's YAML as shipped: a bundled one by name (default, capacity, saturation,
+    drift-control; default: the embedded default), a file, or a workload folder's matrix.yaml."""
+    from ..errors import MatrixError
+    from ..spec.matrix import bundled_matrices, matrix_file
+
+    p = matrix_file(name)
+    if not p.is_file():
+        raise MatrixError(f"{name}: not a matrix file, a workload folder or a bundled matrix "
+                          f"({', '.join(bundled_matrices())})")
+    click.echo(p.read_text(encoding="utf-8"), nl=False)
 
 
 @cli.command()

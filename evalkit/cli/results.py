@@ -135,7 +135,8 @@ def check(ledger: Path | None, run_id: str | None, thresholds: tuple[str, ...], 
 @RUN_OPT
 @click.option("--from", "pilot", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="the ledger holding the pilot run [default: --ledger]")
-@click.option("--detect", default=None, help="differences to detect, e.g. drift=0.05,e2e_mean=5 (%)")
+@click.option("--detect", default=None, help="differences to detect, e.g. drift=0.05,e2e_mean=5 (%) [default: the "
+                                               "size of each of the pilot matrix's margins]")
 @click.option("--cases", type=click.IntRange(min=2), default=None, help="what this many cases can detect")
 @click.option("--json", "as_json", is_flag=True)
 @GRADER_PATH_OPT
@@ -143,12 +144,11 @@ def plan(ledger: Path | None, run_id: str | None, pilot: Path | None, detect: st
          as_json: bool, grader_paths: tuple[Path, ...]) -> None:
     """How many cases a question needs and how long they take here, from a pilot run's per-case
     spread (and, with several runs of the matrix, their between-run spread); or what a given
-    number of cases can detect."""
+    number of cases can detect. Bare, it asks what the pilot's matrix margins ask: to detect a
+    difference the size of each margin (else the embedded default matrix's)."""
     from ..reporting.plan import parse_detect, plan_lines
     from ..reporting.plan import plan as make_plan
 
-    if not detect and not cases:
-        raise UsageError("give --detect METRIC=DIFFERENCE (e.g. drift=0.05) or --cases N")
     db = command_ledger(pilot or ledger_path(ledger), create=False)
     use_graders(db, run_id, grader_paths)
     p = make_plan(db, run_id, parse_detect(detect or ""), cases)

@@ -18,7 +18,8 @@ from .console import RichProgress, print_closing, print_report
               help="matrix YAML, or a bundled name (default, capacity, saturation, drift-control) "
                    "[default: the embedded unquantized vs W8A8 matrix]")
 @click.option("--workload", "workload", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
-              help="a workload folder: its matrix.yaml, dataset, schemas/, rubrics/ and graders (docs/workloads.md)")
+              help="a workload folder: its matrix.yaml, dataset, schemas/, rubrics/ and graders (docs/workloads.md); "
+                   "with --matrix, that matrix over the folder's cases, schemas and graders")
 @click.option("--dataset", "dataset_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="dataset JSONL [default: the workload's, else data/resume_gen_benchmark.jsonl]")
 @click.option("--limit", type=click.IntRange(min=1), default=None,
@@ -74,7 +75,8 @@ from .console import RichProgress, print_closing, print_report
               help="run each variant (or replica) as a Ray task: `--ray` alone starts a local Ray instance; "
                    "or give auto / ray://HOST:10001")
 @click.option("--resume", "resume_id", default=None, metavar="RUN_ID",
-              help="complete the requests missing from an interrupted run (same matrix, cases, load)")
+              help="complete the requests missing from an interrupted run (same matrix, cases, load); with --matrix "
+                   "or --workload, a matrix that differs from the run's only in endpoints (a corrected URL)")
 @click.option("--retry-failed", "retry_failed", is_flag=False, flag_value=",".join(DEFAULT_RETRY_CLASSES), default=None,
               metavar="[CLASSES]", help="with --resume: also send again the requests whose final row failed with one "
                                         f"of these error classes [{','.join(DEFAULT_RETRY_CLASSES)}]; the old rows stay")
@@ -111,12 +113,13 @@ def run(workload: Path | None, trace_path: Path | None, trace_format: str | None
     from ..sharing.browse import store_derived
     from .liveview import progress_for
 
-    if workload is not None and options["matrix_path"] is not None:
-        raise UsageError("give --workload DIR or --matrix FILE: a workload folder holds its matrix.yaml")
     if trace_path is not None and trace_format is None:
         raise UsageError("--trace needs --trace-format (mooncake, azure, burstgpt or evalkit)")
     search = SearchRequest.take(options)  # --search takes over --slo and --arrival; other shapes refused
+    # --workload DIR --matrix FILE: the folder's cases, schemas and graders under another matrix
+    other = workload is not None and options["matrix_path"] is not None
     opts = RunOptions(**{**options, "matrix_path": options["matrix_path"] or workload,
+                         "workload": workload if other else None,
                          "trace": TraceSpec(str(trace_path), trace_format or "", speedup, trace_limit) if trace_path else None,
                          "subset_seed": subset_seed or 0, "arrival_seed": arrival_seed or 0, "graders": graders,
                          "grade": not no_grade})
@@ -127,6 +130,8 @@ def run(workload: Path | None, trace_path: Path | None, trace_format: str | None
     if search is not None:
         inp.load = search.load(inp.load, inp.matrix.load.slo if inp.matrix.load else None, opts.arrival_seed)
     db = db or command_ledger(ledger_path(ledger))
+    for line in inp.resume_changes:
+        click.echo(line)
     if inp.reopened or opts.retry_failed:
         click.echo(f"run {resume_id}: {inp.reopened} failed requests will be sent again (their rows stay, not final)")
     progress = progress_for(quiet, {v.name: v.endpoint_of(None) for v in inp.matrix.variants})  # live on a terminal

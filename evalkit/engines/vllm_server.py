@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -161,9 +162,58 @@ def stop_group(pgid: int, grace_s: float = 30.0, reap: Any = None) -> None:
         pass
 
 
-def _last_line(path: Path) -> str:
-    lines = [x for x in tail(path, 5).splitlines() if x.strip()]
-    return lines[-1][-300:] if lines else "(empty log)"
+# What a dying server's log says about why: the signal that stopped it, an exception (a
+# traceback's last line), an error. A warning is never the cause while one of these is there.
+SIGNAL_LINE = re.compile(r"signal[=: ]\s*(SIG\w+|\d+)|received signal|\bKilled\b|\bSIG(TERM|KILL|INT|HUP|SEGV|ABRT|BUS)\b")
+EXCEPTION_LINE = re.compile(r"^(\([^)]*\)\s*)?([\w.]+\.)?\w*(Error|Exception|Exit|Interrupt)\b(:|$)")
+FATAL_LINE = re.compile(r"\w*Error\b|\berror:|\bERROR\b|\w*Exception\b|signal=|\bKilled\b|out of memory|\bOOM\b|"
+                        r"CUDA error|Segmentation fault|core dumped|\bAborted\b|\bFATAL\b|\bfatal\b")
+WARNING_LINE = re.compile(r"\bWARN(ING)?\b|\w+Warning\b")
+TRACEBACK_HEAD = re.compile(r"Traceback \(most recent call last\):\s*$")
+
+
+def exit_text(code: int | None) -> str:
+    """How a process ended: `killed by SIGTERM (exit code -15)`, `exited with code 137 (128 + 9:
+    killed by SIGKILL, ...)`, `exited with code 1`."""
+    def name(n: int) -> str:
+        try:
+            return signal.Signals(n).name
+        except ValueError:
+            return f"signal {n}"
+
+    if code is None:
+        return "is gone"
+    if code < 0:
+        return f"was killed by {name(-code)} (exit code {code})"
+    if code > 128 and code - 128 < 65:  # a shell's (or a container's) report of a signal
+        oom = ", often the out-of-memory killer" if code - 128 == signal.SIGKILL else ""
+        return f"exited with code {code} (128 + {code - 128}: killed by {name(code - 128)}{oom})"
+    return f"exited with code {code}"
+
+
+def telling_line(text: str, code: int | None = None) -> str | None:
+    """The log line that says why a server ended: for a signal (``code`` < 0 or > 128) the line
+    naming the signal first, else a traceback's exception line first; then any other fatal line
+    (`error:`, `RuntimeError`, `out of memory`, `CUDA error`, ...); the last line only when no line
+    is fatal. Never a warning line while a fatal one exists."""
+    lines = [x.strip() for x in text.splitlines() if x.strip()]
+    if not lines:
+        return None
+    fatal = [x for x in lines if FATAL_LINE.search(x) and not WARNING_LINE.search(x) and not TRACEBACK_HEAD.search(x)]
+    signals = [x for x in fatal if SIGNAL_LINE.search(x)]
+    exceptions = [x for x in fatal if EXCEPTION_LINE.match(x)]
+    killed = code is not None and (code < 0 or code > 128)
+    for group in (signals, exceptions, fatal) if killed else (exceptions, signals, fatal):
+        if group:
+            return group[-1][-300:]
+    return lines[-1][-300:]
+
+
+def death_cause(code: int | None, log_path: Path) -> str:
+    """`was killed by SIGTERM (exit code -15); its log says: ... signal=SIGTERM`: how a server
+    ended and the log line that says why."""
+    line = telling_line(tail(log_path, 200), code)
+    return f"{exit_text(code)}; its log says: {line}" if line else f"{exit_text(code)}; its log is empty"
 
 
 class VLLMServer:
@@ -287,10 +337,8 @@ class VLLMServer:
         while True:
             code = self.proc.poll()
             if code is not None:
-                raise EngineError(
-                    f"vLLM server for '{self.served_model_name}' exited with code {code} before it was ready "
-                    f"(log: {self.log_path}; last line: {_last_line(self.log_path)})"
-                )
+                raise EngineError(f"vLLM server for '{self.served_model_name}' {death_cause(code, self.log_path)} "
+                                  f"(before it was ready; log: {self.log_path})")
             try:
                 with urllib.request.urlopen(f"{self.base_url}/health", timeout=2) as r:
                     if r.status == 200:
@@ -305,7 +353,7 @@ class VLLMServer:
                 self.stop()
                 raise EngineError(
                     f"vLLM server for '{self.served_model_name}' not healthy after {self.startup_timeout_s:g} s "
-                    f"(log: {self.log_path}; last line: {_last_line(self.log_path)})"
+                    f"(log: {self.log_path}; it says: {telling_line(tail(self.log_path, 200))})"
                 )
             time.sleep(1.0)
 

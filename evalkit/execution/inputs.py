@@ -11,15 +11,15 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..grading.margins import hypotheses, pairs_needed, parse_margins
+from ..grading.margins import hypotheses, matrix_margins, pairs_needed
 from ..grading.registry import add_path, choose, resolve, serve_only, specs, use_workload
 from ..ledger import Ledger
 from ..paths import default_dataset_path
-from ..spec.dataset import Case, load_cases, stratified_subset
-from ..spec.matrix import Matrix, load_matrix
+from ..spec.dataset import Case, stratified_subset
+from ..spec.matrix import Matrix, load_matrix, with_workload
 from .load import Load, load_from_options
 from .options import RunOptions
-from .resume import parse_retry_classes, resume_context
+from .resume import endpoint_changes, parse_retry_classes, resume_context
 from .sizing import parse_duration
 from .suite_inputs import with_suites
 from .traces import trace_cases, trace_json
@@ -38,6 +38,7 @@ class RunInputs:
     run_extra: dict[str, Any] | None = None
     reopened: int = 0  # --retry-failed: requests that will be sent again
     opts: RunOptions = field(default_factory=RunOptions)  # what was asked: executor, grading, resume
+    resume_changes: list[str] = field(default_factory=list)  # --resume with a matrix: the endpoints it changed
 
     @classmethod
     def of(cls, matrix: Matrix, cases: list[Case], dataset_path: Path, *, load: Load | None = None, repeats: int = 1,
@@ -53,10 +54,16 @@ def resolve_inputs(ledger: Ledger | None, q: RunOptions, say: Any = lambda s: No
         assert ledger is not None
         ctx = resume_context(ledger, q.resume_id)
         out = RunInputs(ctx.matrix, ctx.cases, ctx.dataset_path, ctx.load, ctx.repeats)
+        if q.matrix_path is not None:  # a corrected matrix: its endpoints replace the run's, nothing else may differ
+            given = load_matrix(q.matrix_path)
+            out.resume_changes = endpoint_changes(q.resume_id, ctx.matrix,
+                                                  with_workload(given, q.workload) if q.workload else given)
         if q.retry_failed:
             out.reopened = len(ledger.reopen_failed(q.resume_id, parse_retry_classes(q.retry_failed)))
     else:
         matrix = load_matrix(q.matrix_path)
+        if q.workload is not None:  # another matrix over a workload's cases, schemas and graders
+            matrix = with_workload(matrix, q.workload)
         launched = any(v.launched for v in matrix.variants)
         if q.trace is not None:
             if q.dataset_path or q.limit or q.time_budget or q.concurrency or q.rate or q.sweep or q.mode:
@@ -78,7 +85,7 @@ def resolve_inputs(ledger: Ledger | None, q: RunOptions, say: Any = lambda s: No
             given = q.dataset_path or matrix.workload_path("dataset", "dataset.jsonl")
             dpath = given or default_dataset_path()
             suites = [*matrix.suites, *q.suites]
-            all_cases = load_cases(dpath, matrix.workload_path("schemas", "schemas")) if given or not suites else []
+            all_cases = matrix.load_cases(dpath) if given or not suites else []
             # with --time-budget: every case in balanced order (any prefix is balanced); the run keeps what fits
             cases = stratified_subset(all_cases, q.limit or (len(all_cases) if budget_s else matrix.limit),
                                       q.subset_seed) if all_cases else []
@@ -111,7 +118,7 @@ def check_margins(inp: RunInputs, say: Any) -> None:
     a fixed number of cases too small to decide them is said (`--time-budget` stretches instead)."""
     if not inp.matrix.margins:
         return
-    margins = parse_margins(inp.matrix.margins, "matrix margins")
+    margins = matrix_margins(inp.matrix, resolved=True)  # the graders are resolved: `matrix validate` does both
     need = pairs_needed(margins)
     if inp.time_budget_s is None and len(inp.cases) < need:
         say(f"{len(inp.cases)} cases cannot decide the matrix's margins ({hypotheses(margins)} hypotheses under Holm): "

@@ -10,7 +10,15 @@ from pathlib import Path
 from ..engines.bundled import resolve_model
 from ..engines.checkpoint import checkpoint_quantization, served_dtype
 from ..engines.memory import MemoryPlan, reported_weight_bytes, requests_that_fit
-from ..engines.vllm_server import VLLMServer, engine_version, server_info, supports_per_request_metrics, tail, vllm_has_option
+from ..engines.vllm_server import (
+    VLLMServer,
+    death_cause,
+    engine_version,
+    server_info,
+    supports_per_request_metrics,
+    tail,
+    vllm_has_option,
+)
 from ..errors import EndpointError, EngineError
 from ..ledger import Ledger, dumps, utcnow
 from ..paths import cache_dir
@@ -209,8 +217,7 @@ class LiveVariant:
         returns the cause, for the requests it can no longer answer."""
         assert self.server is not None
         code = self.server.exit_code
-        cause = redact(f"vLLM server for '{self.label}' exited with code {code} during the run "
-                       f"(last log line: {tail(self.server.log_path, 1)[-300:]})")
+        cause = redact(f"vLLM server for '{self.label}' {death_cause(code, self.server.log_path)} (during the run)")
         self.say(f"'{self.label}': {cause}")
         fields = {"status": "failed", "error": cause, "exit_code": code, "log_tail": redact(tail(self.server.log_path))}
         self._record(fields)

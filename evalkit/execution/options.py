@@ -18,6 +18,7 @@ class RunOptions:
     """What `evalkit run` was asked; `resolve_inputs` turns it into what the run sends."""
 
     matrix_path: Path | None = None  # a matrix file, a bundled name, or a workload folder
+    workload: Path | None = None  # with another matrix: the workload folder whose cases, schemas and graders it runs
     dataset_path: Path | None = None
     limit: int | None = None
     time_budget: str | None = None
@@ -61,7 +62,8 @@ class RunOptions:
         if not self.grade and self.grade_sample:
             raise UsageError("--grade-sample says how much to grade: it does not go with --no-grade")
         if self.resume_id:
-            refuse_resume_options(matrix=self.matrix_path, dataset=self.dataset_path, limit=self.limit,
+            # a matrix may come along: only its endpoints may differ from the run's (`resume.endpoint_changes`)
+            refuse_resume_options(dataset=self.dataset_path, limit=self.limit,
                                   repeats=self.repeats != 1, mode=self.mode, concurrency=self.concurrency, rate=self.rate,
                                   sweep=self.sweep, arrival=self.arrival, max_concurrency=self.max_concurrency,
                                   trace=self.trace, budget=self.time_budget)

@@ -9,10 +9,11 @@ import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..errors import UsageError
 from ..ledger import Ledger, RunRecord
-from ..spec.dataset import Case, dataset_hash, load_cases
+from ..spec.dataset import Case, dataset_hash
 from ..spec.matrix import Matrix
 from .error_classes import DEFAULT_RETRY_CLASSES
 from .load import Load
@@ -90,9 +91,60 @@ def resume_context(ledger: Ledger, run_id: str) -> ResumeContext:
             raise UsageError(f"--resume: run {run_id}'s trace {spec.get('path')} now has {len(cases)} rows, "
                              f"the run recorded {len(run.case_ids)}")
         return ResumeContext(matrix, cases, dpath, *load_of_run(run, offsets))
-    all_cases = load_cases(dpath, matrix.workload_path("schemas", "schemas"))
+    all_cases = matrix.load_cases(dpath)
     by_id = {c.id: c for c in all_cases}
     return ResumeContext(matrix, [by_id[i] for i in run.case_ids], dpath, *load_of_run(run, None))
+
+
+ENDPOINT_FIELDS = ("endpoint", "endpoints", "api_key_env")  # what may change on --resume: where and with what key
+
+
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    """`generation.max_tokens` -> value; variants keyed by name (`variants.cand.endpoint`); lists whole."""
+    if isinstance(d, dict):
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
+    if prefix == "variants." and isinstance(d, list):
+        return _flat({v.get("name"): v for v in d}, prefix)
+    return {prefix.rstrip("."): d}
+
+
+def endpoint_changes(run_id: str, stored: Matrix, given: Matrix) -> list[str]:
+    """`--resume` with a matrix: it may differ from the run's only in endpoints (URLs, key variable
+    names; the judge's too), which are taken into ``stored``; returns one line per change
+    (`resume: cand endpoint http://a → http://b`). Any other difference is one line naming the
+    field. What the run set aside itself (the baseline's noise-floor pass, teacher-forced scoring,
+    when its graders did not read them) is not a difference."""
+    from ..redact import redact
+
+    mine = given.model_copy(deep=True)
+    if stored.generation.baseline_repeats == 1:
+        mine.generation.baseline_repeats = 1
+    if not stored.divergence.enabled:
+        mine.divergence.enabled = False
+    old, new = (_flat(json.loads(redact(m.model_dump_json()) or "{}")) for m in (stored, mine))
+    if [v.name for v in stored.variants] != [v.name for v in given.variants]:
+        raise UsageError(f"--resume: the matrix's variants ({', '.join(v.name for v in given.variants)}) are not run "
+                         f"{run_id}'s ({', '.join(v.name for v in stored.variants)}): only endpoints may change")
+    lines = []
+    for key in sorted(old.keys() | new.keys()):
+        a, b = old.get(key), new.get(key)
+        if a == b:
+            continue
+        owner, _, leaf = key.rpartition(".")
+        if leaf not in ENDPOINT_FIELDS or not (owner.startswith("variants.") or owner == "judge"):
+            raise UsageError(f"--resume: the matrix differs from run {run_id}'s in field '{key}' ({a!r} → {b!r}): "
+                             "only endpoints (URLs, api_key_env) may change; drop --matrix/--workload to resume as "
+                             "it was")
+        lines.append(f"resume: {owner.removeprefix('variants.')} {leaf.replace('_', ' ')} {a} → {b}")
+    for v in stored.variants:
+        g = given.variant(v.name)
+        v.endpoint, v.endpoints, v.api_key_env = g.endpoint, g.endpoints, g.api_key_env
+    if stored.judge is not None and given.judge is not None:
+        stored.judge.endpoint, stored.judge.api_key_env = given.judge.endpoint, given.judge.api_key_env
+    return lines
 
 
 def stored_matrix(text: str) -> dict:

@@ -32,6 +32,7 @@ from .blocks import run_blocks
 from .inputs import RunInputs
 from .load import Load, warmup_cases
 from .order import Order, host_order
+from .preflight import preflight
 from .runner import Progress, RunContext, RunSummary, SilentProgress, case_rows, run_group
 
 
@@ -70,8 +71,10 @@ def start_run(ledger: Ledger, inp: RunInputs, load: Load, progress: Progress) ->
     resume_run, matrix, repeats = inp.opts.resume_id, inp.matrix, inp.repeats
     if resume_run:
         run_id = resume_run
+        # a corrected matrix's endpoints are the run's from now on
+        changed = {"matrix_json": redact(matrix.model_dump_json())} if inp.resume_changes else {}
         ledger.update_run(run_id, {"status": "running", "finished_at": None, "pid": os.getpid(), "host": socket.gethostname(),
-                                   "stop_reason": None})
+                                   "stop_reason": None, **changed})
     else:
         run_id = create_run(ledger, inp, load)
     skip = ledger.done_keys(run_id) if resume_run else HeldKeys()
@@ -170,6 +173,8 @@ def run_matrix(ledger: Ledger, inp: RunInputs, progress: Progress | None = None,
     if (why := executor.refuse(inp, load)) is not None:
         raise UsageError(why)
     memory = plan_memory(inp.matrix, progress.say)  # a memory budget that cannot fit stops here, before anything is written
+    # so does a wrong URL or a server that cannot start: found now, not after the baseline was sent
+    preflight(inp.matrix, local_launch=isinstance(executor, InProcess))
     if not resume_run:  # the order the variants share time in: decided once, recorded, kept by a resume
         load.policy.order = decide_order(inp, load, executor, memory)
         if (why := executor.refuse(inp, load)) is not None:  # what the chosen order cannot carry

@@ -5,6 +5,7 @@ views and queries, plots. docs/plugins.md documents every hook; a test keeps it 
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ValidationError
 
 from ..catalogue import Metric
+from ..errors import EvalkitError, PluginError
 from ..spec.dataset import Case
 from ..stats import mean
 
@@ -200,7 +202,8 @@ class Grader:
 
     @classmethod
     def check_case(cls, case: Case) -> str | None:
-        """Why this case's attributes cannot be graded (`field: problem`), or None."""
+        """Why this case's attributes cannot be graded (`field: problem`), or None. A plugin may
+        write it as a plain method too (`hook` calls either, on a bare instance)."""
         if cls.attributes_model is None:
             return None
         try:
@@ -226,15 +229,45 @@ class Grader:
         return [f"{k}: {v}" for k, v in result.items()]
 
 
-def paired_differences(agg: type[Aggregate], grades: list[dict[str, Any]],
+GRADER_HOOKS = frozenset({"check_case", "from_context", "validate_rubrics", "calibrate", "calibration_lines"})
+
+
+def hook(grader: type[Grader], name: str, *args: Any, where: str = "") -> Any:
+    """Call one of a grader's class-level hooks (``GRADER_HOOKS``) or its aggregate's, as
+    docs/plugins.md writes them: a classmethod (or staticmethod) on the class, a plain method on a
+    bare instance (made without `__init__` or `from_context`: these hooks run before any grader
+    is built, so they read class attributes only). Anything the hook raises becomes one line naming
+    the grader and the hook (``where``: e.g. the row it was called on)."""
+    owner: type = grader if name in GRADER_HOOKS else grader.aggregate
+    static = inspect.getattr_static(owner, name, None)
+    fn = getattr(owner, name) if static is None or isinstance(static, classmethod | staticmethod) \
+        else getattr(object.__new__(owner), name)
+    try:
+        return fn(*args)
+    except EvalkitError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a plugin's bug is one line, never a traceback
+        of = "" if owner is grader else "aggregate's "
+        msg = (str(e).strip().splitlines() or [""])[0]
+        raise PluginError(f"grader '{grader.name}': its {of}hook `{name}` raised {type(e).__name__}"
+                          f"{': ' + msg[:200] if msg else ''}{where}") from None
+
+
+def paired_differences(agg: type[Aggregate] | type[Grader], grades: list[dict[str, Any]],
                        base_grades: list[dict[str, Any]] | None = None,
                        base_values: Mapping[str, Mapping[str, float]] | None = None,
                        values: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, list[float]]:
     """margin name -> candidate-minus-baseline per-case differences, for the cases both have.
     ``base_values``, ``values``: the baseline's or the candidate's side of `margin_values`, when
-    computed before (their grades gone, or taken a chunk at a time)."""
-    a = values if values is not None else agg.margin_values(grades, False)
-    b = base_values if base_values is not None else agg.margin_values(base_grades or [], True)
+    computed before (their grades gone, or taken a chunk at a time). ``agg``: a grader (its
+    aggregate's `margin_values` called through `hook`), or the aggregate itself."""
+    def side(gs: list[dict[str, Any]], baseline_side: bool) -> Any:
+        if isinstance(agg, type) and issubclass(agg, Grader):
+            return hook(agg, "margin_values", gs, baseline_side)
+        return agg.margin_values(gs, baseline_side)
+
+    a = values if values is not None else side(grades, False)
+    b = base_values if base_values is not None else side(base_grades or [], True)
     out = {}
     for m, mine in a.items():
         theirs = b.get(m, {})

@@ -165,10 +165,11 @@ def calibrate(grader: str, path: Path | None = None, ledger: Any = None, run_id:
               judge: Any = None) -> dict[str, Any]:
     """`graders calibrate` beyond a grader's own calibration: against a run's reviews when a
     ledger is given, else against a labelled file (the judge's shipped one by default)."""
-    from .registry import available
+    from .registry import HOW_TO_REGISTER, available
 
     if grader not in available():
-        raise UsageError(f"--grader: no grader '{grader}' (evalkit graders list)")
+        raise UsageError(f"--grader: no grader '{grader}' (known: {', '.join(available())}); give --grader-path DIR, "
+                         f"run it in its workload folder, or use --reviews on a run that recorded it; {HOW_TO_REGISTER}")
     if ledger is not None:
         run = ledger.require_run(run_id)
         reviews = ledger.reviews(run["id"])

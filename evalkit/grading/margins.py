@@ -124,6 +124,18 @@ def parse_margins(spec: dict[str, Any] | str | None, where: str = "--margins") -
     return out
 
 
+def matrix_margins(matrix: Any, resolved: bool = False) -> list[MarginSpec]:
+    """A matrix's margins as `run` refuses them before anything is sent, and `matrix validate`
+    checks them: its workload's graders known first (a `module:Class` from its folder declares
+    margins too), then every margin parsed. ``resolved``: the caller has resolved the graders."""
+    from .registry import resolve, use_workload
+
+    if not resolved:
+        use_workload(matrix.folder)
+        resolve(list(matrix.graders or []))
+    return parse_margins(matrix.margins, "matrix margins")
+
+
 def pairs_needed(specs: list[MarginSpec], n_hypotheses: int | None = None, alpha: float = ALPHA) -> int:
     """The fewest pairs with which every one of these margins can reach a verdict
     (`stats.pairs_for_a_verdict`: Holm's first step, exact pass-rate and flip tests, the

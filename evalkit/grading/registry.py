@@ -17,7 +17,7 @@ from typing import Any
 
 from ..catalogue import Metric
 from ..errors import UsageError
-from .base import CannedQuery, Grader, GraderContext, Margin, Threshold
+from .base import CannedQuery, Grader, GraderContext, Margin, Threshold, hook
 
 ENTRY_POINT_GROUP = "evalkit.graders"
 OWN_DIST = "evalkit"
@@ -140,7 +140,15 @@ def make_graders(names: list[str] | None = None, ctx: GraderContext | None = Non
         from .embeddings import embed  # lazy: only graders that embed load the model
 
         ctx.embed = embed
-    return [reg[n].from_context(ctx) for n in names]
+    return [hook(reg[n], "from_context", ctx) for n in names]
+
+
+def aggregate_hook(agg: type[Any], name: str, *args: Any) -> Any:
+    """`hook` for code that holds only an aggregate: its grader is the registered one that points at it."""
+    grader = next((cls for cls in available().values() if cls.aggregate is agg), None)
+    if grader is None:  # not a registered grader's (a test's own): called as written
+        return getattr(agg, name)(*args)
+    return hook(grader, name, *args)
 
 
 def view_columns() -> list[tuple[str, str, str]]:
@@ -159,7 +167,7 @@ def headline_columns(graders: list[str] | None = None) -> list[Metric]:
     out = []
     for name, cls in available().items():
         if graders is None or name in graders:
-            keys = cls.aggregate.headline_keys()
+            keys = hook(cls, "headline_keys")
             out += [c for c in cls.aggregate.columns if c.key in keys]
     return out
 
@@ -189,6 +197,7 @@ def use_workload(folder: str | Path | None) -> None:
 
 
 ROWS_NAMED = 5  # rows a note names before it counts the rest
+BAD_ROWS_NAMED = 20  # rows a refusal names before it counts the rest: every one, up to a screenful
 
 
 def rows_lacking(cases: Iterable[Any], fields: tuple[str, ...], where: str) -> str:
@@ -221,6 +230,7 @@ def choose(names: list[str] | None, cases: Sequence[Any], *, with_judge: bool = 
     chosen = [*chosen, *(a for a in also if a not in chosen)]  # ``also``: graded where their fields are, as a default
     reg = available()  # after resolve: a module:Class it registered is in it
     out, notes = [], []
+    bad: dict[str, str] = {}  # `file:line: field 'f': problem` -> the first grader that reads it: every bad row
     for n in chosen:
         cls = reg[n]
         # passes that count, not lists: a trace's cases are read back from disk (`spec.spool`)
@@ -238,11 +248,25 @@ def choose(names: list[str] | None, cases: Sequence[Any], *, with_judge: bool = 
             notes.append(f"grader '{n}' grades {have} of {len(cases)} cases: the others lack {missing}, which it "
                          f"reads: {rows}")
         for c in cases:
-            if can_grade(cls, c) and (why := cls.check_case(c)) is not None:
+            at = f"{where}:{c._line or '?'}"
+            if can_grade(cls, c) and (why := hook(cls, "check_case", c, where=f" (on {at})")) is not None:
                 field, _, msg = why.partition(": ")
-                raise DatasetError(f"{where}:{c._line}: field '{field}': {msg} (grader '{n}' reads it)")
+                bad.setdefault(f"{at}: field '{field}': {msg}", n)
         out.append(n)
+    if bad:
+        raise DatasetError(bad_rows_text(bad))
     return out, notes
+
+
+def bad_rows_text(bad: dict[str, str]) -> str:
+    """Every row a grader cannot read, each as file:line (the first `BAD_ROWS_NAMED`, then `+N
+    more`), grouped by grader: one line."""
+    shown, parts = [(g, r) for r, g in bad.items()][:BAD_ROWS_NAMED], []
+    for n in dict.fromkeys(g for g, _ in shown):
+        rows = [r for g, r in shown if g == n]
+        parts.append("; ".join(rows) + f" (grader '{n}' reads {'it' if len(rows) == 1 else 'them'})")
+    more = f"; +{len(bad) - len(shown)} more" if len(bad) > len(shown) else ""
+    return "; ".join(parts) + more
 
 
 def specs(names: list[str]) -> list[str | dict[str, str]]:
@@ -301,12 +325,21 @@ def use_paths(paths: Any) -> list[str]:
     return out
 
 
-def use(ledger: Any = None, run_id: str | None = None, paths: Any = (), every_run: bool = False) -> list[str] | None:
+def workload_here() -> Path | None:
+    """The current folder when it is a workload folder (it holds a matrix.yaml)."""
+    return Path.cwd() if (Path.cwd() / "matrix.yaml").is_file() else None
+
+
+def use(ledger: Any = None, run_id: str | None = None, paths: Any = (), every_run: bool = False,
+        workload: str | Path | None = None) -> list[str] | None:
     """The one grader resolution every command makes before it names a grader, a metric, a margin
-    or a threshold: built-ins and entry points (always), the modules of each `--grader-path`, and
-    the graders the run recorded (its workload folder, each `module:Class` with its folder); with
-    ``every_run`` those of every run in the ledger (browse). Returns the run's recorded names."""
+    or a threshold: built-ins and entry points (always), the modules of each `--grader-path` and of
+    ``workload`` (a workload folder, e.g. `workload_here()`), and the graders the run recorded (its
+    workload folder, each `module:Class` with its folder); with ``every_run`` those of every run in
+    the ledger (browse). Returns the run's recorded names."""
     use_paths(paths)
+    if workload is not None:
+        discover(workload)
     if ledger is None:
         return None
     if every_run:

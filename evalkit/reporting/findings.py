@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import UsageError
+from ..grading.base import hook
 from ..grading.registry import available, use_run
 from ..ledger import Ledger
 from ..stats import mean, percentile, time_weighted_mean
@@ -348,7 +349,7 @@ def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = N
                        "conversations": conversations(rows)}),
         "flips": (flip_table := flips.flips(first_level(rows), baseline)),  # pass/fail changes per case
         "reviews": (revs := review_summary(ledger, run_id, rows, baseline)),  # people's verdicts (browse --review)
-        "notes": [line for cls in available().values() for line in cls.aggregate.notes(rows)] + capacity_lines + ul_lines(qul)
+        "notes": [line for cls in available().values() for line in hook(cls, "notes", rows)] + capacity_lines + ul_lines(qul)
         + traffic_lines(traffic) + flips.lines(flip_table, specs) + review_lines(revs) + lf["lines"],
     }
 

@@ -46,7 +46,7 @@ def grader_diffs(ledger: Ledger, run_id: str) -> dict[str, tuple[float, int]]:
                 return [{**grades[r["id"]][grader], "case_id": r["case_id"], "repeat": r["repeat"]} for r in rows
                         if r["variant"] == var and grader in grades.get(r["id"], {})]
 
-            xs = paired_differences(reg[grader].aggregate, side(v), side(base or "")).get(name, [])
+            xs = paired_differences(reg[grader], side(v), side(base or "")).get(name, [])
             if len(xs) >= 2:
                 scale = 100.0 if m.unit == "pp" else 1.0
                 mu = sum(xs) / len(xs)
@@ -108,21 +108,42 @@ def seconds_per_case(ledger: Ledger, run_id: str) -> tuple[float, float]:
     return per_case, starts
 
 
+def default_detect(margins: dict[str, Any] | None) -> dict[str, float]:
+    """What a bare `evalkit plan` asks: to detect a difference the size of each margin of the
+    pilot's matrix (one plan can size: drift, E2E in %, a grader's), else of the embedded default
+    matrix's (drift 0.1, e2e_mean 5 %)."""
+    from ..spec.matrix import load_matrix
+
+    known = metrics()
+    for source in (margins, load_matrix(None).margins):
+        out = {ms.metric: abs(ms.value) for ms in parse_margins(source, "matrix margins")
+               if ms.metric in known and ms.value and (ms.unit != "ms")}
+        if out:
+            return out
+    return {}
+
+
 def plan(ledger: Ledger, run_id: str | None, detect: dict[str, float], cases: int | None = None) -> dict[str, Any]:
     run = ledger.require_run(run_id)
     rid = run["id"]
     use_run(run)  # the margins of its workload's graders parse like a built-in's
+    asked = None
+    if not detect and not cases:  # bare: the question the matrix's margins already ask
+        detect, asked = default_detect(run.margins), ""
     spreads = {**grader_diffs(ledger, rid), **spread(paired_diffs(ledger, rid))}
     between, n_runs = between_run_sd(ledger, run["matrix_name"])
     per_case, fixed = seconds_per_case(ledger, rid)
     out: dict[str, Any] = {"pilot_run": rid, "matrix": run["matrix_name"], "runs_of_matrix": n_runs,
                            "pilot_host": host_line(ledger.host(run.get("host_id"))), "this_host": host_line(this_host()),
-                           "seconds_per_case": per_case, "fixed_seconds": fixed, "metrics": []}
+                           "seconds_per_case": per_case, "fixed_seconds": fixed, "metrics": [], "asked": asked}
     specs = parse_margins(run.margins, "matrix margins")
     hyp = hypotheses(specs)
     # the fewest pairs at which every margin can be decided (no margins: one two-sided test, 6)
     floor = pairs_needed(specs, max(hyp, 1))
     out.update({"floor": floor, "margins": [ms.text for ms in specs], "hypotheses": hyp})
+    if asked is not None:  # a bare plan sizes the margins it has something to size from
+        detect = {k: v for k, v in detect.items() if k in spreads or k in PRIORS}
+        out["asked"] = ", ".join(f"{k}={v:g}{metrics().get(k, '').strip()}" for k, v in sorted(detect.items()))
     for metric in sorted(set(detect) | (set(METRICS) if cases else set())):
         if metric not in spreads and metric not in PRIORS:
             raise UsageError(f"--detect {metric}: the pilot run {rid} has no paired grades of it to plan from")
@@ -147,6 +168,9 @@ def plan_lines(p: dict[str, Any]) -> list[str]:
     lines = [f"pilot: run {p['pilot_run']} of matrix {p['matrix']} ({p['runs_of_matrix']} complete run(s) of it in "
              f"the ledger); {mmss(p['seconds_per_case'])} of requests per case across its variants"]
     lines.append(floor_line(p))
+    if p.get("asked"):
+        lines.append(f"asked: --detect {p['asked']}, the size of the matrix's margins (give --detect or --cases to "
+                     "ask another question)")
     if p["pilot_host"] != p["this_host"]:
         lines.append(f"note: the pilot ran on another machine ({p['pilot_host']}); its times may not hold here")
     for e in p["metrics"]:

@@ -14,6 +14,7 @@ from .. import catalogue
 from ..catalogue import KEYS, Metric, fmt
 from ..execution.resume import run_state
 from ..grading import grade_failures
+from ..grading.base import hook
 from ..grading.registry import available, summary_columns, use_run
 from ..grading.sample import sample_line
 from ..host import hosts_differ
@@ -51,7 +52,7 @@ def quality(rows: list[dict[str, Any]], base_rows: list[dict[str, Any]] | None =
     mine = _grades_by_grader(rows)
     base = None if base_rows is None else _grades_by_grader(base_rows)
     for name, cls in available().items():
-        out.update(cls.aggregate.summarise(mine.get(name, []), None if base is None else base.get(name, [])))
+        out.update(hook(cls, "summarise", mine.get(name, []), None if base is None else base.get(name, [])))
     return out
 
 

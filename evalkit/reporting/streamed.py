@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..grading.base import Aggregate
+from ..grading.base import Aggregate, hook
 from ..grading.registry import available, use_run
 from ..ledger import Ledger
 from . import flips
@@ -156,7 +156,7 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
     everything = RunRows(ledger, run_id)
     graded = ledger.measured_graders(run_id)
     notes = [line for name, cls in available().items() if _has_notes(cls.aggregate, name, graded)
-             for line in cls.aggregate.notes(everything)]  # type: ignore[arg-type]
+             for line in hook(cls, "notes", everything)]
     return {
         "run_id": run_id, "baseline": baseline,
         "slices": sorted((e for v in names for e in part[v]["slices"]),

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..grading import paired_differences
-from ..grading.registry import available
+from ..grading.registry import aggregate_hook, available
 from ..stats import bootstrap_ci, mean
 from .grade_views import grade_views
 
@@ -57,7 +57,7 @@ def side_values(agg: Any, grades: Sequence[Mapping[str, Any]], baseline_side: bo
     step = SEQ_CHUNK if ours else max(len(grades), 1)
     packers: dict[str, _Packer] = {}
     for i in range(0, max(len(grades), 1), step):
-        for m, d in agg.margin_values(grades[i:i + step], baseline_side).items():
+        for m, d in aggregate_hook(agg, "margin_values", grades[i:i + step], baseline_side).items():
             packers.setdefault(m, _Packer()).add(d)
     return {m: p.result() for m, p in packers.items()}
 
@@ -186,10 +186,19 @@ def sorted_differences(mine: Mapping[str, float], theirs: Mapping[str, float]) -
 def lines(entries: list[dict[str, Any]]) -> list[str]:
     out = []
     for e in entries:
-        d = "; ".join(f"{m} {x['delta']:+.3g}" + (f" [{x['ci95'][0]:+.3g}, {x['ci95'][1]:+.3g}]" if x["ci95"] else "")
-                      for m, x in e["deltas"].items())
+        d = "; ".join(_delta_text(m, x, e["pairs"]) for m, x in e["deltas"].items())
         ident = "-" if e["identical_pct"] is None else f"{e['identical_pct']:.0f} %"
-        out.append(f"quality under load {e['variant']}: concurrency {e['level']} vs 1 over {e['pairs']} pairs: "
-                   f"{ident} byte-identical, drift {e['drift_mean'] if e['drift_mean'] is None else round(e['drift_mean'], 3)}"
+        drift = "-" if e["drift_mean"] is None else round(e["drift_mean"], 3)
+        head = f"{ident} byte-identical, drift {drift}" if e["pairs"] else "no pairs"
+        out.append(f"quality under load {e['variant']}: concurrency {e['level']} vs 1 over {e['pairs']} pairs: {head}"
                    + (f"; {d}" if d else ""))
     return out
+
+
+def _delta_text(m: str, x: dict[str, Any], pairs: int) -> str:
+    """`schema_pass +0 [+0, +0]`, with its own pairs when they are not the line's; never an interval from none."""
+    n = x.get("pairs", pairs)
+    if not n:
+        return f"{m} no pairs"
+    ci = f" [{x['ci95'][0]:+.3g}, {x['ci95'][1]:+.3g}]" if x["ci95"] else ""
+    return f"{m} {x['delta']:+.3g}{ci}" + (f" over {n} pairs" if n != pairs else "")

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from ..grading.base import hook
 from ..grading.margins import ALPHA, LATENCY, UNIT, MarginSpec, qualified, tested_values
 from ..grading.margins import hypotheses as hypotheses
 from ..grading.margins import known_metrics as known_metrics
@@ -84,8 +85,8 @@ def paired_test(rows: list[dict[str, Any]], baseline: str, variant: str, ms: Mar
     else:
         grader, _ = grader_margins()[qualified(ms.metric) or ms.metric]
         cls = available()[grader]
-        a = cls.aggregate.margin_values(grader_values(rows, variant, grader), baseline_side=False).get(ms.metric, {})
-        b = cls.aggregate.margin_values(grader_values(rows, baseline, grader), baseline_side=True).get(ms.metric, {})
+        a = hook(cls, "margin_values", grader_values(rows, variant, grader), False).get(ms.metric, {})
+        b = hook(cls, "margin_values", grader_values(rows, baseline, grader), True).get(ms.metric, {})
         cases = sorted(set(a) & set(b))
         strata = grade_strata(rows, baseline, variant, cases)
         if ms.unit == "pp" and strata is None:
@@ -208,6 +209,8 @@ def counts_text(e: dict[str, Any]) -> str:
 
 
 def fmt_estimate(e: dict[str, Any]) -> str:
+    if not e.get("pairs"):  # nothing was paired: no estimate, never an interval
+        return "no pairs"
     u = UNIT[e["unit"]]
     ci = e["ci"]
     est = "-" if e["estimate"] is None else f"{e['estimate']:+.3g}{u}"

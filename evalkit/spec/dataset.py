@@ -152,12 +152,22 @@ def _read_json(p: Path) -> dict[str, Any]:
         raise KeyError(f"{p}:{e.lineno}: not valid JSON ({e.msg})") from None
 
 
-def load_cases(path: str | Path | None = None, schemas_dir: Path | None = None) -> list[Case]:
+def load_cases(path: str | Path | None = None, schemas_dir: Path | None = None,
+               default_schema: str | dict[str, Any] | None = None) -> list[Case]:
     """Load and validate every row; the first bad row raises DatasetError naming file:line, field.
-    ``schemas_dir``: the workload's schemas, searched before the shipped ones."""
+    ``schemas_dir``: the workload's schemas, searched before the shipped ones. ``default_schema``
+    (a matrix's `default_schema:`): the schema of every row that names none, checked once, as a
+    row's would be."""
     p = Path(path) if path else default_dataset_path()
     text = read_text(p, DatasetError, "dataset")
     search = schema_search_path(schemas_dir)
+    if default_schema is not None:
+        probe = Case.model_validate({"id": "default", "messages": [{"role": "user", "content": "-"}],
+                                     "schema": default_schema})
+        try:
+            resolve_schema(probe, p.parent, search)
+        except (KeyError, RubricError) as e:
+            raise DatasetError(f"matrix field 'default_schema': {e.args[0] if isinstance(e, KeyError) else e}") from None
     cases: list[Case] = []
     seen: dict[str, int] = {}
     for lineno, row in json_rows(p, text, DatasetError):
@@ -167,6 +177,8 @@ def load_cases(path: str | Path | None = None, schemas_dir: Path | None = None) 
             err = e.errors()[0]
             loc = tuple(err["loc"])
             raise DatasetError(f"{p}:{lineno}: field '{_field_path(loc)}': {err['msg']}") from None
+        if case.schema_ is None and default_schema is not None:
+            case.schema_ = default_schema
         if case.attributes.get("task") == "trace":
             raise DatasetError(f"{p}:{lineno}: field 'task': 'trace' is for trace replay (--trace), not a dataset row")
         try:

@@ -306,6 +306,9 @@ class Matrix(BaseModel):
                                                   "[default: dataset.jsonl beside it, else the shipped resume cases]")
     schemas: str | None = Field(None, description="a folder of NAME.schema.json, relative to this file "
                                                   "[default: schemas/ beside it when there is one]")
+    default_schema: str | dict[str, Any] | None = Field(
+        None, description="the schema of every case that names none: a name (schemas/NAME.schema.json, then the "
+                          "shipped ones), a path relative to the dataset, or inline; checked as a case's is")
     rubrics: str | None = Field(None, description="a folder of rubric files for the graders that read them; a file "
                                                   "not there comes from the shipped rubrics [default: rubrics/ beside "
                                                   "it when there is one]")
@@ -346,6 +349,13 @@ class Matrix(BaseModel):
                     v.memory_budget = v.memory_budget or self.memory_budget
         return self
 
+    def load_cases(self, path: str | Path | None) -> list[Any]:
+        """The cases of a dataset as this matrix reads them: its workload's schemas first, its
+        `default_schema` for the rows that name none."""
+        from .dataset import load_cases
+
+        return load_cases(path, self.workload_path("schemas", "schemas"), self.default_schema)
+
     def variant(self, name: str) -> Variant:
         return next(v for v in self.variants if v.name == name)
 
@@ -358,18 +368,43 @@ def bundled_matrices() -> list[str]:
     return sorted(p.stem for p in default_matrix_path().parent.glob("*.yaml"))
 
 
-def load_matrix(path: str | Path | None = None) -> Matrix:
-    """A matrix file, a workload folder (its matrix.yaml), or the name of a bundled one
-    (`default`, `saturation`). A matrix outside the package is its workload folder's: its
-    dataset, schemas, rubrics and graders' modules are found beside it."""
+def matrix_file(path: str | Path | None = None) -> Path:
+    """Where a matrix is read from: a file, a workload folder's matrix.yaml, or a bundled one by
+    name (`default`, the embedded default, when none is given)."""
     p = Path(path) if path else default_matrix_path()
     if path and not p.exists() and str(path) in bundled_matrices():
         p = default_matrix_path().parent / f"{path}.yaml"
     if p.is_dir():
         p = p / "matrix.yaml"
+    return p  # a missing one is refused by whoever reads it, naming it
+
+
+def load_matrix(path: str | Path | None = None) -> Matrix:
+    """A matrix file, a workload folder (its matrix.yaml), or the name of a bundled one
+    (`default`, `saturation`). A matrix outside the package is its workload folder's: its
+    dataset, schemas, rubrics and graders' modules are found beside it."""
+    p = matrix_file(path)
     m = load_yaml_model(p, Matrix, MatrixError, "matrix")
     if p.resolve().parent != default_matrix_path().resolve().parent:
         m._folder = p.resolve().parent
+    return m
+
+
+WORKLOAD_FIELDS = ("dataset", "schemas", "rubrics", "default_schema", "graders")
+
+
+def with_workload(m: Matrix, folder: str | Path) -> Matrix:
+    """Another matrix over a workload folder (`run --workload DIR --matrix FILE`): its variants,
+    generation, load and margins, the folder's cases, schemas, rubrics and grader modules. The
+    folder is the matrix's folder (its paths resolve there); what it leaves unset of
+    ``WORKLOAD_FIELDS`` comes from the folder's own matrix.yaml, when it has one."""
+    root = Path(folder).resolve()
+    if (root / "matrix.yaml").is_file():
+        own = load_matrix(root)
+        for f in WORKLOAD_FIELDS:
+            if getattr(m, f) is None:
+                setattr(m, f, getattr(own, f))
+    m._folder = root
     return m
 
 

@@ -63,7 +63,8 @@ def _strata(n: int, strata: list[str] | None, weights: dict[str, float] | None,
 class BootstrapT(_SubsetTest):
     """Studentized bootstrap of a (stratified) mean difference, or of a ratio of means as a %
     difference when ``base`` is given: studentized on the log scale, log(mean c / mean b), with the
-    delta method's SE (the linearised values cᵢ / mean(c) − bᵢ / mean(b)), printed in %."""
+    delta method's SE (the linearised values cᵢ / mean(c) − bᵢ / mean(b)), printed in %; its
+    statistics clipped to the ratios the data allow (`ratio_range`)."""
 
     method = "studentized bootstrap"
 
@@ -100,8 +101,11 @@ class BootstrapT(_SubsetTest):
             a = root * float(_skewness(self._linear(cand[None, :], None if base is None else base[None, :]))[0])
             t = _hall_inverse(_hall(t, a_b), a)
             t = np.where(np.isnan(t), 0.0, t)  # a degenerate resample says nothing either way
-        with np.errstate(over="ignore", invalid="ignore"):
-            self._set_stats(self._unit(est - se * t), 1, boot + 1)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            stats = est - se * t
+            if self.ratio:  # a pivot's tail is not a ratio the data allow: clip to theirs (docs/verdicts.md)
+                stats = np.clip(stats, *ratio_range(cand, base))  # type: ignore[arg-type]
+            self._set_stats(self._unit(stats), 1, boot + 1)
 
     @staticmethod
     def _linear(c: np.ndarray, b: np.ndarray | None) -> np.ndarray:
@@ -143,6 +147,14 @@ class BootstrapT(_SubsetTest):
             # on the log scale, where a ratio's distribution is far less skewed (SE by the delta method)
             _, se = strat(c / mc[:, None] - b / mb[:, None])
             return np.log(mc / mb), se
+
+
+def ratio_range(cand: np.ndarray, base: np.ndarray) -> tuple[float, float]:
+    """The log ratios of means these pairs allow: from min(cand) / max(base) to max(cand) / min(base).
+    Every resample's ratio of means, and every sign-flip subset's, lies within it; an interval for
+    the ratio beyond it would claim what no rearrangement of the data can give."""
+    with np.errstate(divide="ignore"):
+        return float(np.log(cand.min() / base.max())), float(np.log(cand.max() / base.min()))
 
 
 def _skewness(x: np.ndarray) -> np.ndarray:
