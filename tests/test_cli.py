@@ -205,6 +205,7 @@ def test_ledger_path(runner, tmp_path: Path):
 LAUNCH = "name: x\nbaseline: base\nvariants:\n  - name: base\n    model: {model}\n"
 
 
+@pytest.mark.integration  # a run describes its host first (platform asks `uname -p`)
 @pytest.mark.parametrize(("model", "python", "says"), [
     ("/no/such/model", None, "variant 'base': model path /no/such/model does not exist"),
     ("bundled:nope", None, "variant 'base': unknown bundled model 'bundled:nope'"),

@@ -102,7 +102,7 @@ def test_printed_interval_agrees_with_the_verdict():
 
 
 def test_flips_max_expands_to_every_pass_fail_grader():
-    assert [m.metric for m in parse_margins("flips_max=5pp")] == ["schema_flips", "persona_flips"]
+    assert [m.metric for m in parse_margins("flips_max=5pp")] == ["schema_flips", "persona_flips", "accuracy_flips"]
 
 
 def test_a_flips_margin_is_one_hypothesis():

@@ -42,10 +42,12 @@ def _key(it: Any) -> tuple:
     return (it.variant, it.case.id, it.repeat, it.replica, it.attempt0)
 
 
-@pytest.mark.parametrize("interleave", [False, True])
-def test_work_made_on_demand_is_the_list_a_level_sends(interleave):
+@pytest.mark.parametrize("order", ["sequential", "alternate"])
+def test_work_made_on_demand_is_the_list_a_level_sends(order):
+    from evalkit.execution.order import Order
+
     m, cases = _matrix(), _cases(7)
-    load = Load(policy=RunPolicy(interleave=interleave, order_seed=3))
+    load = Load(policy=RunPolicy(order=Order(order, seed=3)))
     listed = [it for it in build_work(m, ["a", "b"], cases, 3, load) if not it.warmup]
     assert [_key(it) for it in Work(m, ["a", "b"], cases, 3, load)] == [_key(it) for it in listed]
 

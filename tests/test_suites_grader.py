@@ -148,8 +148,13 @@ def test_summarise_gives_accuracy_per_suite():
 
 def test_margin_values_keep_unparsed_as_zero_from_the_first_repeat():
     grades = [_g("a", 0.0, unparsed=True), _g("a", 1.0, repeat=1), _g("b", 1.0)]
-    assert AccuracyAggregate.margin_values(grades, False) == {"accuracy": {"suite/arithmetic/a": 0.0,
-                                                                           "suite/arithmetic/b": 1.0}}
+    assert AccuracyAggregate.margin_values(grades, False)["accuracy"] == {"suite/arithmetic/a": 0.0,
+                                                                          "suite/arithmetic/b": 1.0}
+
+
+def test_margin_values_key_each_suite_as_a_qualified_margin():
+    grades = [_g("a", 0.0, unparsed=True), _g("b", 1.0, "gsm8k")]
+    assert AccuracyAggregate.margin_values(grades, False)["accuracy:gsm8k"] == {"suite/gsm8k/b": 1.0}
 
 
 def test_margin_values_split_per_suite():
@@ -160,7 +165,7 @@ def test_margin_values_split_per_suite():
 
 def test_paired_differences_pair_suite_cases():
     base, cand = [_g("a", 1.0), _g("b", 1.0)], [_g("a", 0.0, unparsed=True), _g("b", 1.0)]
-    assert paired_differences(AccuracyAggregate, cand, base) == {"accuracy": [-1.0, 0.0]}
+    assert paired_differences(AccuracyAggregate, cand, base)["accuracy"] == [-1.0, 0.0]
 
 
 def test_a_grade_without_a_suite_in_its_detail_is_split_by_its_case_id():
