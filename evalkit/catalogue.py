@@ -136,12 +136,16 @@ REPORT: tuple[Metric, ...] = (
 # The study's summary table (one row per variant, at each variant's first load level).
 STUDY: tuple[Metric, ...] = (
     Metric("n", "n", 0, "requests"), Metric("errors", "err", 0, "failed requests"),
+    Metric("ttft_tax_all_pct", "TTFT tax %", 1, "TTFT against the baseline on every case (ratio of means)", "%",
+           signed=True, ci_key="ttft_tax_all_ci_pct"),
     Metric("ttft_tax_short_pct", "TTFT tax short %", 1, "TTFT against the baseline on short prompts (ratio of means)",
            "%", signed=True),
     Metric("ttft_tax_medium_pct", "medium %", 1, "the same on medium prompts", "%", signed=True),
     Metric("ttft_tax_long_pct", "long %", 1, "the same on long prompts", "%", signed=True, ci_key="ttft_tax_long_ci_pct"),
     Metric("e2e_delta_medium_pct", "E2E Δ medium %", 1, "E2E against the baseline on medium generations", "%",
            signed=True, ci_key="e2e_delta_medium_ci_pct"),
+    Metric("e2e_delta_all_pct", "E2E Δ %", 1, "E2E against the baseline on every case", "%", signed=True,
+           ci_key="e2e_delta_all_ci_pct"),
     Metric("ttft_max_ms", "TTFT max", 0, "the slowest TTFT (the lone spike)", "ms"),
     Metric("kv_cache_peak_pct", "KV peak %", 1, "highest KV-cache use over the variant's run", "%"),
     Metric("kv_cache_mean_pct", "KV mean %", 1, "KV-cache use averaged over time", "%"),

@@ -99,6 +99,19 @@ def _quality_groups(graders: list[str]) -> list[int]:
     return out
 
 
+def study_table(report: dict[str, Any], fnd: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The study's summary table, as every output shows it (the HTML and the dataset card): the
+    study's columns and each grader's headline, less any column no variant has a value in (a
+    workload without the shipped `complexity` has no short/medium/long TTFT tax)."""
+    from ..catalogue import STUDY, cell
+    from ..grading.registry import headline_columns
+
+    rows = fnd.get("study_summary") or []
+    cols = [m for m in (*STUDY, *headline_columns(report["graders"])) if any(s.get(m.key) is not None for s in rows)]
+    return (["variant", *(m.label for m in cols)],
+            [[s["variant"] + (" (baseline)" if s.get("is_baseline") else ""), *(cell(m, s) for m in cols)] for s in rows])
+
+
 def verdict_blocks(fnd: dict[str, Any]) -> list[Block]:
     out: list[Block] = [f"verdict: {line}" for line in fnd.get("verdict_lines", [])]
     if not out and fnd.get("margins_given"):  # margins, but nothing to compare (a variant failed, no baseline)

@@ -263,6 +263,9 @@ def study_entry(ledger: Ledger, run_id: str, v: str, vr: list[dict[str, Any]], v
         entry[f"ttft_mean_{cx}_ms"] = mean([r["ttft_ms"] for r in ok if r["complexity"] == cx])
         entry[f"ttft_tax_{cx}_pct"] = t["delta_pct"] if t else None
         entry[f"ttft_tax_{cx}_ci_pct"] = t["ci_pct"] if t else None
+    for key, pairs in (("ttft_tax_all", ttft), ("e2e_delta_all", e2e)):  # every case: any workload has these
+        t = pairs.get((v, "all"))
+        entry[f"{key}_pct"], entry[f"{key}_ci_pct"] = (t["delta_pct"], t["ci_pct"]) if t else (None, None)
     m = e2e.get((v, "medium"))
     entry["e2e_mean_medium_ms"] = mean([r["e2e_ms"] for r in ok if r["complexity"] == "medium"])
     entry["e2e_delta_medium_pct"] = m["delta_pct"] if m else None

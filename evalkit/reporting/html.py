@@ -8,10 +8,9 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from ..catalogue import STUDY, cell, fmt
-from ..grading.registry import headline_columns
+from ..catalogue import fmt
 from ..ledger import Ledger
-from .document import Block, Table, sections
+from .document import Block, Table, sections, study_table
 from .findings import full_report
 from .plots import plots
 
@@ -73,11 +72,7 @@ def render_html(ledger: Ledger, run_id: str | None = None, read: Read | None = N
                           v["quantization"] or "none", v["status"] + (f": {v['error']}" if v.get("error") else ""),
                           _f(v["ready_s"], 0)] for v in report["variants"]]))
     parts.append("<h2>Summary (as in the study)</h2>")
-    heads = headline_columns(report["graders"])
-    cols = [*STUDY, *heads]
-    parts.append(_table(["variant", *(m.label for m in cols)],
-                        [[s["variant"] + (" (baseline)" if s["is_baseline"] else ""), *(cell(m, s) for m in cols)]
-                         for s in f["study_summary"]]))
+    parts.append(_table(*study_table(report, f)))
     parts.append("<h2>Plots</h2><div class='plots'>")
     parts += [f"<figure><figcaption class='note'>{escape(t)}</figcaption>{svg}</figure>"
               for t, svg in plots(ledger, rid, rows, f, report)]

@@ -12,14 +12,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..catalogue import STUDY, cell
 from ..errors import UsageError
-from ..grading.registry import available, headline_columns, use_run
+from ..grading.registry import available, use_run
 from ..host import host_line
 from ..ledger import Ledger
 from ..paths import PROJECT_DIR
 from ..redact import SECRET_ENV_HINT, SECRET_PATTERNS
-from ..reporting.document import markdown, sections
+from ..reporting.document import markdown, sections, study_table
 from ..reporting.findings import full_report
 from ..reporting.reviews import review_lines
 
@@ -47,9 +46,8 @@ def _card(ledger: Ledger, run_id: str, configs: dict[str, int], rep: dict[str, A
                               + (f" ({v['dtype_reason']})" if v.get("dtype_reason") else "")
                               + f", quantization {v.get('quantization') or 'none'}" for v in rep["variants"])
     yaml_configs = "\n".join(f"- config_name: {c}\n  data_files: {c}/*.parquet" for c in configs)
-    heads = headline_columns(rep["graders"])
-    cols = [*STUDY, *heads]
-    summary = "\n".join(f"| {s['variant']} | " + " | ".join(cell(m, s) for m in cols) + " |" for s in f["study_summary"])
+    heads, rows = study_table(rep, f)
+    summary = "\n".join("| " + " | ".join(r) + " |" for r in rows)
     grader_lines = "\n".join(
         f"- **{name}** v{cls.version}: {cls.description}. Columns: "
         + "; ".join(f"`{c.key}` ({c.label}): {c.describe() or '-'}" for c in cls.aggregate.columns)
@@ -80,8 +78,8 @@ Rows per config: {", ".join(f"{k} {v}" for k, v in configs.items())}.
 
 ## Summary
 
-| variant | {" | ".join(m.label for m in cols)} |
-|---|{"---|" * len(cols)}
+| {" | ".join(heads)} |
+|{"---|" * len(heads)}
 {summary}
 
 ## Graders
