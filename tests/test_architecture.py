@@ -150,7 +150,7 @@ TREES = ("evalkit", "tests", "benchmarks")
 BYTE_COPIES = {"copy", "copy2", "copyfile", "copyfileobj", "move", "copytree"}
 # copytree of folders that hold source code only (checked below to hold no database)
 SOURCE_TREES = {"tests/test_grader_plugin.py": "tests/plugins", "tests/test_parity.py": "examples/support",
-                "tests/test_matrix.py": "examples/support"}
+                "tests/test_matrix.py": "examples/support", "tests/test_outputs_agree.py": "examples/support"}
 
 
 def _python_files() -> list[Path]:
