@@ -555,3 +555,17 @@ def test_a_bare_plan_asks_what_the_margins_ask(margins, asked):
     from evalkit.reporting.plan import default_detect
 
     assert default_detect(margins) == asked
+
+
+@pytest.mark.integration  # starts a stub server
+def test_the_same_server_twice_reads_equivalent(runner, endpoint_matrix, tmp_path):
+    # the A/A of a whole matrix (issue 47): alternated, one server against itself is within the margin both ways
+    with StubServer(StubConfig(ttft_ms=20, itl_ms=2)) as a:
+        m = endpoint_matrix(a.base_url, a.base_url, structured=False, extra="divergence: {enabled: false}\n"
+                            "margins: {e2e_mean: +10%}\n")
+        r = runner.invoke(cli, ["run", "--matrix", str(m), "--limit", "24", "--ledger", str(tmp_path / "aa.db"), "-q",
+                                "--no-grade"])
+        assert r.exit_code == 0, r.output
+    rep = json.loads(runner.invoke(cli, ["report", "--ledger", str(tmp_path / "aa.db"), "--json"]).output)
+    (e,) = rep["findings"]["verdicts"]
+    assert e["why"].startswith("equivalent"), e

@@ -114,6 +114,8 @@ def _decide(iv: tuple[float, float], ms: MarginSpec) -> tuple[str, str]:
             return "non-inferior", "within the margin; below the baseline's own floor reads as no difference"
         if lo > 0:
             return "superior", "better than the baseline and than the margin"
+        if hi < -m and m < 0:  # within the margin on both sides: no difference the margin cares about
+            return "non-inferior", "equivalent: the whole interval lies within the margin on both sides"
         return "non-inferior", ("worse than the baseline, within the margin" if hi < 0 else
                                 "better than the margin; not shown better than the baseline")
     if hi < m:
