@@ -119,3 +119,41 @@ def test_a_variant_that_does_not_reason_has_no_reasoning_figures(suite_run, colu
 def test_graders_read_the_answer_without_its_reasoning(suite_run):
     # the candidate's reasoning ("step 0. ...") holds numbers; its answer's `#### N` is what is graded
     assert entry(suite_run[0], "cand")["unparsed"] == 0
+
+
+@pytest.fixture(scope="module")
+def choice_run(tmp_path_factory):
+    from click.testing import CliRunner
+
+    tmp = tmp_path_factory.mktemp("choice")
+    with StubServer(StubConfig(ttft_ms=1, itl_ms=0)) as a, StubServer(StubConfig(ttft_ms=1, itl_ms=0)) as b:
+        m = tmp / "m.yaml"
+        m.write_text(f"name: mc\nbaseline: base\ngeneration:\n  warmup: 0\n  max_tokens: 16\n"
+                     "divergence: {enabled: false}\n"
+                     f"variants:\n  - name: base\n    endpoint: {a.base_url}\n  - name: cand\n    endpoint: {b.base_url}\n")
+        ledger = tmp / "l.db"
+        r = CliRunner().invoke(cli, ["run", "--matrix", str(m), "--suite", "choice", "--limit", "8", "--ledger",
+                                     str(ledger), "-q"])
+        assert r.exit_code == 0, r.output
+    rep = CliRunner().invoke(cli, ["report", "--ledger", str(ledger), "--json"])
+    return json.loads(rep.output), ledger
+
+
+@pytest.mark.parametrize("variant", ["base", "cand"])
+def test_each_option_of_each_choice_item_is_scored_teacher_forced(choice_run, variant):
+    with sqlite3.connect(choice_run[1]) as c:
+        n = c.execute("select count(*) from token_scores where kind like 'choice:%' and status = 'ok' and variant = ?",
+                      [variant]).fetchone()[0]
+    assert n == 8 * 4
+
+
+@pytest.mark.parametrize("rule", ["acc", "acc_norm"])
+def test_choice_accuracy_by_log_likelihood_is_reported_per_rule(choice_run, rule):
+    got = [e for e in choice_run[0]["findings"]["accuracy"] if e["suite"] == f"choice ({rule}, log-likelihood)"]
+    assert sorted(e["variant"] for e in got) == ["base", "cand"]
+
+
+def test_the_same_scorer_twice_loses_and_gains_nothing(choice_run):
+    e = next(e for e in choice_run[0]["findings"]["accuracy"]
+             if e["suite"] == "choice (acc, log-likelihood)" and e["variant"] == "cand")
+    assert (e["lost"], e["gained"]) == (0, 0)

@@ -346,3 +346,45 @@ def test_real_trace_replay_keeps_offsets_lengths_and_shared_prefixes(tmp_path):
     assert abs(fid["mean_gap_error_pct"]) < 5
     assert fid["output_exact_pct"] == 100
     assert rep["findings"]["prefix_sharing"][0]["server_hit_pct"] > 0
+
+
+PLUGIN = Path(__file__).parent / "plugins" / "vllm_reasoning" / "first_line.py"
+
+
+@pytest.fixture(scope="module")
+def reasoning_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bundled model served by vLLM with a reasoning-parser plugin (its first line is "reasoning"):
+    vLLM's own reasoning path streams `reasoning` deltas before the answer (issue 49)."""
+    from click.testing import CliRunner
+
+    root = tmp_path_factory.mktemp("reasoning")
+    m = root / "m.yaml"
+    m.write_text("name: think\nbaseline: base\ngeneration:\n  max_tokens: 48\n  structured_output: false\n  warmup: 1\n"
+                 "divergence: {enabled: false}\nvariants:\n  - name: base\n    model: bundled:smollm2-135m-instruct\n"
+                 "    dtype: native\n    vllm_args: [--max-model-len, '4096', --enforce-eager, --reasoning-parser-plugin, "
+                 f"'{PLUGIN}', --reasoning-parser, first_line]\n")
+    ledger = root / "l.db"
+    r = CliRunner().invoke(cli, ["run", "--matrix", str(m), "--limit", "3", "--ledger", str(ledger), "--no-grade", "-q"])
+    assert r.exit_code == 0, r.output
+    return ledger
+
+
+def _thinking_rows(ledger: Path) -> list[dict]:
+    return list(Database(ledger).query("select * from requests where is_warmup = 0 and reasoning_tokens > 0"))
+
+
+def test_vllms_reasoning_parser_streams_reasoning_that_is_counted(reasoning_run):
+    assert len(_thinking_rows(reasoning_run)) >= 1
+
+
+def test_vllms_reasoning_comes_before_the_answer(reasoning_run):
+    assert all(r["ttfo_ms"] > r["ttft_ms"] for r in _thinking_rows(reasoning_run) if r["ttfo_ms"] is not None)
+
+
+def test_ttfo_minus_ttft_is_vllms_reasoning_time(reasoning_run):
+    assert all(abs(r["ttfo_ms"] - r["ttft_ms"] - r["reasoning_ms"]) < 1e-6 for r in _thinking_rows(reasoning_run)
+               if r["ttfo_ms"] is not None)
+
+
+def test_vllms_reasoning_text_is_kept_apart_from_the_answer(reasoning_run):
+    assert all("\n" not in (r["reasoning_text"] or "\n") for r in _thinking_rows(reasoning_run))  # its first line

@@ -20,6 +20,7 @@ from ..measure.client import RequestResult
 from ..measure.telemetry import MetricsScraper
 from ..spec.dataset import Case
 from ..spec.matrix import Matrix
+from .choice_scoring import score_choices
 from .estimate import RunEstimate, estimate_variant
 from .live import LiveVariant
 from .load import Load, Work, warmup_items
@@ -285,6 +286,7 @@ def run_group(ctx: RunContext, group: list[str], seq0: int, variants_after: int 
         # the baseline's answers scored teacher-forced while these servers are up; the rows go to
         # `token_scores`, never `requests`, so no latency statistic sees them (execution/scoring.py)
         score_group(ctx.ledger, ctx.run_id, ctx.matrix, servers, ctx.progress.say, summary.stages, sender.epoch)
+        score_choices(ctx.ledger, ctx.run_id, ctx.matrix, servers, ctx.progress.say, sender.epoch)  # suites' choice items
         record_scrape_errors(servers, sender.scrapers, ctx.progress)
         for s in servers.values():
             tok, n = prompts.get(s.variant.name, [0, 0])

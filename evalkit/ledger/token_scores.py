@@ -55,6 +55,17 @@ class TokenScoresMixin:
             "select distinct case_id from token_scores where run_id = ? and variant = ? and kind = ? and status = 'ok'",
             [run_id, variant, kind])}
 
+    def choice_scores(self, run_id: str) -> list[dict[str, Any]]:
+        """Each option's teacher-forced score of a choice item (`execution/choice_scoring.py`): variant,
+        case, option index, its summed log-probability and its token count."""
+        out = []
+        for r in self._db.query("select variant, case_id, kind, tokens_json from token_scores where run_id = ? and "
+                                "kind like 'choice:%' and status = 'ok' order by id", [run_id]):
+            t = json.loads(r["tokens_json"] or "{}")
+            out.append({"variant": r["variant"], "case_id": r["case_id"], "option": int(r["kind"].split(":")[1]),
+                        "logprob": float(sum(t.get("lp") or [])), "tokens": len(t.get("ids") or [])})
+        return out
+
     def copy_token_scores(self, rows: list[dict[str, Any]]) -> int:
         """Rows from another ledger (`ledger merge`), ids renumbered; returns how many."""
         rows = [{k: v for k, v in r.items() if k != "id"} for r in rows]

@@ -15,5 +15,5 @@ from .timeshare import timeshare
 def ledger_findings(ledger: Ledger, run_id: str, baseline: str | None, specs: list[MarginSpec],
                     repeats: int) -> dict[str, Any]:
     ts = timeshare(ledger, run_id, baseline, specs)
-    acc = suites.suite_accuracy(ledger, run_id, baseline, repeats)
+    acc = suites.suite_accuracy(ledger, run_id, baseline, repeats) + suites.choice_likelihood(ledger, run_id, baseline)
     return {"timeshare": ts, "accuracy": acc, "lines": suites.lines(acc, baseline) + ts["lines"]}

@@ -12,6 +12,19 @@ from ..ledger import Ledger
 from ..stats.accuracy import mcnemar_exact, recovery
 
 
+def paired(base: dict[str, bool], cand: dict[str, bool], clusters: dict[str, str]) -> dict[str, Any]:
+    """A candidate against the baseline on the items both answered: recovery with its paired
+    cluster bootstrap interval, the items lost and gained, McNemar's exact p."""
+    both = sorted(set(cand) & set(base))
+    b, c = [base[k] for k in both], [cand[k] for k in both]
+    r = recovery(b, c, [clusters[k] for k in both])
+    lost = sum(1 for x, y in zip(b, c, strict=True) if x and not y)
+    gained = sum(1 for x, y in zip(b, c, strict=True) if y and not x)
+    return {"pairs": len(both), "recovery_pct": r.estimate, "recovery_ci": list(r.interval) if r.interval else None,
+            "recovery_method": r.method, "clusters": r.clusters, "lost": lost, "gained": gained,
+            "mcnemar_p": mcnemar_exact(lost, gained)}
+
+
 def suite_accuracy(ledger: Ledger, run_id: str, baseline: str | None, repeats: int) -> list[dict[str, Any]]:
     """One entry per variant and suite: n, right, wrong, unparsed, accuracy %; a candidate's also
     its pairs with the baseline, recovery % [interval], lost, gained and McNemar's p."""
@@ -32,15 +45,42 @@ def suite_accuracy(ledger: Ledger, run_id: str, baseline: str | None, repeats: i
                              "accuracy_pct": 100.0 * right / len(cases) if cases else None}
         base = first.get((baseline, suite)) if baseline and variant != baseline else None
         if base:
-            both = sorted(set(cases) & set(base))
-            b = [bool(base[c]["value"]) for c in both]
-            c = [bool(cases[k]["value"]) for k in both]
-            r = recovery(b, c, [str(base[k]["detail"].get("cluster") or k) for k in both])
-            lost = sum(1 for x, y in zip(b, c, strict=True) if x and not y)
-            gained = sum(1 for x, y in zip(b, c, strict=True) if y and not x)
-            e.update({"pairs": len(both), "recovery_pct": r.estimate, "recovery_ci": list(r.interval) if r.interval
-                      else None, "recovery_method": r.method, "clusters": r.clusters, "lost": lost, "gained": gained,
-                      "mcnemar_p": mcnemar_exact(lost, gained)})
+            e.update(paired({k: bool(g["value"]) for k, g in base.items()}, {k: bool(g["value"]) for k, g in cases.items()},
+                            {k: str(g["detail"].get("cluster") or k) for k, g in base.items()}))
+        out.append(e)
+    return out
+
+
+def choice_likelihood(ledger: Ledger, run_id: str, baseline: str | None) -> list[dict[str, Any]]:
+    """Choice items scored by log-likelihood (`execution/choice_scoring.py`): per variant and suite,
+    acc (highest summed log-probability) and acc_norm (per character, lm-eval's), each paired with
+    the baseline like the generative accuracy."""
+    import json
+
+    from ..suites.choice import OptionScore, choose
+
+    scores: dict[tuple[str, str], dict[int, tuple[float, int]]] = {}
+    for r in ledger.choice_scores(run_id):
+        scores.setdefault((r["variant"], r["case_id"]), {})[r["option"]] = (r["logprob"], r["tokens"])
+    if not scores:
+        return []
+    attrs = {cid: json.loads(f.get("attributes_json") or "{}") for cid, f in ledger.case_fields(run_id, lean=True).items()}
+    right: dict[tuple[str, str, str], dict[str, bool]] = {}  # (variant, suite, rule) -> case -> correct
+    for (variant, cid), opts in scores.items():
+        a = attrs.get(cid) or {}
+        if set(opts) != set(range(len(a.get("options") or []))):
+            continue  # an option was not scored: no pick
+        pick = choose([OptionScore.of(" " + a["options"][k], *opts[k]) for k in sorted(opts)]).correct(a["gold"])
+        for rule in ("acc", "acc_norm"):
+            right.setdefault((variant, a["suite"], rule), {})[cid] = pick[rule]
+    out = []
+    for (variant, suite, rule), cases in sorted(right.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0] != baseline)):
+        e: dict[str, Any] = {"variant": variant, "suite": f"{suite} ({rule}, log-likelihood)", "n": len(cases),
+                             "right": sum(cases.values()), "wrong": len(cases) - sum(cases.values()), "unparsed": 0,
+                             "accuracy_pct": 100.0 * sum(cases.values()) / len(cases)}
+        base = right.get((baseline or "", suite, rule)) if variant != baseline else None
+        if base:
+            e.update(paired(base, cases, {k: str((attrs.get(k) or {}).get("cluster") or k) for k in base}))
         out.append(e)
     return out
 

@@ -130,7 +130,8 @@ def item_case(suite: str, item: Item) -> Case:
             attrs["tier"] = item.tier
         content, max_tokens, reference = item.prompt(), NUMERIC_MAX_TOKENS, item.answer
     else:
-        attrs.update(cluster=item.cluster, options=list(item.options), gold=item.gold, gold_letter=LETTERS[item.gold])
+        attrs.update(cluster=item.cluster, options=list(item.options), gold=item.gold, gold_letter=LETTERS[item.gold],
+                     question=item.question)  # the log-likelihood scoring's context (`choice.context`)
         content, max_tokens, reference = item.prompt(), CHOICE_MAX_TOKENS, LETTERS[item.gold]
     # not `Case.max_tokens`: the sender reads that as a trace row's fixed length and sends ignore_eos
     attrs["suite_max_tokens"] = max_tokens
