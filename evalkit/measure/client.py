@@ -71,10 +71,11 @@ class RequestResult:
 
     @property
     def reasoning_tokens(self) -> int | None:
-        """Tokens of reasoning: the server's usage details when it gives them, else one a streamed
-        reasoning chunk (vLLM streams a token a chunk); None for an answer without reasoning."""
-        if self.usage_reasoning_tokens is not None:
-            return self.usage_reasoning_tokens or None
+        """Tokens of reasoning: the server's usage details when it counts some, else one a streamed
+        reasoning chunk (vLLM streams a token a chunk; a parser that cannot count reports 0 beside
+        the reasoning it streamed); None for an answer without reasoning."""
+        if self.usage_reasoning_tokens:
+            return self.usage_reasoning_tokens
         return self.reasoning_chunks or None
 
     @property

@@ -8,6 +8,8 @@ from collections.abc import Iterable, Sequence
 from vllm.entrypoints.generate.base.protocol import DeltaMessage
 from vllm.reasoning import ReasoningParser, ReasoningParserManager
 
+ASSISTANT = "<|im_start|>assistant\n"  # SmolLM2's chat template: where the model's own turn begins
+
 
 @ReasoningParserManager.register_module("first_line")
 class FirstLineReasoningParser(ReasoningParser):
@@ -20,13 +22,24 @@ class FirstLineReasoningParser(ReasoningParser):
         return "\n"
 
     def _text(self, ids: Iterable[int]) -> str:
-        return self.model_tokenizer.decode(list(ids))
+        """The generated part: vLLM also asks about the prompt (whose chat template holds newlines), which
+        ends with the assistant's turn marker; only what follows it is the answer."""
+        text = self.model_tokenizer.decode(list(ids))
+        return text.rsplit(ASSISTANT, 1)[1] if ASSISTANT in text else text
 
     def is_reasoning_end(self, input_ids: Sequence[int]) -> bool:
         return "\n" in self._text(input_ids)
 
     def is_reasoning_end_streaming(self, input_ids: Sequence[int], delta_ids: Iterable[int]) -> bool:
         return "\n" in self._text(input_ids)
+
+    def count_reasoning_tokens(self, token_ids: Sequence[int]) -> int:
+        """What vLLM's usage reports as `completion_tokens_details.reasoning_tokens`: the tokens before
+        the first newline."""
+        for k in range(len(token_ids)):
+            if "\n" in self._text(token_ids[: k + 1]):
+                return k
+        return len(token_ids)
 
     def extract_content_ids(self, input_ids: list[int]) -> list[int]:
         for k in range(len(input_ids)):
