@@ -274,3 +274,47 @@ def test_requests_that_fit_count_a_part_filled_block_as_whole(tokens, block, fit
     from evalkit.engines.memory import requests_that_fit
 
     assert requests_that_fit(10, block, tokens) == fit
+
+
+# --- one server at a time (issue 47): blocks switched by vLLM's sleep mode ----------------------------------
+
+
+@pytest.fixture
+def blocks_run(runner, write, fake_models, fake_vllm, tmp_path):
+    args = '[--dtype, float16, --max-model-len, "2048", --block-size, "128", --enable-sleep-mode]'
+    m = write("blocks.yaml", f"""name: blocks
+baseline: base
+generation: {{max_tokens: 16, temperature: 0, structured_output: false, baseline_repeats: 1, warmup: 0}}
+divergence: {{enabled: false}}
+variants:
+  - name: base
+    model: {fake_models[0]}
+    vllm_args: {args}
+  - name: int8
+    model: {fake_models[1]}
+    vllm_args: {args}
+""")
+    ledger = tmp_path / "blocks.db"
+    r = runner.invoke(cli, ["run", "--matrix", str(m), "--limit", "12", "--order", "blocks", "--ledger", str(ledger),
+                            "-q", "--no-grade"])
+    assert r.exit_code == 0, r.output
+    return Database(ledger)
+
+
+def test_blocks_start_each_server_once_and_wake_it_after(blocks_run):
+    kinds = sorted((s["variant"], s["kind"]) for s in blocks_run["switches"].rows)
+    assert kinds == [("base", "start"), ("base", "wake"), ("int8", "start"), ("int8", "wake")]
+
+
+def test_blocks_alternate_the_variants_in_balanced_order(blocks_run):
+    order = [(r["order_block"], r["order_position"], r["variant"]) for r in blocks_run.query(
+        "select distinct order_block, order_position, variant from requests where is_warmup = 0 order by seq")]
+    assert [v for _, _, v in order] in (["base", "int8", "int8", "base"], ["int8", "base", "base", "int8"])
+
+
+def test_blocks_send_every_case_to_every_variant(blocks_run):
+    assert blocks_run.execute("select count(*) from requests where is_warmup = 0 and final = 1").fetchone()[0] == 24
+
+
+def test_a_blocks_run_leaves_every_variant_complete(blocks_run):
+    assert {v["status"] for v in blocks_run["variants"].rows} == {"complete"}

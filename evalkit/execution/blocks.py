@@ -16,11 +16,21 @@ from .order import MIN_BLOCK, balanced, chunks
 from .runner import RunContext, run_group
 
 
+def sleep_mode_here() -> bool:
+    """Whether launched servers get vLLM's sleep mode: on a GPU (it frees device memory; vLLM's CPU
+    build has none) with a vLLM that knows the option."""
+    from ..engines.vllm_server import vllm_has_option
+    from ..host import this_host
+
+    return bool(this_host().get("gpu_json")) and vllm_has_option("--enable-sleep-mode")
+
+
 def run_blocks(ctx: RunContext, names: list[str], seq: int) -> int:
     """Send the run block by block: chunk k of the cases to each variant in turn (balanced orders),
     each block with its server brought up (or woken) for it and stopped (or put to sleep) after."""
     order = ctx.load.policy.order
     size = max(order.chunk, MIN_BLOCK)  # one server at a time: at least six cases a variant between switches
+    ctx.sleep_mode = sleep_mode_here()
     perms = balanced(names, order.seed)
     parts = list(chunks(list(ctx.cases), size))
     for b, part in enumerate(parts):

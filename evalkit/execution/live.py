@@ -41,7 +41,8 @@ class LiveVariant:
     """Brings one variant up (launching vLLM or checking the endpoint) and records it."""
 
     def __init__(self, ledger: Ledger, run_id: str, matrix: Matrix, variant: Variant, say: Callable[[str], None],
-                 log_dir: Path, replica: int | None = None, kv_plan: MemoryPlan | None = None) -> None:
+                 log_dir: Path, replica: int | None = None, kv_plan: MemoryPlan | None = None,
+                 sleep_mode: bool = False) -> None:
         self.ledger, self.run_id, self.matrix, self.variant = ledger, run_id, matrix, variant
         self.say, self.log_dir = say, log_dir
         self.kv_plan = kv_plan  # this variant's share of the run's memory budget, planned before any start
@@ -55,6 +56,7 @@ class LiveVariant:
         self.headers: dict[str, str] = {}
         self.stage_s: dict[str, float] = {}  # prepare, start: how long each took
         self.died: str | None = None  # why its launched server is gone, if it died mid-run
+        self.sleep_mode = sleep_mode  # `--order blocks` on a GPU: started with vLLM's sleep mode, to switch cheaply
 
     @property
     def model_path(self) -> str | None:
@@ -110,6 +112,8 @@ class LiveVariant:
             return args
         if self.kv_plan is not None:
             args += ["--kv-cache-memory-bytes", str(self.kv_plan.kv_bytes)]
+        if self.sleep_mode and "--enable-sleep-mode" not in args:
+            args.append("--enable-sleep-mode")
         if self.matrix.telemetry.per_request_metrics and supports_per_request_metrics() \
                 and "--enable-per-request-metrics" not in args:
             args.append("--enable-per-request-metrics")

@@ -109,6 +109,7 @@ class RunContext:
     sized: int | None = None  # ...this many, decided from the first variant's probes (`cases` is cut to them)
     stamp: tuple[int, int] | None = None  # (block, position) while one block of `--order blocks` is sent
     keep_asleep: bool = False  # put a sleep-capable server to sleep after its block, not stop it
+    sleep_mode: bool = False  # launch servers with vLLM's sleep mode (`--order blocks` on a GPU)
     asleep: dict[str, dict[str, LiveVariant]] = field(default_factory=dict)  # variant -> its sleeping servers
     switched: dict[str, str] = field(default_factory=dict)  # variant -> how its server came up: start, wake
     switch_s: dict[str, float] = field(default_factory=dict)  # variant -> seconds that took
@@ -131,7 +132,7 @@ def open_variants(ctx: RunContext, group: list[str], replicas: list[int] | None 
         v = ctx.matrix.variant(name)
         for rep in ([None] if v.n_replicas == 1 else (replicas if replicas is not None else range(v.n_replicas))):
             s = LiveVariant(ctx.ledger, ctx.run_id, ctx.matrix, v, ctx.progress.say, ctx.log_dir, replica=rep,
-                            kv_plan=ctx.memory.get(name))
+                            kv_plan=ctx.memory.get(name), sleep_mode=ctx.sleep_mode)
             try:
                 s.open()
                 servers[s.label] = s

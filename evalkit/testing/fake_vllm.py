@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-num-seqs", type=int, default=256)
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--enable-per-request-metrics", action="store_true")
+    ap.add_argument("--enable-sleep-mode", action="store_true")
     a, _ = ap.parse_known_args(argv)
     per_tok = kv_bytes_per_token(a.model, a.dtype) or 1024
     if a.num_gpu_blocks_override:
@@ -56,6 +57,27 @@ def main(argv: list[str] | None = None) -> None:
                      batch_slowdown=float(os.environ.get("EVALKIT_FAKE_SLOWDOWN", "0")),
                      per_request_metrics=a.enable_per_request_metrics)
     app = make_app(cfg)
+    if a.enable_sleep_mode:  # vLLM's sleep mode: /sleep frees the accelerator, /wake_up brings it back
+        state = {"asleep": False}
+
+        async def sleep(_: web.Request) -> web.Response:
+            state["asleep"] = True
+            cfg.counters["sleeps"] = cfg.counters.get("sleeps", 0) + 1
+            return web.Response(status=200)
+
+        async def wake_up(_: web.Request) -> web.Response:
+            state["asleep"] = False
+            return web.Response(status=200)
+
+        @web.middleware
+        async def asleep(request: web.Request, handler):  # type: ignore[no-untyped-def]
+            if state["asleep"] and request.path.endswith("/chat/completions"):
+                return web.json_response({"error": {"message": "the engine is asleep"}}, status=503)
+            return await handler(request)
+
+        app.router.add_post("/sleep", sleep)
+        app.router.add_post("/wake_up", wake_up)
+        app.middlewares.append(asleep)
     exit_after = int(os.environ.get("EVALKIT_FAKE_EXIT_AFTER", "0") or 0)
     if exit_after:
         @web.middleware
