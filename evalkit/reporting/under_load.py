@@ -5,11 +5,12 @@ others drifted (the `load_drift` grader), and what that did to every grader that
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from ..execution.patterns import REFERENCE
 from ..grading import paired_differences
 from ..grading.registry import available
 from ..stats import bootstrap_ci, mean
@@ -21,12 +22,19 @@ def quality_under_load(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for v in dict.fromkeys(r["variant"] for r in rows):
         mine = [r for r in rows if r["variant"] == v and r["error_class"] is None]
         top = max((r["concurrency"] or 1 for r in mine), default=1)
-        seq = [r for r in mine if (r["concurrency"] or 1) == 1]
+        seq = unloaded(mine)
         load = [r for r in mine if (r["concurrency"] or 1) == top]
         if top <= 1 or not seq or not load:
             continue
         out.append(load_entry(v, top, load, seq_values(seq)))
     return out
+
+
+def unloaded(rows: Iterable[Any]) -> list[Any]:
+    """The rows sent one at a time: a closed loop of 1 (an open loop's rows say concurrency 1 too),
+    the level named c=1 when there is one (a search's reference beside its probes)."""
+    seq = [r for r in rows if (r["concurrency"] or 1) == 1 and r.get("scheduled_ms") is None]
+    return [r for r in seq if r["level"] == REFERENCE] or seq
 
 
 def _margin_graders() -> dict[str, Any]:
@@ -147,7 +155,7 @@ def load_entry(v: str, top: int, load: list[dict[str, Any]], seq: dict[str, dict
                ) -> dict[str, Any]:
     """One variant's entry: its successful rows at the top level ``load`` against ``seq`` (`seq_values`)."""
     lg = [r["grades"]["load_drift"] for r in load if "load_drift" in r["grades"]]
-    entry: dict[str, Any] = {"variant": v, "level": top, "pairs": len(lg),
+    entry: dict[str, Any] = {"variant": v, "level": top, "pairs": len(lg),  # the deltas' own count when more
                              "identical_pct": 100.0 * sum(bool(g["passed"]) for g in lg) / len(lg) if lg else None,
                              "drift_mean": mean([g["detail"]["drift"] for g in lg]), "deltas": {}}
     for name, agg in _margin_graders().items():
@@ -161,6 +169,7 @@ def load_entry(v: str, top: int, load: list[dict[str, Any]], seq: dict[str, dict
                 ci = bootstrap_ci(diffs)  # type: ignore[arg-type]
                 entry["deltas"][m] = {"delta": mean(diffs), "ci95": list(ci) if ci else None,  # type: ignore[arg-type]
                                       "pairs": len(diffs)}
+    entry["pairs"] = max([entry["pairs"], *(x["pairs"] for x in entry["deltas"].values())])
     return entry
 
 
@@ -184,10 +193,16 @@ def sorted_differences(mine: Mapping[str, float], theirs: Mapping[str, float]) -
 
 
 def lines(entries: list[dict[str, Any]]) -> list[str]:
+    """One line per variant; no interval, and no difference, from zero pairs: "no pairs" instead."""
     out = []
     for e in entries:
-        d = "; ".join(f"{m} {x['delta']:+.3g}" + (f" [{x['ci95'][0]:+.3g}, {x['ci95'][1]:+.3g}]" if x["ci95"] else "")
-                      for m, x in e["deltas"].items())
+        if not e["pairs"]:
+            out.append(f"quality under load {e['variant']}: concurrency {e['level']} vs 1: no pairs (no case was "
+                       "answered and graded at both levels)")
+            continue
+        d = "; ".join(f"{m} {x['delta']:+.3g}" + (f" [{x['ci95'][0]:+.3g}, {x['ci95'][1]:+.3g}]"
+                                                   if x["ci95"] and x["pairs"] else "")
+                      for m, x in e["deltas"].items() if x["pairs"])
         ident = "-" if e["identical_pct"] is None else f"{e['identical_pct']:.0f} %"
         out.append(f"quality under load {e['variant']}: concurrency {e['level']} vs 1 over {e['pairs']} pairs: "
                    f"{ident} byte-identical, drift {e['drift_mean'] if e['drift_mean'] is None else round(e['drift_mean'], 3)}"
