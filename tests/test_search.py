@@ -280,7 +280,7 @@ def acceptance(tmp_path_factory) -> Iterator[tuple[str, float]]:
             proc.terminate()
             proc.wait(10)
     assert r.returncode == 0, r.stdout + r.stderr
-    print(r.stdout + r.stderr)
+    print(r.stdout + r.stderr, f"\nacceptance: the run took {took:.0f} s")
     yield r.stdout + r.stderr, took
 
 
