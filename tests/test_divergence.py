@@ -411,10 +411,10 @@ def probe_estimate(divergence: bool, load: Load | None = None):
     return est
 
 
-def test_a_search_s_estimate_says_it_covers_the_reference_level_only():
-    from evalkit.execution.patterns import Search
+def test_a_search_s_estimate_is_its_share_of_the_search_time():
+    from evalkit.execution.probing import Search
 
-    assert "unloaded reference level only" in probe_estimate(False, Load(Search("concurrency"))).basis
+    assert probe_estimate(False, Load(Search("concurrency", time_s=600.0, variants=2))).measure_s == 300.0
 
 
 def test_the_run_estimate_line_names_the_scoring():

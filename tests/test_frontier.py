@@ -16,7 +16,8 @@ from sqlite_utils import Database
 from evalkit.errors import UsageError
 from evalkit.execution.frontier import Bisection, Frontier, Probe, frontier, ratio
 from evalkit.execution.inputs import RunInputs
-from evalkit.execution.patterns import Search, Sequential, pattern_from_record, probe_load, probe_name
+from evalkit.execution.patterns import Sequential, pattern_from_record, probe_load, probe_name
+from evalkit.execution.probing import Search
 from evalkit.execution.search import parse_search_slo, search_load
 from evalkit.execution.skeleton import run_matrix
 from evalkit.execution.stops import LevelOutcome, OverSaturated, saturation_signals
@@ -224,7 +225,8 @@ class _Said:
         pass
 
 
-def _search_run(tmp_path: Path, url: str, axis: str, slo: str | None, n: int) -> tuple[Database, list[str]]:
+def _search_run(tmp_path: Path, url: str, axis: str, slo: str | None, n: int,
+                time_s: float = 60.0) -> tuple[Database, list[str]]:
     m = tmp_path / "m.yaml"
     m.write_text(f"name: frontier\nbaseline: base\ngeneration:\n  warmup: 0\n  baseline_repeats: 1\n"
                  f"  max_tokens: {TOKENS}\n  temperature: 0\n  extra_body: {{ignore_eos: true}}\n"
@@ -233,7 +235,8 @@ def _search_run(tmp_path: Path, url: str, axis: str, slo: str | None, n: int) ->
     said = _Said()
     cases = load_cases(default_dataset_path())[:n]
     run_matrix(open_ledger(tmp_path / "l.db"),
-               RunInputs.of(load_matrix(m), cases, default_dataset_path(), load=search_load(axis, slo)), said)
+               RunInputs.of(load_matrix(m), cases, default_dataset_path(), load=search_load(axis, slo, time_s=time_s)),
+               said)
     return Database(tmp_path / "l.db"), said.lines
 
 
@@ -246,31 +249,37 @@ def _frontier_line(lines: list[str]) -> str:
     return next(line for line in lines if "frontier base:" in line)
 
 
+@pytest.mark.integration
 def test_the_rate_search_reports_the_max_rate_within_15_percent(rate_search):
     best = float(_frontier_line(rate_search[1]).split("sustains ")[1].split(" req/s")[0])
     assert TRUTH / 1.15 <= best <= TRUTH * 1.15, "\n".join(rate_search[1])
 
 
+@pytest.mark.integration
 def test_the_rate_search_takes_at_most_8_levels(rate_search):
     db, _ = rate_search
     assert len({r["level"] for r in db["requests"].rows_where("is_warmup = 0")}) <= 8
 
 
+@pytest.mark.integration
 def test_the_rate_search_names_the_over_saturated_level(rate_search):
     assert "first over-saturated level r=" in _frontier_line(rate_search[1])
 
 
+@pytest.mark.integration
 def test_every_probe_is_a_level_in_the_ledger(rate_search):
     db, lines = rate_search
     probed = {line.split("probe ")[1].split(":")[0] for line in lines if "' probe " in line or line.startswith("'base' probe")}
     assert probed <= {r["level"] for r in db["requests"].rows_where("is_warmup = 0")}
 
 
+@pytest.mark.integration
 def test_a_concurrency_search_finds_the_slots_at_a_relative_slo(slots_server, tmp_path):
-    _, lines = _search_run(tmp_path, slots_server, "concurrency", "ttft=3x", 24)
+    _, lines = _search_run(tmp_path, slots_server, "concurrency", "ttft=3x", 24, time_s=120.0)
     assert f"sustains {K} in flight" in _frontier_line(lines)
 
 
+@pytest.mark.integration
 def test_the_report_derives_the_same_frontier_and_names_the_signal(rate_search):
     from evalkit.reporting.findings import findings
 
@@ -279,6 +288,7 @@ def test_the_report_derives_the_same_frontier_and_names_the_signal(rate_search):
     assert _frontier_line(lines).split("frontier base: ")[1].split(" at ")[0] in " ".join(notes)
 
 
+@pytest.mark.integration
 def test_the_load_curve_marks_the_first_saturated_level_with_its_signal(rate_search):
     from evalkit.reporting.findings import findings
 
@@ -295,6 +305,7 @@ def test_search_refuses_a_load_shape_of_its_own(runner, tmp_path):
     assert (r.exit_code, r.output.strip().splitlines()[-1]) == (2, "Error: --search chooses its own load levels: drop --sweep")
 
 
+@pytest.mark.integration
 def test_evalkit_run_search_prints_the_frontier(runner, slots_server, tmp_path):
     from evalkit.cli import cli
 
@@ -302,11 +313,20 @@ def test_evalkit_run_search_prints_the_frontier(runner, slots_server, tmp_path):
     m.write_text(f"name: frontier\nbaseline: base\ngeneration:\n  warmup: 0\n  baseline_repeats: 1\n"
                  f"  max_tokens: {TOKENS}\n  temperature: 0\n  extra_body: {{ignore_eos: true}}\n"
                  f"  structured_output: false\nvariants:\n  - name: base\n    endpoint: {slots_server}\n")
-    r = runner.invoke(cli, ["run", "--matrix", str(m), "--search", "concurrency", "--slo", "ttft_p99=1s",
-                            "--max-probes", "4", "--limit", "12", "--no-grade", "--ledger", str(tmp_path / "l.db")])
-    assert "frontier base: sustains" in r.output, r.output
+    r = runner.invoke(cli, ["run", "--matrix", str(m), "--search", "rate", "--max-probes", "4", "--search-time", "40s",
+                            "--limit", "12", "--no-grade", "--ledger", str(tmp_path / "l.db")])
+    assert "frontier base: " in r.output, r.output
 
 
+def test_search_time_goes_with_search(runner, tmp_path):
+    from evalkit.cli import cli
+
+    r = runner.invoke(cli, ["run", "--search-time", "5m", "--ledger", str(tmp_path / "l.db")])
+    assert (r.exit_code, r.output.strip().splitlines()[-1]) == (
+        2, "Error: --search-time bounds a --search: give --search rate or --search concurrency")
+
+
+@pytest.mark.integration
 def test_the_html_report_draws_the_load_curve_with_its_marks(rate_search):
     from evalkit.reporting.html import render_html
 

@@ -62,7 +62,10 @@ from .console import RichProgress, print_closing, print_report
               help="find each variant's capacity frontier: the highest rate (or concurrency) it sustains at the --slo "
                    "without over-saturating, bracketed and bisected (docs/capacity.md)")
 @click.option("--max-probes", type=click.IntRange(min=3), default=None,
-              help="with --search: load levels per variant, its unloaded reference included [8]")
+              help="with --search: load levels per variant, its reference and throughput burst included [8]")
+@click.option("--search-time", default=None, metavar="DURATION",
+              help="with --search: the whole search's time, shared equally by the variants; probes are planned "
+                   "from it, and a search out of time ends with the bracket it reached [10m]")
 @click.option("--client-procs", type=int, default=None,
               help="processes sending the load, each with its own event loop [what the host can spare: 1 beside a "
                    "launched server, else half the cores up to 8]")
@@ -128,7 +131,8 @@ def run(workload: Path | None, trace_path: Path | None, trace_format: str | None
     db = command_ledger(ledger_path(ledger), create=False) if resume_id else None
     inp = resolve_inputs(db, opts, RichProgress(quiet).say)  # bad input stops here: nothing written yet
     if search is not None:
-        inp.load = search.load(inp.load, inp.matrix.load.slo if inp.matrix.load else None, opts.arrival_seed)
+        inp.load = search.load(inp.load, inp.matrix.load.slo if inp.matrix.load else None, opts.arrival_seed,
+                               len(inp.matrix.variants))
     db = db or command_ledger(ledger_path(ledger))
     for line in inp.resume_changes:
         click.echo(line)

@@ -81,10 +81,12 @@ def estimate_variant(warm_rows: list[dict[str, Any]], warm: list[WorkItem], main
         rate = levels[0].rate
         total_ms = max(n / rate * 1000.0, longest)
         basis = f"open loop at {rate:g}/s"
-    elif load.pattern.adaptive:  # a search: each level is chosen from the last
-        max_probes = getattr(load.pattern, "max_probes", "?")
-        basis = (f"the unloaded reference level only: a search's later levels (at most {max_probes} probes) "
-                 "depend on what each one finds")
+    elif load.pattern.adaptive:  # a search: each level is chosen from the last, within its time
+        share = getattr(load.pattern, "share_s", None)
+        if share:
+            total_ms = share * 1000.0
+        basis = (f"a search: each level is chosen from the last, at most {getattr(load.pattern, 'max_probes', '?')}, "
+                 "within its share of --search-time")
     elif load.concurrent:
         total_ms = sum(total_ms / lv.concurrency for lv in levels)  # as if batching scaled perfectly
         basis = (f"{len(levels)} concurrency level(s): a lower bound, assuming batching scales perfectly; "

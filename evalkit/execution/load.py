@@ -5,6 +5,8 @@ sends, in order. Options are parsed once, here, at the edge. No I/O.
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -295,6 +297,15 @@ def build_work(matrix: Matrix, variants: list[str], cases: list[Case], repeats: 
     return warm + list(_measured(matrix, variants, cases, repeats, load, level, concurrency, concurrency == 1))
 
 
+def sized_cases(cases: Sequence[Case], requests: int, repeats: int) -> tuple[list[Case], int]:
+    """A level of ``requests`` requests per variant (a search's probe): the cases in a fixed shuffled
+    order (a probe of fewer requests than cases takes a spread of them, not the file's first ones) and
+    the repeats that cycle them far enough."""
+    order = list(cases)
+    random.Random(0).shuffle(order)
+    return order, max(repeats, -(-requests // max(1, len(order))))
+
+
 def item_done(item: WorkItem, skip: Collection[tuple[str, str, int, str]]) -> bool:
     """Whether an item (every turn of a conversation) already has its final rows."""
     if not skip:
@@ -322,14 +333,23 @@ class Work:
     keep: frozenset[str] | None = None
     sequential: bool = True  # a level of one request at a time (alternated case by case, not chunk by chunk)
     stamp: tuple[int, int] | None = None  # (block, position) of a one-at-a-time block (`--order blocks`)
+    cap: int | None = None  # at most this many items per variant (a search's probe: its cases cycled)
+    deadline: float | None = None  # time.monotonic() past which no item is given (a search's time bound)
     _counts: dict[str, int] | None = field(default=None, repr=False)
 
     def __iter__(self) -> Iterator[WorkItem]:
+        taken: dict[str, int] = {}
         for it in _measured(self.matrix, self.variants, self.cases, self.repeats, self.load, self.level,
                             self.concurrency, self.sequential, self.stamp):
+            if self.deadline is not None and time.monotonic() > self.deadline:
+                return
             if (self.targets is not None and it.target not in self.targets) or \
                     (self.keep is not None and it.case.id not in self.keep) or item_done(it, self.skip):
                 continue
+            if self.cap is not None:
+                if taken.get(it.variant, 0) >= self.cap:
+                    continue
+                taken[it.variant] = taken.get(it.variant, 0) + 1
             it.attempt0 = self.attempts.get((it.variant, it.case.id, it.repeat, it.level), 0)
             yield it
 

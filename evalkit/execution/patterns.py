@@ -9,8 +9,8 @@ whether to go on; it never asks which pattern it runs, so a new pattern is one t
 - `OpenLoop(rate)`: arrivals from a seeded Poisson (or constant) process at rate/s, optionally capped;
 - `Sweep(levels)`: closed-loop levels, climbing until a stop rule says the variant saturated;
 - `TraceReplay(offsets)`: a recorded trace's arrivals at their (sped-up) offsets;
-- `Search(axis)`: the capacity frontier: probes chosen one after another from the last outcome
-  (`frontier.py`): an unloaded reference, then rates (or concurrencies) bracketed and bisected.
+- `search.Search(axis)`: the capacity frontier: probes chosen one after another from the last
+  outcome (`probing.py`, `frontier.py`), each sized to fill its level, within a time bound.
 
 The runner walks a pattern's `schedule()`: its fixed levels, or, for an adaptive pattern, levels
 chosen as the outcomes arrive (`Schedule.observe`).
@@ -25,8 +25,7 @@ from itertools import islice
 from typing import Any, ClassVar, Literal
 
 from ..errors import UsageError
-from .frontier import Bisection, Frontier, Probe
-from .stops import LevelOutcome, OverSaturated, StopRule, rates, reasons, saturation_signals, steady
+from .stops import LevelOutcome, StopRule
 
 Arrival = Literal["poisson", "constant"]
 
@@ -50,7 +49,8 @@ def arrival_offsets(n: int, rate: float, arrival: str, arrival_seed: int) -> lis
 class Level:
     """One load level: a closed loop of ``concurrency`` (1: sequential), or an open loop of arrivals
     (``rate`` per second from a seeded process, or recorded ``offsets``), optionally capped at
-    ``max_in_flight`` requests."""
+    ``max_in_flight`` requests. ``requests``: a level sized by what it must show (a search's probe)
+    sends that many, cycling the cases; otherwise every case and repeat once."""
 
     name: str
     concurrency: int = 1
@@ -59,6 +59,8 @@ class Level:
     arrival_seed: int = 0
     offsets: tuple[float, ...] | None = None
     max_in_flight: int | None = None
+    requests: int | None = None  # this many per variant, the cases cycled (a search's probe); None: every case
+    deadline: float | None = None  # time.monotonic() after which nothing more is sent (a search's time bound)
 
     @property
     def open_loop(self) -> bool:
@@ -114,6 +116,10 @@ class Pattern:
 
     def record(self) -> dict[str, Any]:
         return {"kind": self.kind}
+
+    def plan_line(self, stops: tuple[StopRule, ...] = ()) -> str | None:
+        """What the pattern will do, said before anything is sent (a search's time and probes)."""
+        return None
 
     @property
     def concurrent(self) -> bool:
@@ -200,6 +206,7 @@ class TraceReplay(Pattern):
 
 
 REFERENCE = "c=1"  # a search's unloaded reference level (and a concurrency search's first probe)
+BURST = "burst"  # a rate search's throughput burst: where its first rate comes from, not a probe
 
 
 def probe_name(axis: str, load: float, taken: set[str]) -> str:
@@ -222,94 +229,6 @@ def probe_load(level: str) -> tuple[str, float] | None:
             except ValueError:
                 return None
     return None
-
-
-@dataclass(frozen=True)
-class Search(Pattern):
-    """The capacity frontier: the highest rate (open loop) or concurrency (closed loop) at which the
-    variant meets its SLOs without over-saturating. First the unloaded reference (one request at a
-    time: relative SLOs compare with it, and its pace sets a rate search's safe start), then probes
-    bracketed and bisected (`frontier.Bisection`), the knee probed twice."""
-
-    axis: Literal["rate", "concurrency"] = "rate"
-    max_probes: int = 8  # every level counts, the reference and the knee's second probe too
-    tolerance: float = 0.1  # the bracket closes when its top is within this of its bottom
-    arrival: Arrival = "constant"  # constant gaps: a queue grows only when the server falls behind
-    arrival_seed: int = 0
-    start: float | None = None  # the first loaded probe [a rate search: the reference's one-at-a-time pace]
-    kind: ClassVar[str] = "search"
-    adaptive: ClassVar[bool] = True
-
-    def levels(self) -> list[Level]:
-        return [Level(REFERENCE)]
-
-    @property
-    def concurrent(self) -> bool:
-        return True
-
-    def schedule(self, stops: tuple[StopRule, ...] = ()) -> Schedule:
-        return SearchSchedule(self, stops)
-
-    def record(self) -> dict[str, Any]:
-        return {"kind": self.kind, "mode": "search", "search": self.axis, "max_probes": self.max_probes,
-                "tolerance": self.tolerance, "arrival": self.arrival, "arrival_seed": self.arrival_seed,
-                "search_start": self.start}
-
-
-def probe_verdict(stops: tuple[StopRule, ...], load: float, o: LevelOutcome, level: str = "") -> Probe:
-    """A probe passes when no saturation rule (SLOs, over-saturation) nor failure rule fires."""
-    why = "; ".join(w for w in (reasons(stops, "failure", o), reasons(stops, "saturation", o)) if w) or None
-    kv = next((r.kv_ceiling for r in stops if isinstance(r, OverSaturated)), 0.9)
-    return Probe(load, why is None, why, rates(o)[1], tuple(saturation_signals(o, kv)), level)
-
-
-class SearchSchedule(Schedule):
-    """A search's levels, each chosen from the outcome of the last (one variant at a time)."""
-
-    def __init__(self, p: Search, stops: tuple[StopRule, ...]) -> None:
-        self.p, self.stops = p, stops
-        self.next: Level | None = Level(REFERENCE)
-        self.taken = {REFERENCE}
-        self.searches: dict[str, Bisection] = {}
-        self.results: dict[str, Frontier] = {}
-
-    def __next__(self) -> Level:
-        if self.next is None:
-            raise StopIteration
-        level, self.next = self.next, None
-        return level
-
-    def _level(self, load: float) -> Level:
-        name = probe_name(self.p.axis, load, self.taken)
-        self.taken.add(name)
-        if self.p.axis == "rate":
-            return Level(name, rate=load, arrival=self.p.arrival, arrival_seed=self.p.arrival_seed)
-        return Level(name, int(load))
-
-    def observe(self, variant: str, level: Level, o: LevelOutcome) -> list[str]:
-        said = []
-        b = self.searches.get(variant)
-        if b is None:  # the reference: one request at a time
-            pace = o.n / (max(hi - lo for lo, hi in o.spans.values()) / 1000.0) if o.spans and o.n else None
-            if self.p.axis == "rate" and not (self.p.start or pace):
-                raise UsageError("the search's unloaded reference finished no request: no rate to start from")
-            start = self.p.start or (pace if self.p.axis == "rate" else 1.0)
-            b = self.searches[variant] = Bisection(self.p.axis, float(start), self.p.max_probes, self.p.tolerance,
-                                                   spent=1 if self.p.axis == "rate" else 0)
-            said.append(f"reference {level.name}: {steady(o)}")
-        if level.name != REFERENCE or self.p.axis == "concurrency":
-            load = level.rate if level.rate is not None else float(level.concurrency)
-            probe = probe_verdict(self.stops, load, o, level.name)
-            b.add(probe)
-            said.append(f"probe {level.name}: {'meets the SLOs' if probe.passed else 'fails'} ({steady(o)})"
-                        + (f": {probe.why}" if probe.why else ""))
-        nxt = b.next_load()
-        if nxt is None:
-            self.results[variant] = b.result()
-            said.append(b.result().line(variant, "its SLOs"))
-        else:
-            self.next = self._level(nxt)
-        return said
 
 
 def pattern_from_record(d: dict[str, Any], trace_offsets: list[float] | None = None) -> Pattern:

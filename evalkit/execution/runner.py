@@ -23,13 +23,13 @@ from ..spec.matrix import Matrix
 from .choice_scoring import score_choices
 from .estimate import RunEstimate, estimate_variant
 from .live import LiveVariant
-from .load import Load, Work, warmup_items
+from .load import Load, Work, sized_cases, warmup_items
 from .patterns import Level
 from .scoring import score_group
 from .sender import Sender
 from .signals import STOP
 from .sizing import size_to_budget
-from .stops import LevelOutcome, reasons
+from .stops import LevelOutcome, in_flight, reasons
 
 
 class Progress(Protocol):
@@ -170,6 +170,11 @@ def level_outcome(ctx: RunContext, name: str, level: Level, fresh: LevelOutcome)
         fresh = LevelOutcome(keep_latencies=fresh.keep_latencies, keep_cases=fresh.keep_cases)
         for r in ctx.ledger.iter_measured(ctx.run_id, level=level.name, variant=name):
             fresh.add(r)
+    if ctx.load.pattern.adaptive:  # a search claims what its probes held: read back from the rows
+        fresh.in_flight_peak, fresh.in_flight_mean = in_flight(
+            (r["replica"], r["mono_start_ms"], r["mono_start_ms"] + (r["e2e_ms"] or 0.0))
+            for r in ctx.ledger.iter_measured(ctx.run_id, level=level.name, variant=name, lean=True, with_cases=False)
+            if r["mono_start_ms"] is not None)
     fresh.failed, fresh.sent = ctx.ledger.final_error_rate(ctx.run_id, name)
     fresh.preemptions = ctx.ledger.level_counter_delta(ctx.run_id, name, fresh.spans, "num_preemptions_total")
     return fresh
@@ -241,9 +246,11 @@ def run_group(ctx: RunContext, group: list[str], seq0: int, variants_after: int 
                 break
             warm = [it for it in warmup_items(ctx.matrix, live, ctx.cases, level.name, level.concurrency)
                     if it.target in servers] if i == 0 else []
-            main = Work(ctx.matrix, live, ctx.cases, ctx.repeats, load, level.name, level.concurrency,
+            cases, repeats = sized_cases(ctx.cases, level.requests, ctx.repeats) if level.requests \
+                else (ctx.cases, ctx.repeats)
+            main = Work(ctx.matrix, live, cases, repeats, load, level.name, level.concurrency,
                         targets=set(servers), skip=ctx.skip, attempts=attempts, sequential=level.sequential,
-                        stamp=ctx.stamp)
+                        stamp=ctx.stamp, cap=level.requests, deadline=level.deadline)
             summary.n_skipped += sum(ctx.skip.count(name, level.name) for name in live)
             if warm:
                 main = _send_warmups(ctx, sender, warm, main, live, servers, variants_after)

@@ -181,6 +181,8 @@ def run_matrix(ledger: Ledger, inp: RunInputs, progress: Progress | None = None,
             raise UsageError(why)
     if len(inp.matrix.variants) > 1:
         progress.say(f"order: {load.policy.order.kind} ({load.policy.order.why})")
+    if not resume_run and (plan := load.pattern.plan_line(load.stops)):
+        progress.say(plan)
     summary, skip = start_run(ledger, inp, load, progress)
     cases = inp.cases if isinstance(inp.cases, SpooledCases) else list(inp.cases)  # a trace's stay on disk
     ctx = RunContext(ledger, summary.run_id, inp.matrix, cases, inp.repeats, load, skip, progress,

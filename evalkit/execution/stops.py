@@ -16,6 +16,7 @@ one type here; the runner never names one.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, NamedTuple
 
@@ -36,6 +37,12 @@ class Slo:
 
     def __bool__(self) -> bool:
         return bool(self.absolute_ms or self.relative)
+
+    def text(self) -> str:
+        """The limits as a search holds them: `ttft p99 ≤ 1000 ms, e2e p99 ≤ 3x unloaded`."""
+        parts = [f"{k} p99 ≤ {v:g} ms" for k, v in self.absolute_ms.items()]
+        parts += [f"{k} p99 ≤ {f:g}x unloaded" for k, f in self.relative.items()]
+        return ", ".join(parts) or "no SLO (over-saturation only)"
 
     def record(self) -> dict[str, Any]:
         return {**{f"slo_{k}_ms": self.absolute_ms.get(k) for k in SLO_METRICS}, "slo_relative": dict(self.relative)}
@@ -75,12 +82,18 @@ def reference_latencies(rows: list[dict[str, Any]]) -> dict[tuple[str, int], dic
             for r in rows if r["error_class"] is None}
 
 
+def reference_of(reference: dict[tuple[str, int], dict[str, float]], case: str, repeat: int) -> dict[str, float]:
+    """The same case's latencies at concurrency 1: its own repeat's, else its first (a search's probe
+    cycles the cases, so a case's later passes compare with its one unloaded pass)."""
+    return reference.get((case, repeat)) or reference.get((case, 0)) or {}
+
+
 def slowdowns(rows: list[dict[str, Any]], reference: dict[tuple[str, int], dict[str, float]],
               metric: str) -> list[float]:
     """Each request's latency over the same case's at concurrency 1 (1.0: no slower)."""
     out = []
     for r in rows:
-        ref = reference.get((r["case_id"], r["repeat"]), {}).get(metric)
+        ref = reference_of(reference, r["case_id"], r["repeat"]).get(metric)
         if r["error_class"] is None and r[f"{metric}_ms"] is not None and ref:
             out.append(r[f"{metric}_ms"] / ref)
     return out
@@ -126,6 +139,8 @@ class LevelOutcome:
     keep_cases: bool = True  # each case's latencies: only a relative SLO needs them
     series: list[Point] = field(default_factory=list)  # over-saturation's time series, thinned evenly
     stride: int = 1  # keep every stride-th request in `series`
+    in_flight_peak: int | None = None  # most requests in flight at once, read back from the ledger (a search's)
+    in_flight_mean: float | None = None  # requests in flight on average over the level (Little: sum of E2E / wall)
 
     def add(self, r: dict[str, Any]) -> None:
         self.n += 1
@@ -164,8 +179,17 @@ class LevelOutcome:
     def slowdowns(self, metric: str) -> list[float]:
         """Each case's latency over its own at concurrency 1 (1.0: no slower)."""
         ref = self.reference or {}
-        return [lat[metric] / ref[key][metric] for key, lat in self.by_case.items()
-                if metric in lat and ref.get(key, {}).get(metric)]
+        out = []
+        for (case, rep), lat in self.by_case.items():
+            base = reference_of(ref, case, rep).get(metric)
+            if metric in lat and base:
+                out.append(lat[metric] / base)
+        return out
+
+    @property
+    def wall_s(self) -> float | None:
+        """The level's length: the longest span of one server's requests."""
+        return max(hi - lo for lo, hi in self.spans.values()) / 1000.0 if self.spans else None
 
 
 class StopRule:
@@ -265,6 +289,32 @@ def rates(o: LevelOutcome) -> tuple[float | None, float | None]:
     if len(sched) < len(o.series) // 2 or len(sched) < 5:
         return None, None
     return _slope_rate(sched), _slope_rate(sorted(p.end for p in o.series))
+
+
+def throughput(o: LevelOutcome) -> float | None:
+    """Requests/s the server finished over the middle of a level (a closed loop's too)."""
+    return _slope_rate(sorted(p.end for p in o.series))
+
+
+def in_flight(spans: Iterable[tuple[Any, float, float]]) -> tuple[int, float | None]:
+    """(peak, mean) requests in flight from each request's (server, sent, ended) in ms: the peak
+    counted per server and summed (each server's clock is its sender's), the mean by Little's law
+    (the requests' summed time over the longest server's span)."""
+    events: dict[Any, list[tuple[float, int]]] = {}
+    busy = 0.0
+    for rep, a, b in spans:
+        events.setdefault(rep, []).extend(((a, 1), (b, -1)))
+        busy += b - a
+    peak, wall = 0, 0.0
+    for evs in events.values():
+        evs.sort()  # at a tie the end (-1) comes first: a closed loop's next request is not an overlap
+        now = top = 0
+        for _, d in evs:
+            now += d
+            top = max(top, now)
+        peak += top
+        wall = max(wall, evs[-1][0] - evs[0][0])
+    return peak, (busy / wall if wall > 0 else None)
 
 
 MIN_POINTS = 9  # fewer requests in a level cannot show a trend: over-saturation says nothing

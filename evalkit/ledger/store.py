@@ -94,6 +94,10 @@ class RunRecord(dict):
 
     @property
     def repeats(self) -> int:
+        """The run's repeats: a baseline's passes past them are drift's noise floor. A search's probes
+        cycle the cases (`load.sized_cases`), so there every pass is a case's, none a noise floor."""
+        if self.load.get("kind") == "search":
+            return 1 << 30
         return int(self.load.get("repeats") or 1)
 
     @property

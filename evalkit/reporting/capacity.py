@@ -9,7 +9,8 @@ from collections import defaultdict
 from typing import Any
 
 from ..engines.memory import requests_that_fit
-from ..execution.stops import SLO_METRICS, reference_latencies, slowdowns
+from ..execution.patterns import BURST, REFERENCE
+from ..execution.stops import SLO_METRICS, in_flight, reference_latencies, slowdowns
 from ..ledger import Ledger
 from ..spec.sizes import human
 from ..stats import percentile, wilson
@@ -62,7 +63,12 @@ def level_refs(groups: dict[tuple[str, str], list[dict[str, Any]]], load: dict[s
     none without a relative SLO (a dict a row, not worth holding otherwise)."""
     if not _slo_of(load)[1]:
         return {}
-    return {v: reference_latencies(rs) for (v, _), rs in groups.items() if max((r["concurrency"] or 1) for r in rs) == 1}
+    out: dict[str, dict[tuple[str, int], dict[str, float]]] = {}
+    for (v, level), rs in groups.items():  # the level named c=1 (a sweep's, a search's reference), else any
+        one = max((r["concurrency"] or 1) for r in rs) == 1 and all(r.get("scheduled_ms") is None for r in rs)
+        if one and (level == REFERENCE or v not in out):  # closed loop of 1 (an open loop's rows say 1 too)
+            out[v] = reference_latencies(rs)
+    return out
 
 
 def level_entries(groups: dict[tuple[str, str], list[dict[str, Any]]], spans: dict[tuple[str, str], dict[Any, Any]],
@@ -94,8 +100,11 @@ def level_entries(groups: dict[tuple[str, str], list[dict[str, Any]]], spans: di
         preempted = ledger.level_counter_delta(run_id, v, spans.get((v, level), {}), "num_preemptions_total", until) \
             if ledger and run_id else None
 
+        peak, mean_in_flight = in_flight((r["replica"], r["mono_start_ms"], r["mono_start_ms"] + (r["e2e_ms"] or 0.0))
+                                         for r in rs if r["mono_start_ms"] is not None)
         out.append({
             "variant": v, "level": level, "concurrency": max((r["concurrency"] or 1) for r in rs), "n": len(rs),
+            "in_flight_peak": peak, "in_flight_mean": mean_in_flight,
             "errors": len(rs) - len(ok), "wall_s": wall_s, "prompt_tokens": in_tok, "output_tokens": out_tok,
             "output_tps": out_tok / wall_s if wall_s else None, "requests_per_s": len(ok) / wall_s if wall_s else None,
             "kv_peak": _peak(rs, "srv_kv_cache_usage_peak"), "running_peak": _peak(rs, "srv_running_peak"),
@@ -145,12 +154,16 @@ def _peak(rows: list[dict[str, Any]], col: str) -> float | None:
 
 
 def slo_held_up_to(levels: list[dict[str, Any]], variant: str) -> int | None:
-    """The highest concurrency at which this variant met its SLOs, every lower level too."""
+    """The highest concurrency at which this variant met its SLOs, every lower level too, as its
+    requests were actually in flight (a level of 16 requests at concurrency 64 held 16): closed-loop
+    levels only (an open loop's rows say concurrency 1; a search's burst is not a probe)."""
     best = None
-    for lv in sorted((x for x in levels if x["variant"] == variant), key=lambda x: x["concurrency"]):
+    closed = (x for x in levels if x["variant"] == variant and x.get("offered_rps") is None and x["level"] != BURST)
+    for lv in sorted(closed, key=lambda x: x["concurrency"]):
         if lv["meets_slo"] is not True:
             break
-        best = lv["concurrency"]
+        held = lv.get("in_flight_peak")
+        best = min(lv["concurrency"], held) if held else lv["concurrency"]
     return best
 
 
@@ -213,7 +226,8 @@ def capacity(variants: list[dict[str, Any]], rows: list[dict[str, Any]], levels:
                     "saturated_at": v.get("saturated_at"), "saturation_reason": v.get("saturation_reason"),
                     "measured_saturation_concurrency": v.get("saturated_at") or (min(sat) if sat else None),
                     "slo_held_up_to": slo_held_up_to(levels, v["name"]),
-                    "max_concurrency_tested": use.tested})
+                    "max_concurrency_tested": max((lv["in_flight_peak"] for lv in levels if lv["variant"] == v["name"]
+                                                   and lv.get("in_flight_peak")), default=use.tested)})
     return out
 
 

@@ -9,8 +9,9 @@ import json
 from typing import Any
 
 from ..execution.frontier import Frontier, Probe, frontier, ratio_line
-from ..execution.patterns import REFERENCE, probe_load
-from ..execution.stops import LevelOutcome, rates, saturation_signals
+from ..execution.patterns import BURST, REFERENCE, probe_load
+from ..execution.probing import level_need, plan_of, probe_problems, reference_is_probe, stopped_by
+from ..execution.stops import LevelOutcome, Slo, rates, saturation_signals, throughput
 from ..spec.matrix import arg_value
 
 
@@ -21,7 +22,8 @@ def level_signals(rows: list[dict[str, Any]], preemptions: float | None, kv_ceil
         o.add(r)
     o.preemptions = preemptions
     offered, achieved = rates(o)
-    return {"oversaturated": saturation_signals(o, kv_ceiling), "offered_rps": offered, "achieved_rps": achieved}
+    return {"oversaturated": saturation_signals(o, kv_ceiling), "offered_rps": offered, "achieved_rps": achieved,
+            "throughput_rps": throughput(o)}
 
 
 def load_of(lv: dict[str, Any]) -> tuple[str, float]:
@@ -34,7 +36,7 @@ def mark_curve(levels: list[dict[str, Any]]) -> None:
     on the last level before the first one that over-saturated or missed the SLOs (none when the
     curve never bent)."""
     for v in dict.fromkeys(lv["variant"] for lv in levels):
-        mine = sorted((lv for lv in levels if lv["variant"] == v and lv["level"] != "warm-up"),
+        mine = sorted((lv for lv in levels if lv["variant"] == v and lv["level"] not in ("warm-up", BURST)),
                       key=lambda lv: (load_of(lv)[1], lv["level"]))
         if len(mine) < 2:
             continue
@@ -50,28 +52,44 @@ def mark_curve(levels: list[dict[str, Any]]) -> None:
             knee = lv
 
 
+def is_probe(level: str, axis: str, slo: Slo) -> bool:
+    """Whether a search's level is one of its probes (not its reference, unless that is its c=1
+    probe, nor its throughput burst)."""
+    parsed = probe_load(level)
+    if parsed is None or parsed[0] != axis:
+        return False
+    return level != REFERENCE or reference_is_probe(axis, slo) or not slo.relative
+
+
 def search_frontiers(levels: list[dict[str, Any]], load: dict[str, Any]) -> dict[str, Frontier]:
-    """A search run's answer per variant, from its levels (the reference is not a probe of a rate search)."""
+    """A search run's answer per variant, from its levels, by the probes' own rule: what each held,
+    too few requests for the verdict or too short a rate probe is no pass; a bracket that did not
+    close was ended by the probe budget when every level was used, else by the time bound."""
     if load.get("kind") != "search":
         return {}
-    axis = load.get("search") or "rate"
+    axis, slo, plan = load.get("search") or "rate", Slo.from_record(load), plan_of(load)
     out = {}
     for v in dict.fromkeys(lv["variant"] for lv in levels):
         probes = []
-        for lv in levels:
-            if lv["variant"] != v or (axis == "rate" and lv["level"] == REFERENCE):
+        mine = [lv for lv in levels if lv["variant"] == v and lv["level"] != "warm-up"]
+        for lv in mine:
+            if not is_probe(lv["level"], axis, slo):
                 continue
-            passed = not lv["oversaturated"] and lv["slo_p99_ok"] is not False
-            why = "; ".join(f"[{k}] {t}" for k, t in lv["oversaturated"].items()) or (None if passed else "SLO missed")
-            probes.append(Probe(load_of(lv)[1], passed, why, lv["achieved_rps"], tuple(lv["oversaturated"]), lv["level"]))
-        out[v] = frontier(axis, probes, float(load.get("tolerance") or 0.1))
+            fired = [f"[{k}] {t}" for k, t in lv["oversaturated"].items()]
+            fired += [] if lv["slo_p99_ok"] is not False else ["SLO missed"]
+            small = probe_problems(lv["n"] - lv["errors"], lv["wall_s"], axis == "rate",
+                                   level_need(lv["level"], axis, slo))
+            probes.append(Probe(load_of(lv)[1], not (fired or small), "; ".join(fired + small) or None,
+                                lv["achieved_rps"], tuple(lv["oversaturated"]), lv["level"], n=lv["n"],
+                                duration_s=lv["wall_s"], in_flight=lv.get("in_flight_peak"),
+                                in_flight_mean=lv.get("in_flight_mean"), throughput=lv.get("throughput_rps"),
+                                inconclusive=bool(small and not fired)))
+        out[v] = frontier(axis, probes, float(load.get("tolerance") or 0.1), stopped_by(len(mine), plan))
     return out
 
 
 def slo_text(load: dict[str, Any]) -> str:
-    absolute = [f"{k} p99 ≤ {load[f'slo_{k}_ms']:g} ms" for k in ("ttft", "tpot", "e2e") if load.get(f"slo_{k}_ms")]
-    relative = [f"{k} p99 ≤ {f:g}x unloaded" for k, f in (load.get("slo_relative") or {}).items()]
-    return ", ".join(absolute + relative) or "no SLO (over-saturation only)"
+    return Slo.from_record(load).text()
 
 
 def kv_dtype_of(variant: dict[str, Any]) -> str:
@@ -125,11 +143,11 @@ def curve_plots(levels: list[dict[str, Any]], variants: list[str], cols: dict[st
     in flight), every variant on one chart; dotted: each variant's knee and first saturated level."""
     from . import svgplot
 
-    axes = {load_of(lv)[0] for lv in levels if lv["level"] != REFERENCE}
+    axes = {load_of(lv)[0] for lv in levels if lv["level"] not in (REFERENCE, BURST)}
     if len(axes) != 1 or len({load_of(lv)[1] for lv in levels}) <= 1:
         return []
     axis = axes.pop()
-    mine = [lv for lv in levels if lv["level"] != REFERENCE or axis == "concurrency"]
+    mine = [lv for lv in levels if (lv["level"] != REFERENCE or axis == "concurrency") and lv["level"] != BURST]
     series = {v: sorted((load_of(lv)[1], lv.get("achieved_rps") or lv.get("requests_per_s") or 0.0)
                         for lv in mine if lv["variant"] == v) for v in variants}
     marks = [(load_of(lv)[1], f"{lv['variant']} {'knee' if lv.get('knee') else 'saturated'}", lv["variant"])

@@ -23,7 +23,7 @@ from .rowseq import succeeded
 from .selection import COMPARED, first_level
 from .traffic import conversation_sums, conversations, prefix_sharing, prefix_sums, trace_entry, traffic_lines
 from .under_load import lines as ul_lines
-from .under_load import load_entry, quality_under_load, seq_values
+from .under_load import load_entry, quality_under_load, seq_values, unloaded
 from .verdicts import parse_margins, sentences, verdicts
 
 
@@ -109,7 +109,8 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
         if lv is None:  # every level at once (a level label split over concurrencies)
             p["qul"] = quality_under_load(rows)
         elif st["top"] > 1 and lv == 1 and outline["ok"].get((v, 1)):
-            st["seq"] = seq_values(succeeded(rows))
+            one = unloaded(succeeded(rows))  # as `quality_under_load`: none sent one at a time, no entry
+            st["seq"] = seq_values(one) if one else None
         elif lv == st["top"] and st["seq"] is not None:
             p["qul"] = [load_entry(v, st["top"], succeeded(rows), st["seq"])]
 

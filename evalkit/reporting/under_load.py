@@ -5,11 +5,12 @@ others drifted (the `load_drift` grader), and what that did to every grader that
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from ..execution.patterns import REFERENCE
 from ..grading import paired_differences
 from ..grading.registry import aggregate_hook, available
 from ..stats import bootstrap_ci, mean
@@ -21,12 +22,19 @@ def quality_under_load(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for v in dict.fromkeys(r["variant"] for r in rows):
         mine = [r for r in rows if r["variant"] == v and r["error_class"] is None]
         top = max((r["concurrency"] or 1 for r in mine), default=1)
-        seq = [r for r in mine if (r["concurrency"] or 1) == 1]
+        seq = unloaded(mine)
         load = [r for r in mine if (r["concurrency"] or 1) == top]
         if top <= 1 or not seq or not load:
             continue
         out.append(load_entry(v, top, load, seq_values(seq)))
     return out
+
+
+def unloaded(rows: Iterable[Any]) -> list[Any]:
+    """The rows sent one at a time: a closed loop of 1 (an open loop's rows say concurrency 1 too),
+    the level named c=1 when there is one (a search's reference beside its probes)."""
+    seq = [r for r in rows if (r["concurrency"] or 1) == 1 and r.get("scheduled_ms") is None]
+    return [r for r in seq if r["level"] == REFERENCE] or seq
 
 
 def _margin_graders() -> dict[str, Any]:
@@ -147,7 +155,7 @@ def load_entry(v: str, top: int, load: list[dict[str, Any]], seq: dict[str, dict
                ) -> dict[str, Any]:
     """One variant's entry: its successful rows at the top level ``load`` against ``seq`` (`seq_values`)."""
     lg = [r["grades"]["load_drift"] for r in load if "load_drift" in r["grades"]]
-    entry: dict[str, Any] = {"variant": v, "level": top, "pairs": len(lg),
+    entry: dict[str, Any] = {"variant": v, "level": top, "pairs": len(lg),  # the deltas' own count when more
                              "identical_pct": 100.0 * sum(bool(g["passed"]) for g in lg) / len(lg) if lg else None,
                              "drift_mean": mean([g["detail"]["drift"] for g in lg]), "deltas": {}}
     for name, agg in _margin_graders().items():
@@ -161,6 +169,7 @@ def load_entry(v: str, top: int, load: list[dict[str, Any]], seq: dict[str, dict
                 ci = bootstrap_ci(diffs)  # type: ignore[arg-type]
                 entry["deltas"][m] = {"delta": mean(diffs), "ci95": list(ci) if ci else None,  # type: ignore[arg-type]
                                       "pairs": len(diffs)}
+    entry["pairs"] = max([entry["pairs"], *(x["pairs"] for x in entry["deltas"].values())])
     return entry
 
 
@@ -184,6 +193,7 @@ def sorted_differences(mine: Mapping[str, float], theirs: Mapping[str, float]) -
 
 
 def lines(entries: list[dict[str, Any]]) -> list[str]:
+    """One line per variant; no interval, and no difference, from zero pairs: "no pairs" instead."""
     out = []
     for e in entries:
         d = "; ".join(_delta_text(m, x, e["pairs"]) for m, x in e["deltas"].items())
