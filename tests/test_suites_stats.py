@@ -192,3 +192,16 @@ def test_accuracy_over_items_per_rule():
     picks = [choose(_scores([-1.0, -3.0, -5.0, -9.0], [1, 1, 1, 1])), choose(_scores([-9.0, -3.0, -5.0, -8.0],
                                                                                         [1, 1, 1, 1]))]
     assert accuracy(picks, [0, 0])["acc"] == 0.5
+
+
+def test_recovery_from_one_correct_baseline_item_has_no_interval():
+    # [0, 0] from a bootstrap of one success would claim a certainty the data do not have (issue 46)
+    from evalkit.stats.accuracy import recovery
+
+    assert recovery([True] + [False] * 5, [False] * 6).interval is None
+
+
+def test_recovery_says_why_it_has_no_interval():
+    from evalkit.stats.accuracy import recovery
+
+    assert "an interval needs 5" in recovery([True, True] + [False] * 10, [True] + [False] * 11).method

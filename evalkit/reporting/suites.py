@@ -95,8 +95,9 @@ def lines(entries: list[dict[str, Any]], baseline: str | None) -> list[str]:
             ci = e["recovery_ci"]
             rec = "-" if e["recovery_pct"] is None else f"{e['recovery_pct']:.1f} %" + (
                 f" [{ci[0]:.1f}, {ci[1]:.1f}]" if ci else "")
-            line += (f"; against {baseline} on {e['pairs']} items: recovery {rec} (paired cluster bootstrap over "
-                     f"{e['clusters']} clusters, 95 %), lost {e['lost']}, gained {e['gained']}, McNemar exact "
-                     f"p {e['mcnemar_p']:.3g}")
+            how = (f"paired cluster bootstrap over {e['clusters']} clusters, 95 %" if ci else
+                   str(e.get("recovery_method") or "no interval"))
+            line += (f"; against {baseline} on {e['pairs']} items: recovery {rec} ({how}), lost {e['lost']}, gained "
+                     f"{e['gained']}, McNemar exact p {e['mcnemar_p']:.3g}")
         out.append(line)
     return out

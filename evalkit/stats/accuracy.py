@@ -39,6 +39,9 @@ import numpy as np
 
 _N = NormalDist()
 EXACT_UP_TO = 1000  # discordant pairs summed as exact integers; above, in log space
+# clusters holding a correct baseline answer, at the fewest, for a recovery interval: below it every resample's
+# ratio rests on the same one or two successes and the bootstrap shows no spread it does not have ([0, 0])
+MIN_RIGHT_CLUSTERS = 5
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,9 @@ def recovery(base: list[bool], cand: list[bool], clusters: list[str] | None = No
     est = 100.0 * float(c.sum() / b.sum())
     if k < 2:
         return Recovery(est, None, base_acc, cand_acc, n, k, level, "no interval: fewer than 2 clusters")
+    if (right := int((b > 0).sum())) < MIN_RIGHT_CLUSTERS:  # a resampled ratio of one or two successes: no spread
+        return Recovery(est, None, base_acc, cand_acc, n, k, level, f"no interval: the baseline got items right in "
+                        f"{right} cluster(s); an interval needs {MIN_RIGHT_CLUSTERS}")
     rng = np.random.default_rng(seed)
     w = rng.multinomial(k, np.full(k, 1.0 / k), size=n_resamples).astype(float)
     wb, wc = w @ b, w @ c
