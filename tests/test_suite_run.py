@@ -157,3 +157,13 @@ def test_the_same_scorer_twice_loses_and_gains_nothing(choice_run):
     e = next(e for e in choice_run[0]["findings"]["accuracy"]
              if e["suite"] == "choice (acc, log-likelihood)" and e["variant"] == "cand")
     assert (e["lost"], e["gained"]) == (0, 0)
+
+
+def test_plan_says_what_drop_the_suites_items_can_detect(suite_run):
+    # the minimum detectable difference before the next run (issue 49): McNemar, from the pilot's discordance
+    from evalkit.ledger import open_ledger
+    from evalkit.reporting.plan import plan, plan_lines
+
+    with open_ledger(suite_run[1], create=False) as led:
+        lines = plan_lines(plan(led, None, {}, cases=200))
+    assert any(x.startswith("accuracy gsm8k (cand): 200 items can detect a drop of") for x in lines), lines

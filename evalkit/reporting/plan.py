@@ -161,6 +161,31 @@ def plan(ledger: Ledger, run_id: str | None, detect: dict[str, float], cases: in
             e["cases_given"] = cases
             e["mde"] = math.sqrt(mde(sd, cases) ** 2 + (2.8016 * tau) ** 2)
         out["metrics"].append(e)
+    out["suites"] = suite_plan(ledger, rid, cases)
+    return out
+
+
+def suite_plan(ledger: Ledger, run_id: str, cases: int | None) -> list[dict[str, Any]]:
+    """Per candidate and suite of the pilot: the accuracy drop its items can detect with McNemar's
+    test (80 % power, 5 % two-sided; `stats.accuracy.min_detectable_difference`, Connor 1987),
+    from the pilot's baseline accuracy and discordance (the share of items the two disagree on),
+    at the pilot's number of items or at ``cases``."""
+    from ..stats.accuracy import min_detectable_difference
+    from .suites import suite_accuracy
+
+    run = ledger.require_run(run_id)
+    base = ledger.baseline(run_id)
+    entries = suite_accuracy(ledger, run_id, base, run.repeats)
+    acc = {e["suite"]: e["accuracy_pct"] for e in entries if e["variant"] == base}
+    out = []
+    for e in entries:
+        if not e.get("pairs") or not acc.get(e["suite"]):
+            continue
+        psi = (e["lost"] + e["gained"]) / e["pairs"] or 1.0 / e["pairs"]  # none seen: as if one
+        n = cases or e["pairs"]
+        mdd = min_detectable_difference(n, acc[e["suite"]] / 100.0, psi)
+        out.append({"variant": e["variant"], "suite": e["suite"], "items": n, "discordance": psi,
+                    "base_accuracy_pct": acc[e["suite"]], "mdd_pp": mdd})
     return out
 
 
@@ -190,6 +215,11 @@ def plan_lines(p: dict[str, Any]) -> list[str]:
         if "mde" in e:
             lines.append(f"{e['metric']}: {e['cases_given']} cases can detect {e['mde']:.3g}{unit} (80 % power; SD "
                          f"{e['sd']:.3g}{unit} from {e['source']}{tau})")
+    for s in p.get("suites") or []:
+        what = "no drop at that discordance" if s["mdd_pp"] is None else f"a drop of {s['mdd_pp']:.3g} pp"
+        lines.append(f"accuracy {s['suite']} ({s['variant']}): {s['items']} items can detect {what} (McNemar, 80 % "
+                     f"power; the pilot's baseline accuracy {s['base_accuracy_pct']:.0f} %, discordance "
+                     f"{s['discordance']:.2f})")
     return lines
 
 
