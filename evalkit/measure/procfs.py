@@ -161,16 +161,17 @@ class ProcFS:
         text = self.read("proc/stat")
         return parse_proc_stat(text) if text is not None else None
 
+    def _pid_dirs(self) -> list[os.DirEntry[str]]:
+        """The /proc/<pid> folders there are now (none when /proc cannot be read)."""
+        try:
+            return [d for d in os.scandir(self.proc) if d.name.isdigit()]
+        except OSError:
+            return []
+
     def processes(self) -> dict[int, ProcStat]:
         """Every process readable now: pid -> its stat. A process that ends mid-scan is skipped."""
         out: dict[int, ProcStat] = {}
-        try:
-            entries = list(os.scandir(self.proc))
-        except OSError:
-            return out
-        for d in entries:
-            if not d.name.isdigit():
-                continue
+        for d in self._pid_dirs():
             try:
                 with open(os.path.join(d.path, "stat"), encoding="utf-8", errors="replace") as f:
                     st = parse_pid_stat(f.read())
@@ -218,13 +219,7 @@ class ProcFS:
             return set()
         wanted = {f"socket:[{i}]" for i in inodes}
         out: set[int] = set()
-        try:
-            entries = list(os.scandir(self.proc))
-        except OSError:
-            return out
-        for d in entries:
-            if not d.name.isdigit():
-                continue
+        for d in self._pid_dirs():
             try:
                 fds = list(os.scandir(os.path.join(d.path, "fd")))
             except OSError:
