@@ -203,3 +203,18 @@ def test_a_failed_write_keeps_the_rows_for_the_next_flush(tmp_path, db, monkeypa
     s.flush()
     assert (s.errors, s.written, len(db.env_samples("r1"))) == (1, 1, 1)
     db.close()
+
+
+def test_the_load_of_each_side_of_each_chunk_is_read_in_sql(db):
+    # --order blocks: chunk 0's base block over [0, 10 s] under no foreign load, its cand block over
+    # [10, 20 s] under one core; chunk 1 the other way round
+    db.create_run({"id": "r1", "status": "finished"})
+    reqs = [request(v, t0 + i * 1000.0, 1000.0, order_block=blk, order_position=pos)
+            for blk, pos, v, t0 in ((0, 0, "base", 0.0), (0, 1, "cand", 10000.0), (1, 0, "cand", 20000.0),
+                                    (1, 1, "base", 30000.0)) for i in range(10)]
+    db.insert_requests(reqs)
+    db.insert_env_samples([sample_row(1000.0 * t, foreign_cpu=1.0 if 10 < t <= 20 else 0.0, steal=0.0)
+                           for t in range(1, 41)])
+    got = {(r["variant"], r["block"]): round(r["foreign_cpu"], 2) for r in db.env_by_block("r1")}
+    assert got == {("base", 0): 0.0, ("cand", 0): 1.0, ("cand", 1): 0.0, ("base", 1): 0.0}
+    db.close()

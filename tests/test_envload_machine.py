@@ -172,3 +172,29 @@ def test_false_alarm_rate_on_a_correlated_series():
     trials = 300
     alarms = sum((s := mean_shift(ar1(120, 0.5))) is not None and s.p_value <= 0.01 for _ in range(trials))
     assert alarms / trials <= 0.03
+
+
+# --- one server at a time: the two sides of a chunk ran apart (issue 47) ---------------------------------------
+
+
+def _blocks(base_cpu: list[float], cand_cpu: list[float], samples: int = 10) -> list[dict]:
+    return [{"variant": v, "block": b, "foreign_cpu": x, "steal": 0.0, "samples": samples}
+            for v, xs in (("base", base_cpu), ("cand", cand_cpu)) for b, x in enumerate(xs)]
+
+
+def test_a_step_between_the_sides_of_one_chunk_is_named():
+    from evalkit.reporting.machine import block_moved
+
+    assert "chunk 2" in block_moved(_blocks([0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 1.0, 1.0]), "base", "cand")
+
+
+def test_chunks_whose_sides_agree_say_nothing():
+    from evalkit.reporting.machine import block_moved
+
+    assert block_moved(_blocks([0.0, 1.0, 0.5], [0.05, 0.95, 0.5]), "base", "cand") is None
+
+
+def test_a_side_with_too_few_samples_is_not_judged():
+    from evalkit.reporting.machine import block_moved
+
+    assert block_moved(_blocks([0.0], [1.0], samples=2), "base", "cand") is None

@@ -106,6 +106,26 @@ class EnvSamples:
                 out[r["variant"]][f"{r['m']}_{k}"] = r[k]
         return out
 
+    def env_by_block(self, run_id: str) -> list[dict[str, Any]]:
+        """Per variant and group of the alternation (`requests.order_block`: a case, or a chunk of a
+        loaded level or of `--order blocks`), the mean foreign CPU and steal of the samples its
+        requests overlapped, and how many: the two sides of a chunk ran at different moments, and
+        a change of the machine between them shows here even when the run's means agree."""
+        return list(self._db.query(
+            """with reqs as (
+                 select variant, order_block as blk, mono_start_ms as a, mono_start_ms + coalesce(e2e_ms, 0.0) as b
+                 from requests where run_id = :run and is_warmup = 0 and final = 1 and mono_start_ms is not null
+                   and order_block is not null),
+               longest as (select coalesce(max(span_ms), 0.0) as m from env_samples where run_id = :run),
+               hit as (
+                 select distinct r.variant, r.blk, s.id from reqs r cross join longest
+                 join env_samples s on s.run_id = :run and s.t_ms > r.a and s.t_ms < r.b + longest.m + 1e-6
+                      and s.t_ms - coalesce(s.span_ms, 0.0) < r.b)
+               select h.variant, h.blk as block, avg(s.foreign_cpu) as foreign_cpu, avg(s.steal) as steal,
+                      count(s.foreign_cpu) as samples
+               from hit h join env_samples s on s.id = h.id group by h.variant, h.blk order by h.blk, h.variant""",
+            {"run": run_id}))
+
     def first_level(self, run_id: str) -> str | None:
         """The run's first load level (its lowest concurrency): where its verdicts are read."""
         row = self._db.execute("select coalesce(level, 'main') from requests where run_id = ? and is_warmup = 0 "

@@ -139,3 +139,29 @@ def machine_moved(base: SideLoad, cand: SideLoad, base_series: BaseSeries | None
     if base_series is not None and (ov is None or ov < thresholds.interleaved_overlap):
         causes += _step_causes(base, base_series, thresholds, host_cores)
     return "machine load changed: " + "; ".join(causes) if causes else None
+
+
+def block_moved(rows: Sequence[Mapping[str, Any]], base: str, cand: str,
+                thresholds: MachineThresholds = DEFAULT_THRESHOLDS, host_cores: int | None = None) -> str | None:
+    """One line naming the chunk of the alternation whose two sides ran under measurably different
+    load (`Ledger.env_by_block` rows), or None. With one server up at a time (`--order blocks`) a
+    chunk's base block and candidate block run minutes apart: a step of the machine inside a chunk
+    biases that chunk's pairs though the run's means agree. Each side needs `min_samples`."""
+    sides: dict[Any, dict[str, Mapping[str, Any]]] = {}
+    for r in rows:
+        if r["variant"] in (base, cand) and (r.get("samples") or 0) >= thresholds.min_samples:
+            sides.setdefault(r["block"], {})[r["variant"]] = r
+    bar, worst = _cpu_bar(thresholds, host_cores), None
+    for blk, s in sides.items():
+        if len(s) < 2:
+            continue
+        for key, limit, unit in (("foreign_cpu", bar, " cores"), ("steal", thresholds.steal, "")):
+            b, c = s[base].get(key), s[cand].get(key)
+            if b is not None and c is not None and abs(c - b) >= limit and (worst is None or abs(c - b) > worst[0]):
+                worst = (abs(c - b), blk, key, b, c, unit)
+    if worst is None:
+        return None
+    _, blk, key, b, c, unit = worst
+    what = "foreign CPU" if key == "foreign_cpu" else "steal"
+    return (f"machine load changed between the two sides of chunk {blk}: {what} {b:.2f} → {c:.2f}{unit} "
+            f"({base} → {cand})")

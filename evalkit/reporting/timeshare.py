@@ -20,7 +20,7 @@ from typing import Any
 from ..grading.margins import LATENCY, MarginSpec
 from ..ledger import Ledger
 from ..stats import robust_mean, robust_ratio
-from .machine import BaseSeries, SideLoad, machine_moved
+from .machine import BaseSeries, SideLoad, block_moved, machine_moved
 
 AA_DEFAULT = ("e2e_mean", "tpot_mean")  # the A/A metrics when no latency margin is given
 LEVEL = 0.95
@@ -44,10 +44,13 @@ def timeshare(ledger: Ledger, run_id: str, baseline: str | None, specs: list[Mar
     cores = host.get("threads") or host.get("cores")
     series = BaseSeries(foreign_cpu=[v for _, v in ledger.env_series(run_id, baseline)],
                         latency_ms=[r["value"] for r in ledger.case_values(run_id, "e2e_ms") if r["variant"] == baseline])
+    # one server at a time: a chunk's two sides ran minutes apart, and a step between them biases its pairs
+    blocks = ledger.env_by_block(run_id) if order["kind"] == "blocks" else []
     for v in cands:
         if baseline in env and v in env:
             cause = machine_moved(SideLoad.from_summary(env[baseline]), SideLoad.from_summary(env[v]), series,
                                   host_cores=cores)
+            cause = cause or block_moved(blocks, baseline, v, host_cores=cores)
             out["machine"][v] = cause
         out["notes"][v] = side_note(order["kind"], ledger, run_id, baseline, v)
     metrics = [s.metric for s in specs if s.metric in LATENCY] or list(AA_DEFAULT)
