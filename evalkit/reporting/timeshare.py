@@ -31,28 +31,14 @@ def timeshare(ledger: Ledger, run_id: str, baseline: str | None, specs: list[Mar
     metric, the position effect and the load summary per variant, and the lines that say them."""
     run = ledger.require_run(run_id)
     load = run.load
-    order = {"kind": load.get("order") or ("alternate" if load.get("interleave") else "sequential"),
-             "why": load.get("order_why") or ""}
+    order = {"kind": order_kind(load), "why": load.get("order_why") or ""}
     variants = [v["name"] for v in ledger.variants(run_id)]
     env = ledger.env_load(run_id)
-    cands = [v for v in variants if v != baseline]
     out: dict[str, Any] = {"order": order, "machine": {}, "notes": {}, "aa": [], "position_effect": None,
                            "env_load": [env[v] for v in variants if v in env]}
     if baseline is None:
         return {**out, "lines": [], "headline": []}
-    host = ledger.host(run.get("host_id")) or {}
-    cores = host.get("threads") or host.get("cores")
-    series = BaseSeries(foreign_cpu=[v for _, v in ledger.env_series(run_id, baseline)],
-                        latency_ms=[r["value"] for r in ledger.case_values(run_id, "e2e_ms") if r["variant"] == baseline])
-    # one server at a time: a chunk's two sides ran minutes apart, and a step between them biases its pairs
-    blocks = ledger.env_by_block(run_id) if order["kind"] == "blocks" else []
-    for v in cands:
-        if baseline in env and v in env:
-            cause = machine_moved(SideLoad.from_summary(env[baseline]), SideLoad.from_summary(env[v]), series,
-                                  host_cores=cores)
-            cause = cause or block_moved(blocks, baseline, v, host_cores=cores)
-            out["machine"][v] = cause
-        out["notes"][v] = side_note(order["kind"], ledger, run_id, baseline, v)
+    out.update(machine_time(ledger, run_id, baseline))
     metrics = [s.metric for s in specs if s.metric in LATENCY] or list(AA_DEFAULT)
     out["aa"] = [a for m in dict.fromkeys(metrics) if (a := aa_control(ledger, run_id, baseline, run.repeats, m,
                                                                          specs))]
@@ -62,6 +48,33 @@ def timeshare(ledger: Ledger, run_id: str, baseline: str | None, specs: list[Mar
     # beside the verdict (every output's verdict block): the order, the A/A control, what undid a verdict
     out["headline"] = [x for x in every if x.startswith(("order:", "A/A")) or "verdicts undecided" in x]
     out["lines"] = [x for x in every if x not in out["headline"]]
+    return out
+
+
+def order_kind(load: dict[str, Any]) -> str:
+    """A run's order from its load record (a run from before orders: interleaved or one after the other)."""
+    return load.get("order") or ("alternate" if load.get("interleave") else "sequential")
+
+
+def machine_time(ledger: Ledger, run_id: str, baseline: str) -> dict[str, Any]:
+    """What the verdicts read of time: each candidate's machine cause (or None) and its order's note.
+    Variant means and a change point in the baseline's series (`machine_moved`); with one server at
+    a time, a step between the two sides of one chunk (`block_moved`), since they ran minutes apart."""
+    run = ledger.require_run(run_id)
+    kind = order_kind(run.load)
+    host = ledger.host(run.get("host_id")) or {}
+    cores = host.get("threads") or host.get("cores")
+    env = ledger.env_load(run_id)
+    series = BaseSeries(foreign_cpu=[v for _, v in ledger.env_series(run_id, baseline)],
+                        latency_ms=[r["value"] for r in ledger.case_values(run_id, "e2e_ms") if r["variant"] == baseline])
+    blocks = ledger.env_by_block(run_id) if kind == "blocks" else []
+    out: dict[str, Any] = {"machine": {}, "notes": {}}
+    for v in [x["name"] for x in ledger.variants(run_id) if x["name"] != baseline]:
+        if baseline in env and v in env:
+            out["machine"][v] = machine_moved(SideLoad.from_summary(env[baseline]), SideLoad.from_summary(env[v]),
+                                              series, host_cores=cores) or block_moved(blocks, baseline, v,
+                                                                                       host_cores=cores)
+        out["notes"][v] = side_note(kind, ledger, run_id, baseline, v)
     return out
 
 
