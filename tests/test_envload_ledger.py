@@ -218,3 +218,15 @@ def test_the_load_of_each_side_of_each_chunk_is_read_in_sql(db):
     got = {(r["variant"], r["block"]): round(r["foreign_cpu"], 2) for r in db.env_by_block("r1")}
     assert got == {("base", 0): 0.0, ("cand", 0): 1.0, ("cand", 1): 0.0, ("base", 1): 0.0}
     db.close()
+
+
+def test_the_cpus_the_samples_measured(db):
+    db.insert_env_samples([sample_row(1000.0, foreign_cpu=0.0, cpus=2), sample_row(2000.0, foreign_cpu=0.0, cpus=2)])
+    assert db.env_cpus("r1") == 2
+    db.close()
+
+
+def test_samples_from_before_m026_measured_unknown_cpus(db):
+    db.insert_env_samples([sample_row(1000.0, foreign_cpu=0.0)])
+    assert db.env_cpus("r1") is None
+    db.close()

@@ -4,6 +4,7 @@ a fixture tree twice (issue 47)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,9 +23,11 @@ from evalkit.measure.procfs import (
     parse_cpuinfo_mhz,
     parse_loadavg,
     parse_mem_available_mb,
+    parse_per_cpu,
     parse_pid_stat,
     parse_proc_stat,
     parse_psi_some_avg10,
+    sum_cpus,
 )
 
 # Real snippets (a 2-CPU machine), as the kernel writes them.
@@ -70,6 +73,21 @@ def pid_stat(pid: int, ppid: int, utime: int, stime: int, cutime: int = 0, cstim
                                          ("busy", 18098 + 5352), ("total", 18098 + 5352 + 53733 + 516 + 109 + 15)])
 def test_proc_stat_cpu_line(field, value):
     assert getattr(parse_proc_stat(PROC_STAT), field) == value
+
+
+@pytest.mark.parametrize("cpu,field,value", [(0, "user", 2302), (0, "idle", 35372), (1, "system", 4313),
+                                             (1, "steal", 10), (1, "n_cpus", 1)])
+def test_proc_stat_per_cpu_lines(cpu, field, value):
+    assert getattr(parse_per_cpu(PROC_STAT)[cpu], field) == value
+
+
+def test_a_set_of_cpus_sums_their_lines():
+    both = sum_cpus(parse_per_cpu(PROC_STAT), {0, 1})
+    assert (both.user, both.system, both.idle, both.n_cpus) == (2302 + 15796, 1039 + 4313, 35372 + 18361, 2)
+
+
+def test_a_set_of_cpus_the_file_lacks_is_none():
+    assert sum_cpus(parse_per_cpu(PROC_STAT), {7}) is None
 
 
 def test_proc_stat_without_cpu_line_is_none():
@@ -302,3 +320,41 @@ def test_variant_active_names_every_variant_of_the_interval(tmp_path, db):
     seen.append(s.sample()["variant_active"])  # type: ignore[index]
     assert seen == ["base,cand", "cand", "cand", None]
     db.close()
+
+
+# --- only the CPUs evalkit and the servers may run on -------------------------------------------
+
+
+def _snap(per_cpu: dict[int, CpuTimes], cpus: set[int]):
+    from evalkit.measure.envload import _Snap
+
+    agg = sum_cpus(per_cpu, per_cpu)
+    return _Snap(0.0, agg, {}, set(), set(), per_cpu, cpus)
+
+
+def _one(busy: int, idle: int) -> CpuTimes:
+    return CpuTimes(user=busy, nice=0, system=0, idle=idle, iowait=0, irq=0, softirq=0, steal=0, n_cpus=1)
+
+
+# 4 CPUs: a neighbour spins on CPU 0 (100 of 100 ticks busy), the rest idle
+PER_PREV = {c: _one(0, 0) for c in range(4)}
+PER_NOW = {0: _one(100, 0), 1: _one(0, 100), 2: _one(0, 100), 3: _one(0, 100)}
+
+
+@pytest.mark.parametrize("cpus,n,foreign", [({0, 1}, 2, 1.0), ({2, 3}, 2, 0.0), ({0, 1, 2, 3}, 4, 1.0), (set(), 4, 1.0)])
+def test_cpu_figures_cover_the_cpus_the_run_may_use(cpus, n, foreign):
+    prev, now = EnvSampler._cpu_pair(_snap(PER_PREV, cpus), _snap(PER_NOW, cpus))
+    got = (now.n_cpus, cpu_measures(prev, now, {}, {}, set(), set(), set())["foreign_cpu"])
+    assert got == (n, foreign)
+
+
+def test_the_cpus_of_this_process_are_found():
+    from evalkit.measure.procfs import affinity
+
+    assert affinity([os.getpid()]) == os.sched_getaffinity(0)
+
+
+def test_the_cpus_of_an_ended_process_are_skipped():
+    from evalkit.measure.procfs import affinity
+
+    assert affinity([2**22 + 12345]) == set()

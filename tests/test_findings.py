@@ -280,7 +280,7 @@ def test_publish_out_loads_with_datasets(runner, stub_ledger, tmp_path, monkeypa
     assert card.startswith("---\nconfigs:")
     assert "config_name: requests" in card
     assert "TTFT" in card
-    assert "| variant | n | err | TTFT tax short % |" in card
+    assert "| variant | n | err | TTFT tax % | TTFT tax short % |" in card
     # the push path, up to the hub call
     r = runner.invoke(cli, ["publish", "--ledger", str(stub_ledger), "--repo", "me/evalkit-run"])
     assert r.exit_code == 2

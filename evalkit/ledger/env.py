@@ -17,9 +17,9 @@ from .writes import _write
 
 ENV_COLUMNS = ("run_id", "t_ms", "span_ms", "ts", "variant_active", "foreign_cpu", "own_cpu", "server_cpu", "busy_cpu",
                "steal", "iowait", "load1", "cpu_mhz", "mem_pressure", "mem_available_mb", "gpu_sm_clock_ratio",
-               "gpu_throttle", "gpu_temp_c", "gpu_power_w", "gpu_foreign_procs")
+               "gpu_throttle", "gpu_temp_c", "gpu_power_w", "gpu_foreign_procs", "cpus")
 SUMMARISED = ("foreign_cpu", "steal", "iowait")  # mean / p90 / max per variant
-SERIES = frozenset(ENV_COLUMNS) - {"run_id", "t_ms", "span_ms", "ts", "variant_active"}
+SERIES = frozenset(ENV_COLUMNS) - {"run_id", "t_ms", "span_ms", "ts", "variant_active", "cpus"}
 
 
 def _hits(level: str | None, variant: str | None) -> tuple[str, dict[str, Any]]:
@@ -105,6 +105,11 @@ class EnvSamples:
             for k in ("mean", "p90", "max", "n"):
                 out[r["variant"]][f"{r['m']}_{k}"] = r[k]
         return out
+
+    def env_cpus(self, run_id: str) -> int | None:
+        """How many CPUs the run's load samples measured (the most any sample did), None before m026."""
+        row = self._db.execute("select max(cpus) from env_samples where run_id = ?", [run_id]).fetchone()
+        return int(row[0]) if row and row[0] is not None else None
 
     def env_by_block(self, run_id: str) -> list[dict[str, Any]]:
         """Per variant and group of the alternation (`requests.order_block`: a case, or a chunk of a

@@ -418,3 +418,10 @@ def m025_reasoning(db: Database) -> None:
     # beside the answer (graders read the answer; `text` stays the answer alone).
     for col, kind in (("ttfo_ms", float), ("reasoning_ms", float), ("reasoning_tokens", int), ("reasoning_text", str)):
         db["requests"].add_column(col, kind)
+
+
+@migration("m026_env_cpus")
+def m026_env_cpus(db: Database) -> None:
+    # How many CPUs a load sample measured (issue 47): the ones evalkit and the servers may run on,
+    # when pinned to fewer than /proc/stat shows; the foreign-CPU bar is sized by them.
+    db["env_samples"].add_column("cpus", int)

@@ -5,7 +5,8 @@ processes. Rows go to the ledger's `env_samples` (m023) in batches, on the run's
 clock, so the report can join them to each variant's requests by time (docs/measuring.md,
 "Machine load").
 
-Attribution: foreign = busy CPU from /proc/stat minus the CPU time of the known processes'
+Attribution: foreign = busy CPU from /proc/stat (of the CPUs evalkit and the servers may run on,
+`cpus`, when that is fewer than it shows) minus the CPU time of the known processes'
 trees: this process and its descendants (evalkit), and the servers (launched ones by PID, an
 endpoint on this host by the PID listening on its port), each with its descendants. A server on
 another host has nothing here to attribute; it is not subtracted.
@@ -33,7 +34,7 @@ from typing import Any
 from ..errors import LedgerWriteError
 from ..ledger import Ledger, open_ledger, utcnow
 from .gpuload import GPU_FIELDS, GpuReader
-from .procfs import CpuTimes, ProcFS, ProcStat, descendants, local_port
+from .procfs import CpuTimes, ProcFS, ProcStat, affinity, descendants, local_port, sum_cpus
 
 CPU_FIELDS = ("foreign_cpu", "own_cpu", "server_cpu", "busy_cpu", "steal", "iowait")
 HOST_FIELDS = ("load1", "cpu_mhz", "mem_pressure", "mem_available_mb")
@@ -84,6 +85,8 @@ class _Snap:
     procs: dict[int, ProcStat]
     known: set[int]
     servers: set[int]
+    per_cpu: dict[int, CpuTimes] = field(default_factory=dict)
+    cpus: set[int] = field(default_factory=set)  # where evalkit and the servers may run (empty: unknown)
 
 
 @dataclass
@@ -157,12 +160,24 @@ class EnvSampler:
         return roots
 
     def snapshot(self) -> _Snap:
-        cpu = self._fs.cpu_times()
+        cpu, per_cpu = self._fs.cpu_times_both()
         t = time.perf_counter()  # the interval's edge is where /proc/stat was read
         procs = self._fs.processes()
         servers = descendants(procs, self._server_roots(procs))
         own = descendants(procs, [self.own_pid]) - servers  # a launched server is our child, but not ours
-        return _Snap(t, cpu, procs, own | servers, servers)
+        cpus = affinity(own | servers) if Path(self.root) == Path("/") else set()
+        return _Snap(t, cpu, procs, own | servers, servers, per_cpu, cpus)
+
+    @staticmethod
+    def _cpu_pair(prev: _Snap, now: _Snap) -> tuple[CpuTimes | None, CpuTimes | None]:
+        """The CPU times to compare: only the CPUs evalkit and the servers may use, when that is
+        fewer than the machine shows (pinned with taskset or a cpuset, or a container that sees the
+        whole host's /proc/stat): load on other CPUs does not compete with them, and the bar for
+        "different load" is sized by the CPUs measured."""
+        cpus = now.cpus & prev.cpus
+        if cpus and now.per_cpu and cpus < now.per_cpu.keys():
+            return sum_cpus(prev.per_cpu, cpus), sum_cpus(now.per_cpu, cpus)
+        return prev.cpu, now.cpu
 
     def sample(self) -> dict[str, Any] | None:
         """Read the machine now; the row for the interval since the last call (None the first time)."""
@@ -173,10 +188,12 @@ class EnvSampler:
         if prev is None:
             self._take_active()
             return None
+        prev_cpu, now_cpu = self._cpu_pair(prev, now)
         row: dict[str, Any] = {
             "run_id": self.run_id, "t_ms": round((now.t - self.epoch) * 1000.0, 3),
             "span_ms": round((now.t - prev.t) * 1000.0, 3), "ts": utcnow(), "variant_active": self._take_active(),
-            **cpu_measures(prev.cpu, now.cpu, prev.procs, now.procs, prev.known, now.known, now.servers),
+            "cpus": now_cpu.n_cpus if now_cpu is not None else None,
+            **cpu_measures(prev_cpu, now_cpu, prev.procs, now.procs, prev.known, now.known, now.servers),
             "load1": self._fs.load1(), "cpu_mhz": self._fs.cpu_mhz(), "mem_pressure": self._fs.mem_pressure(),
             "mem_available_mb": self._fs.mem_available_mb(), **self.gpu.read(now.known),
         }

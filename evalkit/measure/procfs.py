@@ -12,7 +12,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -45,6 +45,9 @@ class CpuTimes:
         return self.user + self.nice + self.system + self.idle + self.iowait + self.irq + self.softirq + self.steal
 
 
+_TIME_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
 def parse_proc_stat(text: str) -> CpuTimes | None:
     """The `cpu` line of /proc/stat (older kernels lack the last columns: they read 0)."""
     agg: list[int] | None = None
@@ -58,6 +61,36 @@ def parse_proc_stat(text: str) -> CpuTimes | None:
         return None
     agg = (agg + [0] * 8)[:8]
     return CpuTimes(*agg, n_cpus=n or os.cpu_count() or 1)
+
+
+def parse_per_cpu(text: str) -> dict[int, CpuTimes]:
+    """Each `cpuN` line of /proc/stat, by N (each sums one CPU)."""
+    out: dict[int, CpuTimes] = {}
+    for line in text.splitlines():
+        if line.startswith("cpu") and line[3:4].isdigit():
+            name, *vals = line.split()
+            if len(vals) >= 4:
+                out[int(name[3:])] = CpuTimes(*([int(x) for x in vals] + [0] * 8)[:8], n_cpus=1)
+    return out
+
+
+def sum_cpus(per_cpu: Mapping[int, CpuTimes], cpus: Iterable[int]) -> CpuTimes | None:
+    """The times of a set of CPUs, as if /proc/stat had a line for just them (None if none is there)."""
+    got = [per_cpu[c] for c in cpus if c in per_cpu]
+    if not got:
+        return None
+    return CpuTimes(*(sum(getattr(t, f) for t in got) for f in _TIME_FIELDS), n_cpus=len(got))
+
+
+def affinity(pids: Iterable[int]) -> set[int]:
+    """The CPUs any of these processes may run on (those that have ended are skipped)."""
+    out: set[int] = set()
+    for pid in pids:
+        try:
+            out |= os.sched_getaffinity(pid)
+        except (OSError, AttributeError):  # gone, or no affinity on this platform
+            continue
+    return out
 
 
 @dataclass(frozen=True)
@@ -160,6 +193,11 @@ class ProcFS:
     def cpu_times(self) -> CpuTimes | None:
         text = self.read("proc/stat")
         return parse_proc_stat(text) if text is not None else None
+
+    def cpu_times_both(self) -> tuple[CpuTimes | None, dict[int, CpuTimes]]:
+        """The aggregate line and each CPU's, from one read of /proc/stat."""
+        text = self.read("proc/stat")
+        return (parse_proc_stat(text), parse_per_cpu(text)) if text is not None else (None, {})
 
     def _pid_dirs(self) -> list[os.DirEntry[str]]:
         """The /proc/<pid> folders there are now (none when /proc cannot be read)."""

@@ -63,7 +63,7 @@ def machine_time(ledger: Ledger, run_id: str, baseline: str) -> dict[str, Any]:
     run = ledger.require_run(run_id)
     kind = order_kind(run.load)
     host = ledger.host(run.get("host_id")) or {}
-    cores = host.get("threads") or host.get("cores")
+    cores = ledger.env_cpus(run_id) or host.get("threads") or host.get("cores")  # the CPUs the load was read on
     env = ledger.env_load(run_id)
     series = BaseSeries(foreign_cpu=[v for _, v in ledger.env_series(run_id, baseline)],
                         latency_ms=[r["value"] for r in ledger.case_values(run_id, "e2e_ms") if r["variant"] == baseline])
