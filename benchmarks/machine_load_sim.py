@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 from scipy.stats import beta  # noqa: E402
 
 from evalkit.execution.load import Load, RunPolicy, Work, WorkItem  # noqa: E402
-from evalkit.execution.order import Order, balanced, chunks  # noqa: E402
+from evalkit.execution.order import MIN_BLOCK, Order, balanced, chunks  # noqa: E402
 from evalkit.host import host_line, this_host  # noqa: E402
 from evalkit.ledger import Ledger, dumps, open_ledger  # noqa: E402
 from evalkit.reporting.machine import BaseSeries, SideLoad, machine_moved  # noqa: E402
@@ -74,7 +74,7 @@ def sending_order(kind: str, n_cases: int, seed: int, repeats: int = 1) -> tuple
         raise ValueError(f"no one-at-a-time order {kind!r}")
     order, out = load.policy.order, []
     perms = balanced(names, order.seed)
-    for b, part in enumerate(chunks(cs, max(order.chunk or 0, order.chunk_for(1)))):
+    for b, part in enumerate(chunks(cs, max(order.chunk, MIN_BLOCK))):  # as run_blocks cuts them
         for pos, name in enumerate(next(perms)):
             out += Work(m, [name], part, repeats, load, stamp=(b, pos))
     return out, load
