@@ -1,0 +1,170 @@
+"""Latency verdicts on a machine whose load moves (issue 47, "Proof"), through the real sending
+order (`Work`) and the real verdicts: runs simulated on a virtual clock
+(`evalkit.testing.machine_sim`), written to a real ledger with their load samples where a test
+needs the machine check, read as `timeshare` reads them (benchmarks/machine_load_sim.py drives it
+and prints the full table, docs/verdicts.md "Paired in time").
+
+- Alternated, the wrong-verdict rate at the margin stays within 5 % under every background load,
+  without the machine check even (it can only turn a verdict undecided, so with it the rate is at
+  most this); at no difference *superior* or *inferior* stays within 5 %.
+- Back to back, a step at the candidate's first request is wrong nearly every time without the
+  machine check; with it those verdicts are undecided and the wrong rate drops within 5 %.
+
+Each rate with the binomial test of tests/test_verdict_boundary.py (no excess over 5 % at 0.1 %).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from scipy.stats import binom
+
+from benchmarks.machine_load_sim import SPECS, SimLedger, cases, cell, machine_time, matrix, sending_order
+from evalkit.execution.load import Load, RunPolicy, Work
+from evalkit.execution.order import Order
+from evalkit.reporting.timeshare import timeshare
+from evalkit.testing.machine_sim import BACKGROUNDS, GAP_MS, Background, Machine, simulate
+
+CASES = 24
+SIMS = 150
+SEQ_SIMS = 80  # back to back, each run through the ledger and its machine check
+
+
+def not_above(k: int, n: int, p: float = 0.05) -> bool:
+    """k events in n draws are no evidence of a rate above p (one-sided binomial test at 0.1 %)."""
+    return binom.sf(k - 1, n, p) > 1e-3
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    led = SimLedger(tmp_path_factory.mktemp("machine_sim") / "sim.db", Machine())
+    yield led
+    led.close()
+
+
+_CELLS: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+
+def cell_of(db: SimLedger | None, kind: str, background: str, at: str, sims: int) -> dict[str, Any]:
+    """A cell of the table, computed once for the tests that read it."""
+    key = (db is not None, kind, background, at, sims)
+    if key not in _CELLS:
+        _CELLS[key] = cell(db, kind, background, at, sims, CASES, seed0=500_000 if at == "margin" else 600_000)
+    return _CELLS[key]
+
+
+# --- the simulation is the real order on a virtual clock -------------------------------------------
+
+
+def test_the_alternated_order_is_the_one_work_yields():
+    items, _ = sending_order("alternate", 6, 3)
+    work = Work(matrix(), ["base", "cand"], cases(6), 1, Load(policy=RunPolicy(order=Order("alternate", seed=3))))
+    assert [(it.variant, it.case.id, it.repeat, it.order_position) for it in items] == \
+        [(it.variant, it.case.id, it.repeat, it.order_position) for it in work]
+
+
+def test_back_to_back_sends_every_baseline_request_first():
+    items, _ = sending_order("sequential", 6, 3)
+    assert [it.variant for it in items] == ["base"] * 12 + ["cand"] * 6  # its repeat, then its noise-floor pass
+
+
+def test_rows_follow_the_items_in_order():
+    items, _ = sending_order("alternate", 6, 3)
+    sim = simulate(items, "none", 1.05, 1)
+    assert [(r["variant"], r["case_id"], r["repeat"], r["order_position"]) for r in sim.rows] == \
+        [(it.variant, it.case.id, it.repeat, it.order_position) for it in items]
+
+
+def test_the_clock_advances_by_each_latency():
+    sim = simulate(sending_order("alternate", 6, 3)[0], "bursts", 1.05, 2)
+    starts = [r["mono_start_ms"] for r in sim.rows]
+    assert starts[1:] == pytest.approx([r["mono_start_ms"] + r["e2e_ms"] + GAP_MS for r in sim.rows[:-1]])
+
+
+def test_a_step_at_the_candidate_comes_with_its_first_request():
+    sim = simulate(sending_order("sequential", 6, 3)[0], "step_at_candidate", 1.0, 4)
+    first = next(r["mono_start_ms"] for r in sim.rows if r["variant"] == "cand")
+    assert sim.background.start == pytest.approx(first / 1000.0)
+
+
+def test_the_load_adds_k_per_core():
+    """The same cases, noise and draws with and without a load: the loaded run is slower by
+    1 + k · load at each request (here the whole candidate side)."""
+    items = sending_order("sequential", 6, 3)[0]
+    quiet, loaded = simulate(items, "none", 1.0, 5), simulate(items, "step_at_candidate", 1.0, 5)
+    a = loaded.background.amplitude
+    got = [x["e2e_ms"] / y["e2e_ms"] for x, y in zip(loaded.rows, quiet.rows, strict=True) if x["variant"] == "cand"]
+    assert got == pytest.approx([1 + Machine().k * a] * 6)
+
+
+def test_one_sample_a_second_reads_the_load():
+    sim = simulate(sending_order("sequential", 6, 3)[0], "step_at_candidate", 1.0, 6)
+    late = [s["foreign_cpu"] for s in sim.samples if s["t_ms"] / 1000.0 > sim.background.start + 1.0]
+    assert sum(late) / len(late) == pytest.approx(Machine().background + sim.background.amplitude, abs=0.05)
+
+
+@pytest.mark.parametrize("kind", BACKGROUNDS)
+def test_each_background_stays_within_its_amplitude(kind):
+    bg = Background(kind, 100.0, random.Random(7))
+    assert all(0.0 <= bg.at(t) <= bg.amplitude + 1e-12 for t in range(0, 300, 3))
+
+
+def test_timeshare_reads_a_step_at_the_candidate_as_foreign_cpu(db):
+    items, load = sending_order("sequential", CASES, 12)
+    run_id = db.write(simulate(items, "step_at_candidate", 1.05, 12), load)
+    assert (timeshare(db.ledger, run_id, "base", SPECS)["machine"]["cand"] or "").startswith(
+        "machine load changed: foreign CPU")
+
+
+@pytest.mark.parametrize(("kind", "background"), [("sequential", "step_at_candidate"), ("sequential", "ramp"),
+                                                  ("sequential", "none"), ("alternate", "drop_at_candidate"),
+                                                  ("blocks", "bursts")])
+def test_the_benchmark_s_machine_check_is_timeshare_s(db, kind, background):
+    """The tables read the cause and note as `machine_time` does (without the A/A control's
+    bootstrap): the same as the whole of `timeshare`, run by run."""
+    for seed in range(3):
+        items, load = sending_order(kind, CASES, 40 + seed)
+        run_id = db.write(simulate(items, background, 1.05, 40 + seed), load)
+        ts = timeshare(db.ledger, run_id, "base", SPECS)
+        assert machine_time(db.ledger, run_id) == {"machine": ts["machine"], "notes": ts["notes"]}
+
+
+# --- the proof -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("background", BACKGROUNDS)
+def test_alternated_wrong_verdicts_at_the_margin_stay_within_5_percent(background):
+    c = cell_of(None, "alternate", background, "margin", SIMS)
+    assert not_above(c["wrong_unchecked"], SIMS), f"{c['wrong_unchecked']} of {SIMS} wrong ({background}): {c}"
+
+
+def test_alternated_no_difference_is_called_superior_or_inferior_at_most_5_percent():
+    """Every background, a quarter of the runs each."""
+    n = SIMS // 4
+    bad = sum(cell_of(None, "alternate", bg, "zero", n)["wrong_unchecked"] for bg in BACKGROUNDS)
+    assert not_above(bad, n * len(BACKGROUNDS)), f"{bad} of {n * len(BACKGROUNDS)}"
+
+
+def test_alternated_runs_are_not_undecided_by_a_step_at_the_candidate(db):
+    """Both sides saw the step alike: the machine check keeps quiet."""
+    c = cell_of(db, "alternate", "step_at_candidate", "margin", 50)
+    assert not_above(c["undecided"], 50), c
+
+
+@pytest.mark.parametrize("background", ["step_at_candidate", "drop_at_candidate"])
+def test_back_to_back_under_a_step_at_the_candidate_is_wrong_without_the_machine_check(db, background):
+    c = cell_of(db, "sequential", background, "margin", SEQ_SIMS)
+    assert c["wrong_unchecked"] >= SEQ_SIMS // 2, c
+
+
+@pytest.mark.parametrize("background", ["step_at_candidate", "drop_at_candidate"])
+def test_back_to_back_under_a_step_at_the_candidate_is_undecided_not_wrong(db, background):
+    c = cell_of(db, "sequential", background, "margin", SEQ_SIMS)
+    assert not_above(c["wrong"], SEQ_SIMS), c
+
+
+def test_back_to_back_on_a_quiet_machine_is_rarely_undecided(db):
+    c = cell_of(db, "sequential", "none", "margin", 50)
+    assert not_above(c["undecided"], 50), c
