@@ -2,8 +2,9 @@
 for each order (alternate, blocks, sequential) and background load (`machine_sim.BACKGROUNDS`),
 seeded runs at the margin (true ratio +5 %) and at no difference, each sent in the exact order
 the real `Work` iterator yields, timed on a virtual clock (`evalkit.testing.machine_sim`), written
-into a real ledger with its load samples, read for the machine check (`machine_time`: what
-`timeshare` tells the verdicts; ``--timeshare``: the whole of it) and decided by `verdicts`. Per
+into a real ledger with its load samples, read for the machine check (`timeshare.machine_time`:
+what `timeshare` tells the verdicts, without its A/A bootstrap; ``--timeshare``: the whole of it)
+and decided by `verdicts`. Per
 cell: the share of wrong verdicts, of undecided ones (the machine check caught the load) and of
 inconclusive ones; "unchecked" reads the same runs without the machine check.
 
@@ -33,8 +34,7 @@ from evalkit.execution.load import Load, RunPolicy, Work, WorkItem  # noqa: E402
 from evalkit.execution.order import MIN_BLOCK, Order, balanced, chunks  # noqa: E402
 from evalkit.host import host_line, this_host  # noqa: E402
 from evalkit.ledger import Ledger, dumps, open_ledger  # noqa: E402
-from evalkit.reporting.machine import BaseSeries, SideLoad, machine_moved  # noqa: E402
-from evalkit.reporting.timeshare import side_note, timeshare  # noqa: E402
+from evalkit.reporting.timeshare import machine_time, timeshare  # noqa: E402
 from evalkit.reporting.verdicts import parse_margins, verdicts  # noqa: E402
 from evalkit.spec.dataset import Case, Message  # noqa: E402
 from evalkit.spec.matrix import Matrix  # noqa: E402
@@ -107,26 +107,6 @@ class SimLedger:
         self.ledger.close()
 
 
-def machine_time(ledger: Ledger, run_id: str, baseline: str = "base") -> dict[str, Any]:
-    """What `timeshare` tells the verdicts (each candidate's machine cause and its order's note),
-    read from the ledger the same way, without the A/A control and the position effect it also
-    computes: their bootstraps are most of its time. tests/test_machine_sim.py checks it against
-    `timeshare` itself; ``--timeshare`` runs the whole of it."""
-    run = ledger.require_run(run_id)
-    host = ledger.host(run.get("host_id")) or {}
-    env = ledger.env_load(run_id)
-    series = BaseSeries(foreign_cpu=[v for _, v in ledger.env_series(run_id, baseline)],
-                        latency_ms=[r["value"] for r in ledger.case_values(run_id, "e2e_ms") if r["variant"] == baseline])
-    out: dict[str, Any] = {"machine": {}, "notes": {}}
-    for v in [x["name"] for x in ledger.variants(run_id) if x["name"] != baseline]:
-        if baseline in env and v in env:
-            out["machine"][v] = machine_moved(SideLoad.from_summary(env[baseline]), SideLoad.from_summary(env[v]),
-                                              series, host_cores=host.get("threads") or host.get("cores"))
-        kind = run.load.get("order") or ("alternate" if run.load.get("interleave") else "sequential")
-        out["notes"][v] = side_note(kind, ledger, run_id, baseline, v)
-    return out
-
-
 def one(db: SimLedger | None, kind: str, background: str, ratio: float, seed: int, n_cases: int,
         machine: Machine = Machine(), full: bool = False) -> dict[str, Any]:
     """One simulated run, decided with the machine check (its ledger read by `machine_time`, or
@@ -138,7 +118,7 @@ def one(db: SimLedger | None, kind: str, background: str, ratio: float, seed: in
         e = verdicts(sim.rows, "base", SPECS)[0]
         return {"unchecked": e["verdict"], "estimate": float(e["estimate"]), "cause": None, "checked": None}
     run_id = db.write(sim, load)
-    time = timeshare(db.ledger, run_id, "base", SPECS) if full else machine_time(db.ledger, run_id)
+    time = timeshare(db.ledger, run_id, "base", SPECS) if full else machine_time(db.ledger, run_id, "base")
     e = verdicts(sim.rows, "base", SPECS, time=time)[0]
     plain = e["verdict"] if e["verdict"] != "undecided" else verdicts(sim.rows, "base", SPECS)[0]["verdict"]
     return {"unchecked": plain, "estimate": float(e["estimate"]), "cause": e.get("machine"), "checked": e["verdict"]}

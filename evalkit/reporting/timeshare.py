@@ -83,6 +83,9 @@ def side_note(kind: str, ledger: Ledger, run_id: str, baseline: str, variant: st
     if kind == "sequential":
         return "its sides ran at different times (--order sequential): a change of the machine between them reads " \
                "as a difference"
+    if kind == "blocks":
+        return "one server at a time (--order blocks): a chunk's cases ran together, minutes from the other side's; " \
+               "a change of the machine under the per-chunk check's bar can bias them together"
     if kind == "parallel":
         nodes = {v["name"]: v.get("node") for v in ledger.variants(run_id)}
         if nodes.get(baseline) and nodes.get(variant) and nodes[baseline] != nodes[variant]:
