@@ -1,6 +1,6 @@
 """Child processes that die with evalkit, with no Python run between fork and exec.
 
-`preexec_fn` runs Python in the forked child while the parent holds SQLite connections, locks
+A pre-exec callback (Popen's) runs Python in the forked child while the parent holds SQLite connections, locks
 and threads: a lock taken by another thread at fork time stays taken forever in the child, and
 SQLite's own rule is that no connection crosses a fork. So a child is started plainly
 (`start_new_session=True` gives it its own process group) and sets its parent-death signal in
