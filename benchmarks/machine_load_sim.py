@@ -1,14 +1,20 @@
 """Latency verdicts under a moving machine, through the real ordering and verdict code (issue 47):
-for each order (alternate, blocks, sequential) and background load (`machine_sim.BACKGROUNDS`),
+for each order (alternate one request at a time, alternate at a loaded level's chunks, blocks,
+sequential) and background load (`machine_sim.BACKGROUNDS`),
 seeded runs at the margin (true ratio +5 %) and at no difference, each sent in the exact order
 the real `Work` iterator yields, timed on a virtual clock (`evalkit.testing.machine_sim`), written
 into a real ledger with its load samples, read for the machine check (`timeshare.machine_time`:
 what `timeshare` tells the verdicts, without its A/A bootstrap; ``--timeshare``: the whole of it)
 and decided by `verdicts`. Per
 cell: the share of wrong verdicts, of undecided ones (the machine check caught the load) and of
-inconclusive ones; "unchecked" reads the same runs without the machine check.
+inconclusive ones; "unchecked" reads the same runs without the machine check; "by case" reads
+them unchecked with each case its own pair, as if the blocks of a loaded level or of `blocks`
+were not there (what the verdicts did before they paired by block).
 
-    python benchmarks/machine_load_sim.py [--sims 400] [--cases 24] [--json out.json]
+    python benchmarks/machine_load_sim.py [--sims 400] [--cases N] [--json out.json]
+
+Each order's default number of cases (`CASES`) gives its verdicts enough pairs to decide: a loaded
+level's and a blocks run's pairs are their chunks.
 
 The table in docs/verdicts.md ("Paired in time") was printed by this script (seeded).
 tests/test_machine_sim.py uses the driver below on fewer runs.
@@ -32,6 +38,7 @@ from scipy.stats import beta  # noqa: E402
 
 from evalkit.execution.load import Load, RunPolicy, Work, WorkItem  # noqa: E402
 from evalkit.execution.order import MIN_BLOCK, Order, balanced, chunks  # noqa: E402
+from evalkit.grading.margins import pairs_needed  # noqa: E402
 from evalkit.host import host_line, this_host  # noqa: E402
 from evalkit.ledger import Ledger, dumps, open_ledger  # noqa: E402
 from evalkit.reporting.timeshare import machine_time, timeshare  # noqa: E402
@@ -40,9 +47,11 @@ from evalkit.spec.dataset import Case, Message  # noqa: E402
 from evalkit.spec.matrix import Matrix  # noqa: E402
 from evalkit.testing.machine_sim import BACKGROUNDS, Machine, Sim, simulate, wrong  # noqa: E402
 
-ORDERS = ("alternate", "blocks", "sequential")
+ORDERS = ("alternate", "loaded", "blocks", "sequential")
 MARGIN = "+5%"
 SPECS = parse_margins({"e2e_mean": MARGIN})
+LOADED = 4  # the loaded level's concurrency ("loaded": alternated chunk by chunk, sent on the virtual clock in turn)
+CASES = {"alternate": 24, "loaded": 96, "blocks": 72, "sequential": 24}  # 24 pairs; 8 chunks of 12; 12 blocks of 6
 RATIOS = {"margin": 1.05, "zero": 1.0}
 
 
@@ -59,15 +68,20 @@ def cases(n: int) -> list[Case]:
 
 
 def sending_order(kind: str, n_cases: int, seed: int, repeats: int = 1) -> tuple[list[WorkItem], Load]:
-    """The measured items of a one-at-a-time level in the order a run of this kind sends them, as
+    """The measured items of a level in the order a run of this kind sends them, as
     `skeleton.run_variants` and `blocks.run_blocks` make its groups: alternate, one group of every
-    variant; sequential, one group per variant, baseline first; blocks, chunks of `MIN_BLOCK`
-    cases to each variant in balanced order, each a group stamped (block, position)."""
+    variant; loaded, a level of concurrency `LOADED` alternated chunk by chunk (its chunks sized
+    for the margins' pairs, as a run sizes them); sequential, one group per variant, baseline
+    first; blocks, chunks of `MIN_BLOCK` cases to each variant in balanced order, each a group
+    stamped (block, position)."""
     m, cs = matrix(), cases(n_cases)
-    load = Load(policy=RunPolicy(order=Order(kind, seed=seed)))
+    order = Order("alternate" if kind == "loaded" else kind, seed=seed, min_blocks=max(4, pairs_needed(SPECS)))
+    load = Load(policy=RunPolicy(order=order))
     names = [v.name for v in m.ordered_variants()]
     if kind == "alternate":
         return list(Work(m, names, cs, repeats, load)), load
+    if kind == "loaded":
+        return list(Work(m, names, cs, repeats, load, concurrency=LOADED, sequential=False)), load
     if kind == "sequential":
         return [it for name in names for it in Work(m, [name], cs, repeats, load)], load
     if kind != "blocks":
@@ -114,14 +128,17 @@ def one(db: SimLedger | None, kind: str, background: str, ratio: float, seed: in
     undecided, so the verdict without it is asked again only then."""
     items, load = sending_order(kind, n_cases, seed)
     sim = simulate(items, background, ratio, seed, machine=machine)
+    by_case = verdicts([{**r, "order_block": None} for r in sim.rows], "base", SPECS)[0]["verdict"]
     if db is None:
         e = verdicts(sim.rows, "base", SPECS)[0]
-        return {"unchecked": e["verdict"], "estimate": float(e["estimate"]), "cause": None, "checked": None}
+        return {"unchecked": e["verdict"], "estimate": float(e["estimate"]), "cause": None, "checked": None,
+                "by_case": by_case}
     run_id = db.write(sim, load)
     time = timeshare(db.ledger, run_id, "base", SPECS) if full else machine_time(db.ledger, run_id, "base")
     e = verdicts(sim.rows, "base", SPECS, time=time)[0]
     plain = e["verdict"] if e["verdict"] != "undecided" else verdicts(sim.rows, "base", SPECS)[0]["verdict"]
-    return {"unchecked": plain, "estimate": float(e["estimate"]), "cause": e.get("machine"), "checked": e["verdict"]}
+    return {"unchecked": plain, "estimate": float(e["estimate"]), "cause": e.get("machine"), "checked": e["verdict"],
+            "by_case": by_case}
 
 
 def cell(db: SimLedger | None, kind: str, background: str, at: str, sims: int, n_cases: int, seed0: int = 0,
@@ -129,9 +146,11 @@ def cell(db: SimLedger | None, kind: str, background: str, at: str, sims: int, n
     """Counts of each verdict, with the machine check and without, over ``sims`` seeded runs."""
     checked: Counter[str] = Counter()
     unchecked: Counter[str] = Counter()
+    by_case: Counter[str] = Counter()
     for k in range(sims):
         r = one(db, kind, background, RATIOS[at], seed0 + k, n_cases, machine, full)
         unchecked[r["unchecked"]] += 1
+        by_case[r["by_case"]] += 1
         if r["checked"] is not None:
             checked[r["checked"]] += 1
     margin = at == "margin"
@@ -139,6 +158,7 @@ def cell(db: SimLedger | None, kind: str, background: str, at: str, sims: int, n
             "checked": dict(checked), "unchecked": dict(unchecked),
             "wrong": sum(n for v, n in checked.items() if wrong(v, margin)),
             "wrong_unchecked": sum(n for v, n in unchecked.items() if wrong(v, margin)),
+            "wrong_by_case": sum(n for v, n in by_case.items() if wrong(v, margin)),
             "undecided": checked.get("undecided", 0), "inconclusive": checked.get("inconclusive", 0)}
 
 
@@ -156,7 +176,7 @@ def pct(k: int, n: int) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sims", type=int, default=400)
-    ap.add_argument("--cases", type=int, default=24)
+    ap.add_argument("--cases", type=int, default=None, help="cases a run (default: each order's own, CASES)")
     ap.add_argument("--orders", default=",".join(ORDERS))
     ap.add_argument("--backgrounds", default=",".join(BACKGROUNDS))
     ap.add_argument("--json", type=Path, default=None, help="write every cell's counts here")
@@ -166,24 +186,26 @@ def main() -> None:
     t0 = time.monotonic()
     host = host_line(this_host())
     print(f"processor: {host}", flush=True)
-    print(f"e2e_mean {MARGIN}, {a.cases} cases, baseline x2 (noise floor), {a.sims} seeded runs a cell; "
-          f"{Machine()}", flush=True)
-    print("| order | background | wrong at the margin | undecided | inconclusive | wrong, unchecked | "
-          "wrong at no difference | undecided | wrong, unchecked |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(f"e2e_mean {MARGIN}, baseline x2 (noise floor), {a.sims} seeded runs a cell; {Machine()}", flush=True)
+    print("| order | cases | background | wrong at the margin | undecided | inconclusive | wrong, unchecked | "
+          "wrong, by case | wrong at no difference | undecided | wrong, unchecked |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     cells = []
     with tempfile.TemporaryDirectory() as tmp:
         db = SimLedger(Path(tmp) / "sim.db", Machine())
         try:
             for kind in a.orders.split(","):
                 for bg in a.backgrounds.split(","):
-                    m = cell(db, kind, bg, "margin", a.sims, a.cases, seed0=1_000_000, full=a.timeshare)
-                    z = cell(db, kind, bg, "zero", a.sims, a.cases, seed0=2_000_000, full=a.timeshare)
+                    nc = a.cases or CASES[kind]
+                    m = cell(db, kind, bg, "margin", a.sims, nc, seed0=1_000_000, full=a.timeshare)
+                    z = cell(db, kind, bg, "zero", a.sims, nc, seed0=2_000_000, full=a.timeshare)
                     cells += [m, z]
                     n = a.sims
-                    print(f"| {kind} | {bg} | {exact_ci(m['wrong'], n)} | {pct(m['undecided'], n)} | "
-                          f"{pct(m['inconclusive'], n)} | {pct(m['wrong_unchecked'], n)} | {exact_ci(z['wrong'], n)} | "
-                          f"{pct(z['undecided'], n)} | {pct(z['wrong_unchecked'], n)} |", flush=True)
+                    by_case = pct(m["wrong_by_case"], n) if kind in ("loaded", "blocks") else "="
+                    print(f"| {kind} | {nc} | {bg} | {exact_ci(m['wrong'], n)} | {pct(m['undecided'], n)} | "
+                          f"{pct(m['inconclusive'], n)} | {pct(m['wrong_unchecked'], n)} | {by_case} | "
+                          f"{exact_ci(z['wrong'], n)} | {pct(z['undecided'], n)} | {pct(z['wrong_unchecked'], n)} |",
+                          flush=True)
         finally:
             db.close()
     took = time.monotonic() - t0

@@ -78,7 +78,8 @@ REQUEST: tuple[Metric, ...] = (
     Metric("cached_prompt_tokens", "cached prompt tokens", 0, "prompt tokens the server's prefix cache served",
            "tokens"),
     Metric("order_block", "order block", 0, "its group of the alternation: a case (one request at a time) or a "
-           "chunk of cases (a loaded level); docs/verdicts.md"),
+           "chunk of cases (a loaded level, --order blocks), then one pair of the latency verdicts; "
+           "docs/verdicts.md"),
     Metric("order_position", "order position", 0, "its place in that group: 0 was sent first"),
     Metric("srv_queue_ms", "server queue", 1, "server: time waiting in the scheduler queue", "ms"),
     Metric("srv_prefill_ms", "server prefill", 1, "server: scheduled to first token (prefill)", "ms"),

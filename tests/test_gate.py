@@ -64,11 +64,12 @@ def swept_ledger(runner, endpoint_matrix, tmp_path):
     """Two stubs swept at concurrency 1 and 2, the matrix carrying its own margins."""
     from evalkit.testing.stub_server import StubConfig, StubServer
 
-    # 100 ms apart: one stall of a loaded CI machine in 12 pairs must not widen the interval across 0
+    # 100 ms apart: one stall of a loaded CI machine in 12 pairs must not widen the interval across 0;
+    # 24 cases: at c=2 the pairs are the alternation's chunks, twelve of two cases
     with StubServer(StubConfig(ttft_ms=5, itl_ms=1)) as a, StubServer(StubConfig(ttft_ms=105, itl_ms=1)) as b:
         m = endpoint_matrix(a.base_url, b.base_url, warmup=0, extra="margins: {e2e_mean: +0%}\n")
         ledger = tmp_path / "sweep.db"
-        r = runner.invoke(cli, ["run", "--matrix", str(m), "--limit", "12", "--sweep", "1,2", "--ledger", str(ledger),
+        r = runner.invoke(cli, ["run", "--matrix", str(m), "--limit", "24", "--sweep", "1,2", "--ledger", str(ledger),
                                 "-q", "--no-grade"])
         assert r.exit_code == 0, r.output
     return ledger
@@ -77,6 +78,12 @@ def swept_ledger(runner, endpoint_matrix, tmp_path):
 def test_a_sweep_s_gate_compares_level_with_level(runner, swept_ledger):
     out = runner.invoke(cli, ["check", "--ledger", str(swept_ledger), "--margins", "e2e_mean=+500%"]).output
     assert "2 passed, 0 failed" in out  # one margin check per level both variants reached
+
+
+def test_a_loaded_level_s_verdict_pairs_its_chunks(runner, swept_ledger):
+    out = runner.invoke(cli, ["check", "--ledger", str(swept_ledger)]).output  # the matrix's +0 %: fails, said
+    loaded = next(x for x in out.splitlines() if "e2e_mean at c=2" in x)
+    assert "12 block pairs" in loaded, loaded
 
 
 def test_the_gate_and_the_report_agree_at_the_first_level(runner, swept_ledger):
@@ -97,7 +104,7 @@ def test_recommend_reads_the_same_first_level_rows_as_the_report(runner, swept_l
     out = json.loads(runner.invoke(cli, ["recommend", "--ledger", str(swept_ledger), "--target", "ttft_p99=5000",
                                          "--json"]).output)
     batch = {o["variant"]: o["n"] for o in out if o["workload"].startswith("batch")}
-    assert batch == {"base": 12, "cand": 12}
+    assert batch == {"base": 24, "cand": 24}
 
 
 def _verdict(verdict: str, pairs: int = 24, need: int = 9) -> dict:

@@ -569,3 +569,138 @@ def test_the_same_server_twice_reads_equivalent(runner, endpoint_matrix, tmp_pat
     rep = json.loads(runner.invoke(cli, ["report", "--ledger", str(tmp_path / "aa.db"), "--json"]).output)
     (e,) = rep["findings"]["verdicts"]
     assert e["why"].startswith("equivalent"), e
+
+
+# --- pairs by block where the variants alternated in blocks (issue 47) ---------------------------
+
+
+def _blocked_rows(n_blocks: int, per_block: int, ratio: float = 1.0, seed: int = 0) -> list[dict]:
+    """Rows of a loaded level alternated chunk by chunk: each block's cases share one shift of the
+    machine (a different one on each side), as a chunk's cases do."""
+    from evalkit.testing.verdict_sim import _row
+
+    rng = random.Random(seed)
+    out = []
+    for b in range(n_blocks):
+        shift = {"base": rng.uniform(0.8, 1.2), "cand": rng.uniform(0.8, 1.2)}
+        for j in range(per_block):
+            i = b * per_block + j
+            base = 1000.0 * rng.lognormvariate(0.0, 0.5)
+            for v, f in (("base", 1.0), ("cand", ratio)):
+                out.append(_row(v, i, e2e_ms=base * f * shift[v], order_block=b, order_position=int(v == "cand"),
+                                level="c=4", concurrency=4))
+    return out
+
+
+@pytest.mark.parametrize(("per_block", "paired"), [(1, False), (3, True)])
+def test_rows_are_blocked_only_where_a_block_holds_several_cases(per_block, paired):
+    from evalkit.reporting.pairing import blocked
+
+    assert blocked(_blocked_rows(4, per_block)) is paired
+
+
+def test_rows_without_a_block_are_paired_by_case():
+    from evalkit.reporting.pairing import blocked
+
+    rows = _blocked_rows(4, 3)
+    rows[0]["order_block"] = None
+    assert blocked(rows) is False
+
+
+def test_a_blocks_ratio_is_the_cases_own_ratio_of_means():
+    from evalkit.reporting.pairing import latency_pairs
+
+    rows = _blocked_rows(5, 4, ratio=1.1)
+    a, b, _ = latency_pairs(rows, "base", "cand", "e2e_ms", False, blocks="sum")
+    ca, cb, _ = latency_pairs(rows, "base", "cand", "e2e_ms", False)
+    assert sum(a) / sum(b) == pytest.approx(sum(ca) / sum(cb))
+
+
+def test_a_blocked_level_has_one_pair_per_block():
+    from evalkit.reporting.pairing import latency_pairs
+
+    a, _, _ = latency_pairs(_blocked_rows(5, 4), "base", "cand", "e2e_ms", False, blocks="mean")
+    assert len(a) == 5
+
+
+def test_a_blocked_verdict_counts_blocks():
+    (e,) = verdicts(_blocked_rows(16, 6), "base", parse_margins("e2e_mean=+5%"))
+    assert (e["pairs"], e["paired_by"]) == (16, "block")
+
+
+def test_a_blocked_verdict_line_says_block_pairs():
+    vs = verdicts(_blocked_rows(16, 6), "base", parse_margins("e2e_mean=+5%"))
+    assert "16 block pairs" in sentences(vs, "base")[0]
+
+
+def test_a_blocked_verdict_too_small_says_more_cases_make_more_blocks():
+    (e,) = verdicts(_blocked_rows(4, 6), "base", parse_margins("e2e_mean=+5%"))
+    assert "more cases make more blocks" in e["why"], e["why"]
+
+
+def test_grades_stay_paired_by_case_on_a_blocked_level():
+    rows = _blocked_rows(4, 6)
+    for r in rows:
+        kind = "noise_floor" if r["variant"] == "base" else "drift"
+        r["grades"] = {"drift": {"value": 0.99, "passed": None, "detail": {"kind": kind, "drift": 0.01}}}
+    (e,) = verdicts(rows, "base", parse_margins("drift=0.05"))
+    assert (e["pairs"], e["paired_by"]) == (24, "case")
+
+
+def test_a_blocks_shift_widens_the_interval_that_cases_would_state():
+    """The machine's shift is shared by a block's cases: paired by case, the interval is narrower
+    than the data allow."""
+    rows = _blocked_rows(16, 6, seed=3)
+    (blk,) = verdicts(rows, "base", parse_margins("e2e_mean=+5%"))
+    (per_case,) = verdicts([{**r, "order_block": None} for r in rows], "base", parse_margins("e2e_mean=+5%"))
+    assert blk["ci"][1] - blk["ci"][0] > per_case["ci"][1] - per_case["ci"][0]
+
+
+@pytest.mark.parametrize(("kind", "concurrency", "sequential", "per_pair"), [
+    ("alternate", 1, True, 1), ("alternate", 8, False, 8), ("", 8, False, 8), ("blocks", 1, True, 6),
+    ("sequential", 8, False, 1), ("parallel", 8, False, 1)])
+def test_a_pair_is_a_chunk_of_cases_where_the_variants_alternate_in_chunks(kind, concurrency, sequential, per_pair):
+    from evalkit.execution.order import Order
+
+    assert Order(kind).cases_per_pair(concurrency, sequential) == per_pair
+
+
+@pytest.mark.parametrize("n_cases", [56, 96, 200, 1000])
+def test_a_loaded_level_makes_twice_the_chunks_its_margins_need(n_cases):
+    from evalkit.execution.order import Order
+
+    chunk = Order("alternate", min_blocks=7).chunk_for(4, n_cases)
+    assert -(-n_cases // chunk) >= 14
+
+
+def test_a_loaded_chunk_never_holds_fewer_cases_than_the_concurrency():
+    from evalkit.execution.order import Order
+
+    assert Order("alternate", min_blocks=7).chunk_for(8, 20) == 8
+
+
+def test_the_blocks_a_level_needs_are_recorded_with_its_order():
+    from evalkit.execution.order import Order
+
+    assert Order.from_record(Order("alternate", min_blocks=9).record()).min_blocks == 9
+
+
+def test_plan_counts_a_pilot_s_loaded_level_in_chunks():
+    from evalkit.execution.load import Load, RunPolicy
+    from evalkit.execution.order import Order
+    from evalkit.execution.patterns import ClosedLoop
+    from evalkit.ledger.store import RunRecord
+    from evalkit.reporting.plan import pilot_cases_per_pair
+
+    load = Load(ClosedLoop(8), policy=RunPolicy(order=Order("alternate")))
+    assert pilot_cases_per_pair(RunRecord({"load_json": json.dumps(load.record())})) == 8
+
+
+@pytest.mark.integration  # starts stub servers
+def test_a_loaded_run_too_small_for_its_margins_counts_cases_a_pair(runner, endpoint_matrix, tmp_path):
+    with StubServer(StubConfig(ttft_ms=1, itl_ms=0)) as a, StubServer(StubConfig(ttft_ms=1, itl_ms=0)) as b:
+        m = endpoint_matrix(a.base_url, b.base_url, extra="divergence: {enabled: false}\nmargins: {e2e_mean: +5%}\n")
+        r = runner.invoke(cli, ["run", "--matrix", str(m), "--ledger", str(tmp_path / "t.db"), "--limit", "12",
+                                "--concurrency", "4", "--no-grade"])
+    assert "12 cases cannot decide the matrix's margins (2 hypotheses under Holm): at least 28 needed (7 pairs, " \
+           "each a block of 4 cases" in " ".join(r.output.split())

@@ -119,7 +119,8 @@ def check_margins(inp: RunInputs, say: Any) -> None:
     if not inp.matrix.margins:
         return
     margins = matrix_margins(inp.matrix, resolved=True)  # the graders are resolved: `matrix validate` does both
-    need = pairs_needed(margins)
-    if inp.time_budget_s is None and len(inp.cases) < need:
+    need, per_pair = pairs_needed(margins), inp.load.cases_per_pair()
+    if inp.time_budget_s is None and len(inp.cases) < need * per_pair:
+        blocks = f" ({need} pairs, each a block of {per_pair} cases the variants alternate in)" if per_pair > 1 else ""
         say(f"{len(inp.cases)} cases cannot decide the matrix's margins ({hypotheses(margins)} hypotheses under Holm): "
-            f"at least {need} needed, so every verdict will read inconclusive (docs/verdicts.md)")
+            f"at least {need * per_pair} needed{blocks}, so every verdict will read inconclusive (docs/verdicts.md)")

@@ -64,6 +64,15 @@ class Load:
     def concurrent(self) -> bool:
         return self.pattern.concurrent
 
+    def cases_per_pair(self) -> int:
+        """The cases that make one pair of the verdicts, on the level they are read at (the first):
+        one, or an alternation chunk's worth (`Order.cases_per_pair`)."""
+        try:
+            first = self.levels()[0]
+        except (NotImplementedError, IndexError):  # a search: its probes are chosen as it goes, sent in turn
+            return 1
+        return self.policy.order.cases_per_pair(first.concurrency, first.sequential)
+
     def rule(self, kind: type[StopRule]) -> StopRule | None:
         return next((r for r in self.stops if isinstance(r, kind)), None)
 

@@ -8,7 +8,8 @@ changing between variants. So by default the variants alternate:
   pass too — are sent next to each other in a randomized, balanced order; on a loaded level
   (concurrency, rate, sweep, trace, replicas) the cases go in chunks, and each chunk is sent to
   every variant in turn as a block of the level's load (A B, then B A, ...), so the two sides of a
-  case ran minutes apart at most, never a whole run apart.
+  case ran minutes apart at most, never a whole run apart. The cases of a chunk ran under one
+  state of the machine, so a chunk is one pair of the level's verdicts (`reporting.pairing`).
 - `blocks` (only one variant fits at a time): one server up at a time, chunks of at least
   `MIN_BLOCK` cases a variant in balanced A B B A order; the switch is vLLM's sleep mode where the
   server has it (`--enable-sleep-mode`), else a restart, and its time is recorded.
@@ -38,34 +39,48 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class Order:
     """How a run's variants share time: its kind, the cases in a loaded level's chunk (0: chosen
-    from the level), the seed of the balanced orders, and why this order was chosen."""
+    from the level), the seed of the balanced orders, why this order was chosen, and the fewest
+    chunks a level is cut into (the pairs its verdicts need: a chunk is one pair, `reporting.pairing`)."""
 
     kind: str = "alternate"
     chunk: int = 0
     seed: int = 0
     why: str = ""
+    min_blocks: int = 4
 
     @property
     def alternates(self) -> bool:
         return self.kind in ("alternate", "blocks")
 
     def record(self) -> dict[str, Any]:
-        return {"order": self.kind, "order_chunk": self.chunk, "order_seed": self.seed, "order_why": self.why}
+        return {"order": self.kind, "order_chunk": self.chunk, "order_seed": self.seed, "order_why": self.why,
+                "order_min_blocks": self.min_blocks}
 
     @classmethod
     def from_record(cls, d: dict[str, Any]) -> Order:
         kind = d.get("order") or ("alternate" if d.get("interleave") else "sequential")  # a run from before orders
         return cls(kind, int(d.get("order_chunk") or 0), int(d.get("order_seed") or d.get("seed") or 0),
-                   d.get("order_why") or "")
+                   d.get("order_why") or "", int(d.get("order_min_blocks") or 4))
 
     def chunk_for(self, concurrency: int, n_cases: int) -> int:
         """Cases in a chunk of a loaded level: enough to keep the level's load in flight for most of
-        the block (four times its concurrency), but no more than a quarter of the cases, so the
-        variants alternate at least four times (a chunk of all the cases would be back to back);
-        never fewer than the concurrency itself."""
+        the block (four times its concurrency), but few enough that the level makes twice
+        `min_blocks` chunks, since each chunk is one pair of the level's verdicts (at the fewest
+        pairs that can decide, only the clearest differences are; more chunks decide more often:
+        docs/verdicts.md); never fewer than the concurrency."""
         if self.chunk:
             return self.chunk
-        return max(concurrency, min(4 * concurrency, n_cases // 4))
+        return max(concurrency, min(4 * concurrency, n_cases // (2 * max(4, self.min_blocks))))
+
+    def cases_per_pair(self, concurrency: int = 1, sequential: bool = True) -> int:
+        """The fewest cases that make one pair of a level's verdicts: one where each case is its own
+        group; a chunk where the variants alternate in chunks (a loaded level: its concurrency at
+        least; `blocks`: `MIN_BLOCK` cases at least)."""
+        if self.kind == "blocks":
+            return max(MIN_BLOCK, self.chunk)
+        if self.kind in ("alternate", "") and not sequential:  # "": not yet decided, alternation the default
+            return max(concurrency, self.chunk, 1)
+        return 1
 
 
 def balanced(items: Sequence[T], seed: int) -> Iterator[list[T]]:

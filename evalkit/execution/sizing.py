@@ -182,9 +182,11 @@ def size_to_budget(ctx: Any, est: RunEstimate | None, variants_after: int, serve
                    variants_after * (start_s + warm_s), len(cases))
     stretched = short = ""
     hyp, floor = margin_floor(matrix.margins)
-    need = floor + (-floor) % 6  # whole rounds of the six strata
+    per_pair = ctx.load.cases_per_pair()  # a pair is a case, or an alternation chunk of a loaded level
+    blocks = f" (each pair a block of {per_pair} cases: {floor * per_pair} cases)" if per_pair > 1 else ""
+    need = floor * per_pair + (-floor * per_pair) % 6  # whole rounds of the six strata
     if need > len(cases) and hyp:  # no budget decides them: the dataset itself is too small, and the line says so
-        short = (f"; the margins need at least {floor} pairs to be decided ({hyp} hypotheses under Holm; "
+        short = (f"; the margins need at least {floor} pairs{blocks} to be decided ({hyp} hypotheses under Holm; "
                  f"docs/verdicts.md) and the dataset has {len(cases)} cases: no time budget decides them here")
     elif n < need:  # a run that cannot decide its margins answers nothing: the budget gives way, and says so
         stretched = (f"; stretched to {need} cases, the fewest at which every margin can be decided ({hyp} hypotheses "

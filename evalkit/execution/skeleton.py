@@ -237,7 +237,16 @@ def decide_order(inp: RunInputs, load: Load, executor: Executor, memory: dict, c
     order = host_order(asked, variants=len(m.variants), launched=len(launched), fit_together=fits,
                        ray=bool(getattr(executor, "parallel", False)), adaptive=load.pattern.adaptive,
                        interleave=bool(inp.opts.interleave))
-    return replace(order, seed=load.policy.order.seed, chunk=load.policy.order.chunk)
+    return replace(order, seed=load.policy.order.seed, chunk=load.policy.order.chunk, min_blocks=blocks_needed(m))
+
+
+def blocks_needed(m: Matrix) -> int:
+    """The chunks a loaded level is cut into: as many as its margins need pairs (each chunk is one
+    pair of its verdicts: `reporting.pairing`), at least four."""
+    from ..grading.margins import pairs_needed, parse_margins
+
+    specs = parse_margins(m.margins, "matrix margins") if m.margins else []
+    return max(4, pairs_needed(specs)) if specs else 4
 
 
 def stop_reason(e: BaseException) -> str:

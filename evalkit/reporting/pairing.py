@@ -5,6 +5,12 @@
   out on its slowest cases is not made faster by losing them. Repeats are averaged after that, so
   a case that failed one repeat of two is half a worst value. The verdict line says how many
   requests of each side were failed.
+- **Blocks are the pairs** where the variants alternated in blocks of several cases (a loaded
+  level's chunks, `--order blocks`: `execution/order.py`): the cases of one block ran under one
+  state of the machine, so they are one pair between them, not many. A block's value is the sum of
+  its cases' values for a ratio of means (so the estimate is the cases' own ratio) and their mean
+  for a mean difference; the test's n is the number of blocks. Where each case is its own group (one
+  request at a time, alternated) or nothing was alternated, the pairs are the cases.
 - **Samples are weighted** (grades): with `--grade-sample` each slice (load level × complexity)
   keeps up to N cases, so a small slice is graded whole and a large one thinly. Its graded cases
   then stand for every case of their slice: each slice's weight is its share of the population
@@ -17,14 +23,32 @@ from collections import defaultdict
 from typing import Any
 
 
+def blocked(rows: list[dict[str, Any]]) -> bool:
+    """Whether the rows' pairs are blocks: every row carries its alternation block and some block
+    holds more than one case (a case per block is a pair per case)."""
+    first: dict[tuple[Any, Any], str] = {}
+    many = False
+    for r in rows:
+        b = r.get("order_block")
+        if b is None:
+            return False
+        c = first.setdefault((r.get("level"), b), r["case_id"])
+        many = many or c != r["case_id"]
+    return many
+
+
 def latency_pairs(rows: list[dict[str, Any]], baseline: str, variant: str, field: str, higher_is_better: bool,
-                  repeats: set[int] | None = None) -> tuple[list[float], list[float], dict[str, int]]:
+                  repeats: set[int] | None = None, blocks: str | None = None
+                  ) -> tuple[list[float], list[float], dict[str, int]]:
     """(candidate per case, baseline per case, failed requests per side) on the cases both variants
-    sent, failed requests imputed with the worst value observed."""
+    sent, failed requests imputed with the worst value observed. ``blocks`` ("sum" or "mean"), where
+    the rows are `blocked`: one value per block instead, its cases' values summed or averaged."""
     vals: dict[tuple[str, str], list[float | None]] = defaultdict(list)
+    unit: dict[str, tuple[Any, Any]] = {}
     for r in rows:
         if r["variant"] not in (variant, baseline) or (repeats is not None and r["repeat"] not in repeats):
             continue
+        unit.setdefault(r["case_id"], (r.get("level"), r.get("order_block")))
         if r["error_class"] is not None:
             vals[(r["variant"], r["case_id"])].append(None)
         elif r[field] is not None:
@@ -43,7 +67,15 @@ def latency_pairs(rows: list[dict[str, Any]], baseline: str, variant: str, field
         fails["baseline"] += sum(x is None for x in cb)
         a.append(sum(worst if x is None else x for x in ca) / len(ca))
         b.append(sum(worst if x is None else x for x in cb) / len(cb))
-    return a, b, fails
+    if blocks is None or not blocked(rows):
+        return a, b, fails
+    groups: dict[tuple[Any, Any], list[int]] = defaultdict(list)
+    for i, c in enumerate(cases):
+        groups[unit[c]].append(i)
+    div = (lambda ix: 1) if blocks == "sum" else len
+    keys = sorted(groups, key=str)
+    return ([sum(a[i] for i in groups[k]) / div(groups[k]) for k in keys],
+            [sum(b[i] for i in groups[k]) / div(groups[k]) for k in keys], fails)
 
 
 def stratum(r: dict[str, Any]) -> str:

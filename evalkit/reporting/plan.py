@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import EvalkitError, UsageError
 from ..execution.sizing import PRIORS, cases_needed, mde, mmss, paired_diffs, spread
 from ..grading import paired_differences
 from ..grading.registry import available, use_run
@@ -140,7 +140,9 @@ def plan(ledger: Ledger, run_id: str | None, detect: dict[str, float], cases: in
     hyp = hypotheses(specs)
     # the fewest pairs at which every margin can be decided (no margins: one two-sided test, 6)
     floor = pairs_needed(specs, max(hyp, 1))
-    out.update({"floor": floor, "margins": [ms.text for ms in specs], "hypotheses": hyp})
+    per_pair = pilot_cases_per_pair(run)  # a loaded level's pairs are its alternation chunks
+    out.update({"floor": floor, "margins": [ms.text for ms in specs], "hypotheses": hyp, "cases_per_pair": per_pair,
+                "floor_cases": floor * per_pair})
     if asked is not None:  # a bare plan sizes the margins it has something to size from
         detect = {k: v for k, v in detect.items() if k in spreads or k in PRIORS}
         out["asked"] = ", ".join(f"{k}={v:g}{metrics().get(k, '').strip()}" for k, v in sorted(detect.items()))
@@ -153,8 +155,8 @@ def plan(ledger: Ledger, run_id: str | None, detect: dict[str, float], cases: in
                              "source": f"pilot run {rid} ({n} pairs)" if n else "shipped prior (the pilot has none)"}
         if metric in detect:
             need = cases_needed(sd, detect[metric], tau)
-            if need is not None and need < floor:
-                need, e["floor"] = floor, floor  # fewer pairs could never reach a verdict on the matrix's margins
+            if need is not None and need < floor * per_pair:  # fewer could never reach a verdict on the margins
+                need = e["floor"] = floor * per_pair
             e.update({"detect": detect[metric], "cases": need,
                       "seconds": fixed + need * per_case if need else None})
         if cases:
@@ -210,7 +212,7 @@ def plan_lines(p: dict[str, Any]) -> list[str]:
                 lines.append(f"{e['metric']}: to detect {e['detect']:g}{unit} at 80 % power (5 % two-sided): "
                              f"{e['cases']} cases, about {mmss(e['seconds'])} here (per-case SD {e['sd']:.3g}{unit} "
                              f"from {e['source']}{tau})"
-                             + (f"; raised to {e['floor']}, the fewest pairs at which every margin of the matrix "
+                             + (f"; raised to {e['floor']}, the fewest cases at which every margin of the matrix "
                                 "can be decided (above)" if e.get("floor") else ""))
         if "mde" in e:
             lines.append(f"{e['metric']}: {e['cases_given']} cases can detect {e['mde']:.3g}{unit} (80 % power; SD "
@@ -232,4 +234,17 @@ def floor_line(p: dict[str, Any]) -> str:
     return (f"margins {', '.join(p['margins'])}: at least {p['floor']} pairs before every one can be decided: the "
             f"fewest at which a candidate with no difference could be shown non-inferior on each (exact tests at "
             f"Holm's first step over {p['hypotheses']} hypotheses; a KL margin's own floor; docs/verdicts.md). "
-            "This is reachability, not power: --detect sizes for 80 % power")
+            "This is reachability, not power: --detect sizes for 80 % power"
+            + (f". The pilot's first level alternated its variants in blocks of at least {p['cases_per_pair']} "
+               f"cases, and a block is one pair: at least {p['floor_cases']} cases" if p.get("cases_per_pair", 1) > 1
+               else ""))
+
+
+def pilot_cases_per_pair(run: Any) -> int:
+    """The cases that make one pair on the pilot's first level (`Load.cases_per_pair`)."""
+    from ..execution.load import Load
+
+    try:
+        return Load.from_record(run.load or {}).cases_per_pair()
+    except (EvalkitError, KeyError, ValueError):  # a load this evalkit cannot read back: pairs taken as cases
+        return 1

@@ -3,10 +3,10 @@ whether the machine moved under a verdict, the A/A control, the position effect 
 each variant ran under. Every latency verdict reads `machine` from here: a variant whose sides
 ran under measurably different load is *undecided*, with the cause in its line.
 
-- **A/A control**: the baseline's noise-floor pass against its own first pass, paired by case,
-  per latency metric: "A/A e2e_mean +0.4 % [−2.1, +2.9]". Alternated with the rest, it is the
-  difference the machine alone makes between two sends of the same thing; a margin inside it is
-  said to be so.
+- **A/A control**: the baseline's noise-floor pass against its own first pass, paired as the
+  verdicts pair (by case, or by block: `pairing`), per latency metric: "A/A e2e_mean +0.4 %
+  [−2.1, +2.9]". Alternated with the rest, it is the difference the machine alone makes between
+  two sends of the same thing; a margin inside it is said to be so.
 - **Position effect**: how much slower (or faster) a request is when sent later in its group of
   the alternation than first, on the log scale, per case (each variant is first equally often,
   so the variants' own difference cancels).
@@ -21,6 +21,7 @@ from ..grading.margins import LATENCY, MarginSpec
 from ..ledger import Ledger
 from ..stats import robust_mean, robust_ratio
 from .machine import BaseSeries, SideLoad, block_moved, machine_moved
+from .pairing import blocked, latency_pairs
 
 AA_DEFAULT = ("e2e_mean", "tpot_mean")  # the A/A metrics when no latency margin is given
 LEVEL = 0.95
@@ -84,8 +85,8 @@ def side_note(kind: str, ledger: Ledger, run_id: str, baseline: str, variant: st
         return "its sides ran at different times (--order sequential): a change of the machine between them reads " \
                "as a difference"
     if kind == "blocks":
-        return "one server at a time (--order blocks): a chunk's cases ran together, minutes from the other side's; " \
-               "a change of the machine under the per-chunk check's bar can bias them together"
+        return "one server at a time (--order blocks): a chunk's cases ran together, minutes from the other side's, " \
+               "so each chunk is one pair"
     if kind == "parallel":
         nodes = {v["name"]: v.get("node") for v in ledger.variants(run_id)}
         if nodes.get(baseline) and nodes.get(variant) and nodes[baseline] != nodes[variant]:
@@ -94,35 +95,27 @@ def side_note(kind: str, ledger: Ledger, run_id: str, baseline: str, variant: st
     return None
 
 
-def _per_case(rows: list[dict[str, Any]], variant: str, repeats: set[int] | None) -> dict[str, float]:
-    acc: dict[str, list[float]] = {}
-    for r in rows:
-        if r["variant"] == variant and (repeats is None or r["repeat"] in repeats):
-            acc.setdefault(r["case_id"], []).append(r["value"])
-    return {c: sum(v) / len(v) for c, v in acc.items()}
-
-
 def aa_control(ledger: Ledger, run_id: str, baseline: str, repeats: int, metric: str,
                specs: list[MarginSpec]) -> dict[str, Any] | None:
     """The baseline against itself on one latency metric: its noise-floor pass(es) against its
-    measured repeats, paired by case, at 95 %; None when the baseline was sent once."""
-    field, _ = LATENCY[metric]
+    measured repeats, paired as the verdicts pair (by case, or by block where the variants
+    alternated in blocks: `pairing`), at 95 %; None when the baseline was sent once."""
+    field, hib = LATENCY[metric]
     rows = [r for r in ledger.case_values(run_id, field) if r["variant"] == baseline]
-    floor = {r["repeat"] for r in rows if r["repeat"] >= repeats}
-    if not floor:
+    if not any(r["repeat"] >= repeats for r in rows):
         return None
-    main, again = _per_case(rows, baseline, set(range(repeats))), _per_case(rows, baseline, floor)
-    cases = sorted(set(main) & set(again))
     unit = next((s.unit for s in specs if s.metric == metric), "%")
-    if len(cases) < 2:
-        return {"metric": metric, "unit": unit, "pairs": len(cases), "estimate": None, "ci": None}
-    t = robust_ratio([again[c] for c in cases], [main[c] for c in cases]) if unit == "%" else \
-        robust_mean([again[c] - main[c] for c in cases])
+    sides = [{**r, "variant": "again" if r["repeat"] >= repeats else "main", "error_class": None} for r in rows]
+    again, main, _ = latency_pairs(sides, "main", "again", "value", hib, blocks="sum" if unit == "%" else "mean")
+    if len(main) < 2:
+        return {"metric": metric, "unit": unit, "pairs": len(main), "estimate": None, "ci": None}
+    t = robust_ratio(again, main) if unit == "%" else robust_mean([x - y for x, y in zip(again, main, strict=True)])
     iv = t.interval(1 - LEVEL)
     margin = next((s for s in specs if s.metric == metric), None)
     inside = bool(margin and iv and min(iv) <= margin.value <= max(iv))
     return {"metric": metric, "unit": unit, "pairs": t.n, "estimate": t.estimate, "ci": list(iv) if iv else None,
-            "level": LEVEL, "margin": margin.value if margin else None, "margin_inside": inside}
+            "level": LEVEL, "margin": margin.value if margin else None, "margin_inside": inside,
+            "paired_by": "block" if blocked(sides) else "case"}
 
 
 def position_effect(ledger: Ledger, run_id: str) -> dict[str, Any] | None:

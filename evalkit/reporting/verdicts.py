@@ -1,11 +1,12 @@
 """Verdicts a team can act on: each candidate against the baseline, metric by metric, with a
 margin the team chose: *superior*, *non-inferior*, *inferior* or *inconclusive*.
 
-A margin is how much worse (in the metric's own unit: candidate minus baseline, paired by case)
-the team accepts (parsed by `grading.margins`). Each margin brings two hypotheses, "the true
-difference is the margin" and "it is 0" (one when the margin is 0, or the margin alone when it is
-one-sided: a flip rate, a batching floor), each tested two-sided; every hypothesis of one variant is in one
-Holm family, so the chance that any verdict of the variant is wrong stays at or below 5 %. Each
+A margin is how much worse (in the metric's own unit: candidate minus baseline, paired by case,
+or by block where the variants alternated in blocks of cases: `pairing`) the team accepts
+(parsed by `grading.margins`). Each margin brings two hypotheses, "the true difference is the
+margin" and "it is 0" (one when the margin is 0, or the margin alone when it is one-sided: a flip
+rate, a batching floor), each tested two-sided; every hypothesis of one variant is in one Holm
+family, so the chance that any verdict of the variant is wrong stays at or below 5 %. Each
 metric's interval is printed at the level Holm's last step used (`stats.holm_level`), and the
 verdict is read from that interval, so the two never disagree:
 
@@ -36,7 +37,7 @@ from ..grading.registry import available
 from ..grading.registry import margins as grader_margins
 from ..stats import PairedProportions, PairedTest, holm, holm_level, robust_mean, robust_ratio
 from . import flips
-from .pairing import grade_strata, latency_pairs, weights_text
+from .pairing import blocked, grade_strata, latency_pairs, weights_text
 from .selection import level_of
 
 
@@ -75,12 +76,14 @@ def paired_test(rows: list[dict[str, Any]], baseline: str, variant: str, ms: Mar
     ``failures`` (failed requests per side, imputed: `pairing`) and ``weights`` (how a graded
     sample was weighted, or None)."""
     fails: dict[str, int] = {"candidate": 0, "baseline": 0}
-    strata = None
+    strata, by_block = None, False
     if flips.is_flips(ms.metric):
         t = flips.flip_test(rows, baseline, variant, ms.metric, ms.value)
     elif ms.metric in LATENCY:
         field, hib = LATENCY[ms.metric]
-        a, b, fails = latency_pairs(rows, baseline, variant, field, hib, shared_repeats(rows, baseline, variant))
+        a, b, fails = latency_pairs(rows, baseline, variant, field, hib, shared_repeats(rows, baseline, variant),
+                                    blocks="sum" if ms.unit == "%" else "mean")
+        by_block = blocked(rows)
         t = robust_ratio(a, b) if ms.unit == "%" else robust_mean([x - y for x, y in zip(a, b, strict=True)])
     else:
         grader, _ = grader_margins()[qualified(ms.metric) or ms.metric]
@@ -96,6 +99,7 @@ def paired_test(rows: list[dict[str, Any]], baseline: str, variant: str, ms: Mar
             t = robust_mean([scale * (float(a[c]) - float(b[c])) for c in cases],
                             **({} if strata is None else {"strata": strata[0], "weights": strata[1]}))
     t.failures, t.weights = fails, weights_text(strata)  # type: ignore[attr-defined]
+    t.paired_by = "block" if by_block else "case"  # type: ignore[attr-defined]
     return t
 
 
@@ -155,6 +159,7 @@ def verdicts(rows: list[dict[str, Any]], baseline: str | None, specs: list[Margi
                 "unit": ms.unit, "higher_is_better": ms.higher_is_better, "pairs": t.n, "estimate": t.estimate,
                 "ci": list(iv) if iv else None, "ci_level": 1 - level, "method": t.method,
                 "statistic": statistic(ms), "failures": getattr(t, "failures", None),
+                "paired_by": getattr(t, "paired_by", "case"),
                 "weights": getattr(t, "weights", None),
                 "p_margin": p_of[ms.value][0], "p_margin_holm": p_of[ms.value][1],
                 "p_zero": p_of.get(0.0, (None, None))[0], "p_zero_holm": p_of.get(0.0, (None, None))[1],
@@ -174,6 +179,9 @@ def verdicts(rows: list[dict[str, Any]], baseline: str | None, specs: list[Margi
             if e["verdict"] == "inconclusive" and decides(t, ms) and t.min_p() > alpha / m:
                 e["why"] = (f"{t.n} pairs cannot decide: the smallest p they allow is {t.min_p():.3f}, and Holm "
                             f"over {m} hypotheses needs {alpha / m:.4f} or less: at least {need} pairs")
+            if e["paired_by"] == "block" and e["verdict"] == "inconclusive" and t.n < need:
+                e["why"] += ("; the pairs are the alternation's blocks (the cases of one block ran under one state "
+                             "of the machine): more cases make more blocks")
             if ms.metric in LATENCY and time:
                 timed(e, (time.get("machine") or {}).get(variant), (time.get("notes") or {}).get(variant))
             out.append(e)
@@ -207,7 +215,8 @@ def counts_text(e: dict[str, Any]) -> str:
     bad = f.get("candidate", 0) + f.get("baseline", 0)
     tail = f", {bad} failed requests (candidate {f.get('candidate', 0)}, baseline {f.get('baseline', 0)})" \
         if e["metric"] in LATENCY else ""
-    return f"{e['pairs']} pairs{tail}"
+    unit = " block pairs" if e.get("paired_by") == "block" else " pairs"
+    return f"{e['pairs']}{unit}{tail}"
 
 
 def fmt_estimate(e: dict[str, Any]) -> str:
