@@ -27,6 +27,13 @@ class Metric:
     ok_only: bool = True  # aggregate successful requests only
     signed: bool = False  # a difference: printed with its sign
     ci_key: str | None = None  # the key of its interval, printed beside it
+    # A request metric's short name (`ttft`) and what it can carry (`USES`): a margin on its mean
+    # (`ttft_mean`), a percentile target (`ttft_p99`), a per-request SLO (`ttft=2000`), a row of the
+    # per-slice summaries; ``higher``: higher is better. Margins, targets, SLOs and summaries read
+    # these (`named`), so a new measured field is one declaration.
+    short: str | None = None
+    uses: frozenset[str] = frozenset()
+    higher: bool = False
 
     @property
     def header(self) -> str:
@@ -57,19 +64,26 @@ def _ms(key: str, label: str, meaning: str, source: str, agg: str) -> Metric:
     return Metric(key, label, 0, meaning, "ms", source, agg)
 
 
+USES = ("margin", "target", "slo", "summary")
+_ALL = frozenset(USES)
+
+
 # What one request row carries (Datasette's column descriptions, the dataset card's definitions).
 REQUEST: tuple[Metric, ...] = (
     Metric("ttft_ms", "TTFT", 1, "send to the first generated token of any kind (answer or reasoning), kernel receive "
-           "time", "ms"),
-    Metric("ttfo_ms", "TTFO", 1, "send to the first answer token (time to first output): TTFT for a model that does "
-           "not reason", "ms"),
-    Metric("reasoning_ms", "reasoning time", 1, "TTFO - TTFT: the thinking streamed before the answer", "ms"),
-    Metric("reasoning_tokens", "reasoning tokens", 0, "tokens of reasoning (usage details, else its streamed chunks)",
-           "tokens"),
-    Metric("e2e_ms", "E2E", 1, "send to the receive time of the read that ended the stream", "ms"),
-    Metric("tpot_ms", "TPOT", 2, "(E2E - TTFT) / (output tokens - 1), reasoning and answer tokens alike", "ms"),
+           "time", "ms", short="ttft", uses=_ALL),
+    Metric("tpot_ms", "TPOT", 2, "(E2E - TTFT) / (output tokens - 1), reasoning and answer tokens alike", "ms",
+           short="tpot", uses=_ALL),
+    Metric("e2e_ms", "E2E", 1, "send to the receive time of the read that ended the stream", "ms", short="e2e",
+           uses=_ALL),
     Metric("itl_mean_ms", "ITL mean", 2, "mean gap between token chunks, reasoning and answer alike (TTFT excluded)",
-           "ms"),
+           "ms", short="itl", uses=frozenset({"margin", "target", "summary"})),
+    Metric("ttfo_ms", "TTFO", 1, "send to the first answer token (time to first output): TTFT for a model that does "
+           "not reason", "ms", short="ttfo", uses=frozenset({"margin"})),
+    Metric("reasoning_ms", "reasoning time", 1, "TTFO - TTFT: the thinking streamed before the answer", "ms"),
+    # think-length inflation: a quantized reasoning model that thinks longer can cancel its speed-up
+    Metric("reasoning_tokens", "reasoning tokens", 0, "tokens of reasoning (usage details, else its streamed chunks)",
+           "tokens", short="reasoning_tokens", uses=frozenset({"margin"})),
     Metric("first_chunk_ms", "first chunk", 1, "first SSE event of any kind (vLLM's role-only chunk)", "ms"),
     Metric("ttft_user_ms", "TTFT (user clock)", 1, "TTFT by the event loop's clock, beside the kernel's", "ms"),
     Metric("e2e_user_ms", "E2E (user clock)", 1, "E2E by the event loop's clock, beside the kernel's", "ms"),
@@ -101,6 +115,21 @@ REQUEST: tuple[Metric, ...] = (
     Metric("error_class", "error", None, "why the request failed (NULL = it succeeded)"),
     Metric("text", "text", None, "the generated text, verbatim"),
 )
+
+# Computed from a request's columns when it is read, not stored (`reporting.rows`).
+DERIVED: tuple[Metric, ...] = (
+    Metric("out_tps", "output tok/s", 1, "output tokens over E2E in seconds: the request's throughput as its user sees it",
+           "tok/s",
+           short="out_tps", uses=frozenset({"margin", "summary"}), higher=True),
+)
+
+
+def named(use: str) -> dict[str, Metric]:
+    """The request metrics that can carry ``use`` (one of `USES`) by short name, in declaration order."""
+    if use not in USES:
+        raise ValueError(f"no use {use!r} (known: {', '.join(USES)})")
+    return {m.short: m for m in (*REQUEST, *DERIVED) if m.short and use in m.uses}
+
 
 # The report's per-slice figures, in the order the tables show them.
 REPORT: tuple[Metric, ...] = (
@@ -177,7 +206,7 @@ def definitions_markdown(extra: tuple[Metric, ...] = ()) -> str:
     """The columns table docs/measuring.md carries between its `metrics` markers."""
     lines = ["| key | label | unit | meaning |", "|---|---|---|---|"]
     seen: set[str] = set()
-    for m in (*REQUEST, *REPORT, *STUDY, *extra):
+    for m in (*REQUEST, *DERIVED, *REPORT, *STUDY, *extra):
         if m.key in seen:
             continue
         seen.add(m.key)

@@ -20,10 +20,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, NamedTuple
 
+from ..catalogue import named
 from ..errors import UsageError
 from ..stats import percentile
 
-SLO_METRICS = ("ttft", "tpot", "e2e")
+SLO_METRICS = tuple(named("slo"))  # ("ttft", "tpot", "e2e"): the catalogue's, each limiting its `{name}_ms` column
 
 
 @dataclass
@@ -63,7 +64,8 @@ def parse_slo(text: str | None, flag: str = "--slo") -> Slo:
         key, val = key.strip().removesuffix("_ms"), val.strip()
         if not eq or key not in SLO_METRICS:
             hint = " (percentile goals such as ttft_p99=2000 go to --target)" if "_p" in key else ""
-            raise UsageError(f"{flag}: '{part}': expected ttft=MS, tpot=MS, e2e=MS or a factor like ttft=3x{hint}")
+            raise UsageError(f"{flag}: '{part}': expected {', '.join(f'{k}=MS' for k in SLO_METRICS)} or a factor like "
+                             f"ttft=3x{hint}")
         rel = val.lower().endswith("x")
         try:
             x = float(val[:-1] if rel else val)

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..catalogue import named
 from ..errors import UsageError
 from ..stats import pairs_for_a_verdict
 from .registry import available
@@ -17,10 +18,8 @@ from .registry import margins as grader_margins
 
 ALPHA = 0.05
 # latency margins: paired by case (repeats averaged), lower is better except throughput
-LATENCY = {"ttft_mean": ("ttft_ms", False), "tpot_mean": ("tpot_ms", False), "e2e_mean": ("e2e_ms", False),
-           "itl_mean": ("itl_mean_ms", False), "out_tps_mean": ("out_tps", True), "ttfo_mean": ("ttfo_ms", False),
-           # think-length inflation: a quantized reasoning model that thinks longer can cancel its speed-up
-           "reasoning_tokens_mean": ("reasoning_tokens", False)}
+# margin name -> (request column, higher is better): every metric the catalogue says can carry a margin
+LATENCY = {f"{k}_mean": (m.key, m.higher) for k, m in named("margin").items()}
 _VALUE = re.compile(r"^\s*([+-]?)\s*(\d+(?:\.\d+)?)\s*(pp|%|ms)?\s*$")
 UNIT = {"pp": " pp", "abs": "", "%": " %", "ms": " ms"}
 # absolute margins whose own unit is percentage points (of answer tokens): "pp" may be said

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ..catalogue import named
 from ..errors import UsageError
 from ..grading.base import hook
 from ..grading.registry import available, use_run
@@ -33,7 +34,7 @@ from .under_load import lines as ul_lines
 from .under_load import quality_under_load
 from .verdicts import parse_margins, sentences, verdicts
 
-LATENCY_FIELDS = ("ttft_ms", "tpot_ms", "itl_mean_ms", "e2e_ms", "out_tps")
+LATENCY_FIELDS = tuple(m.key for m in named("summary").values())  # the catalogue's per-slice summary rows
 SLICE_FIELDS = ("complexity", "replica", "level", "concurrency")  # and every case attribute
 
 
@@ -190,11 +191,12 @@ def parse_targets(text: str) -> dict[tuple[str, float], float]:
             continue
         key, eq, val = part.strip().partition("=")
         metric, _, q = key.partition("_p")
-        if not eq or metric not in ("ttft", "tpot", "e2e", "itl") or not q.replace(".", "", 1).isdigit():
-            raise UsageError(f"--target: '{part}': expected METRIC_pNN=MS with METRIC in ttft, tpot, itl, e2e "
+        targets = named("target")
+        if not eq or metric not in targets or not q.replace(".", "", 1).isdigit():
+            raise UsageError(f"--target: '{part}': expected METRIC_pNN=MS with METRIC in {', '.join(targets)} "
                              "(per-request limits such as ttft=2000 go to --slo)")
         try:
-            out[(("itl_mean" if metric == "itl" else metric) + "_ms", float(q))] = float(val)
+            out[(targets[metric].key, float(q))] = float(val)
         except ValueError:
             raise UsageError(f"--target: '{val}' is not a number of milliseconds") from None
     if not out:
