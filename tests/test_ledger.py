@@ -118,3 +118,53 @@ def test_ledger_from_before_the_ledger_package_opens_reports_and_resumes(tmp_pat
     finals = ledger.measured_requests(cut_run)
     keys = [(x["variant"], x["case_id"], x["repeat"], x["level"]) for x in finals]
     assert len(keys) == len(set(keys))  # no duplicates
+
+
+# --- `measured` and `grade_latest`: what is measured, defined once (issue 48) ----------------------
+
+
+@pytest.fixture
+def viewed(tmp_path: Path):
+    """Three requests of run r: a warm-up, a retried attempt (final 0) and its final retry, a
+    failure, a success at concurrency 4; grades re-graded, one grading that raised last."""
+    path = tmp_path / "v.db"
+    open_ledger(path).close()
+    db = Database(path)
+    base = {"run_id": "r", "variant": "a", "repeat": 0, "final": 1, "is_warmup": 0, "concurrency": None}
+    db["requests"].insert_all([
+        {**base, "id": 1, "case_id": "w", "is_warmup": 1, "seq": 1},
+        {**base, "id": 2, "case_id": "c1", "final": 0, "error_class": "timeout", "seq": 2},
+        {**base, "id": 3, "case_id": "c1", "seq": 3},
+        {**base, "id": 4, "case_id": "c2", "error_class": "http_500", "seq": 4},
+        {**base, "id": 5, "case_id": "c3", "concurrency": 4, "seq": 5},
+    ])
+    g = {"run_id": "r", "grader": "schema", "grader_version": "1"}
+    db["grades"].insert_all([
+        {**g, "id": 1, "request_id": 3, "value": 0.0},
+        {**g, "id": 2, "request_id": 3, "value": 1.0},
+        {**g, "id": 3, "request_id": 3, "value": None, "error_class": "ValueError"},
+        {**g, "id": 4, "request_id": 5, "value": 0.5},
+    ])
+    yield db
+    db.close()
+
+
+def test_measured_holds_the_final_requests_that_are_not_warm_ups(viewed):
+    assert [r[0] for r in viewed.execute("select id from measured order by id")] == [3, 4, 5]
+
+
+def test_measured_says_which_requests_succeeded(viewed):
+    assert dict(viewed.execute("select id, ok from measured").fetchall()) == {3: 1, 4: 0, 5: 1}
+
+
+def test_measured_counts_no_concurrency_as_level_one(viewed):
+    assert dict(viewed.execute("select id, load_level from measured").fetchall()) == {3: 1, 4: 1, 5: 4}
+
+
+def test_grade_latest_keeps_the_newest_grade_without_an_error(viewed):
+    assert viewed.execute("select request_id, value from grade_latest order by request_id").fetchall() == \
+        [(3, 1.0), (5, 0.5)]
+
+
+def test_measured_has_every_request_column(viewed):
+    assert set(viewed["requests"].columns_dict) <= set(viewed["measured"].columns_dict)

@@ -236,3 +236,10 @@ def block_cell(db: SimLedger, background: str) -> dict[str, Any]:
     if key not in _CELLS:
         _CELLS[key] = cell(db, "blocks", background, "margin", BLOCK_SIMS, CASES_OF["blocks"], seed0=900_000)
     return _CELLS[key]
+
+
+def test_a_loaded_levels_a_a_control_pairs_its_chunks(db):
+    items, load = sending_order("loaded", CASES_OF["loaded"], 5)
+    run_id = db.write(simulate(items, "none", 1.0, 5), load)
+    (aa,) = timeshare(db.ledger, run_id, "base", SPECS)["aa"]
+    assert (aa["pairs"], aa["paired_by"]) == (len({it.order_block for it in items}), "block")

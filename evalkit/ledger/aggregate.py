@@ -35,7 +35,7 @@ class ReportReads:
         cols = [c for c in self._db["requests"].columns_dict if c not in leave_out and (only is None or c in only)]
         where, params = _slice_where(run_id, variant, level, seqs)
         cur = self._db.execute(
-            f"""select {', '.join(f'r.[{c}]' for c in cols)} from requests r join runs u on u.id = r.run_id
+            f"""select {', '.join(f'r.[{c}]' for c in cols)} from measured r join runs u on u.id = r.run_id
                 join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
                 where {where} order by r.seq, r.id""", params)
         while chunk := cur.fetchmany(size):
@@ -49,20 +49,17 @@ class ReportReads:
         ``variant``, ``level``: of one slice's measured requests only; ``graders``: theirs only."""
         names = sorted(graders) if graders is not None else None
         # unary + keeps the planner off an index on grader (with it, a slice's read scanned every grade)
-        which = "" if names is None else f" and +{{}}grader in ({', '.join('?' * len(names))})"
+        which = "" if names is None else f" and +g.grader in ({', '.join('?' * len(names))})"
+        cols = "g.request_id, g.grader, g.grader_version, g.value, g.passed, g.explanation, g.detail_json"
         if variant is None and level is None and seqs is None:
-            inner, params = (f"select max(id) as id from grades where run_id = ? and error_class is null{which.format('')} "
-                             "group by request_id, grader"), [run_id]
+            sql, params = f"select {cols} from grade_latest g where g.run_id = ?{which}", [run_id]
         else:
             where, params = _slice_where(run_id, variant, level, seqs)
             # from the slice's requests to their grades (CROSS JOIN keeps that order): the planner's
             # own choice scanned every grade of the run for each slice, quadratic in a long run
-            inner = (f"select max(g.id) as id from requests r cross join grades g on g.request_id = r.id where {where} "
-                     f"and g.run_id = r.run_id and g.error_class is null{which.format('g.')} group by g.request_id, g.grader")
-        params += names or []
-        cur = self._db.execute(
-            f"""select g.request_id, g.grader, g.grader_version, g.value, g.passed, g.explanation, g.detail_json
-               from grades g join ({inner}) m on m.id = g.id""", params)
+            sql = (f"select {cols} from measured r cross join grade_latest g on g.request_id = r.id where {where} "
+                   f"and g.run_id = r.run_id{which}")
+        cur = self._db.execute(sql, params + (names or []))
         while chunk := cur.fetchmany(size):
             yield chunk
 
@@ -86,9 +83,9 @@ class ReportReads:
     def _slice_levels(self, run_id: str) -> dict[str, set[int]]:
         out: dict[str, set[int]] = {}
         for v, lv, _, _ in self._db.execute(
-                f"""select r.variant, {LEVEL_SQL}, min(r.seq), min(r.id) from requests r join runs u on u.id = r.run_id
+                """select r.variant, r.load_level, min(r.seq), min(r.id) from measured r join runs u on u.id = r.run_id
                     join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
-                    where r.run_id = ? and r.is_warmup = 0 and r.final = 1 group by 1, 2 order by 3, 4""", [run_id]):
+                    where r.run_id = ? group by 1, 2 order by 3, 4""", [run_id]):
             out.setdefault(v, set()).add(lv)
         return out
 
@@ -99,8 +96,7 @@ class ReportReads:
         lo = last = None
         n = 0
         for (seq,) in self._db.execute(
-                """select r.seq from requests r where r.run_id = ? and r.is_warmup = 0 and r.final = 1
-                   order by r.seq""", [run_id]):
+                "select r.seq from measured r where r.run_id = ? order by r.seq", [run_id]):
             if lo is None:
                 lo = seq
             elif n >= size and seq != last:
@@ -115,15 +111,15 @@ class ReportReads:
         """The repeats of one variant's measured rows at one level."""
         where, params = _slice_where(run_id, variant, level)
         return {rep for (rep,) in self._db.execute(
-            f"""select distinct r.repeat from requests r join runs u on u.id = r.run_id
+            f"""select distinct r.repeat from measured r join runs u on u.id = r.run_id
                 join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash where {where}""", params)}
 
     def measured_graders(self, run_id: str) -> set[str]:
         """The graders with a grade (no error) of at least one measured request."""
         return {g for (g,) in self._db.execute(
-            """select distinct g.grader from grades g join requests r on r.id = g.request_id
+            """select distinct g.grader from grades g join measured r on r.id = g.request_id
                join runs u on u.id = r.run_id join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
-               where g.run_id = ? and r.run_id = ? and g.error_class is null and r.is_warmup = 0 and r.final = 1""",
+               where g.run_id = ? and r.run_id = ? and g.error_class is null""",
             [run_id, run_id])}
 
     def measured_columns(self, run_id: str, names: list[str], size: int = 50_000
@@ -133,9 +129,9 @@ class ReportReads:
         have = self._db["requests"].columns_dict
         sel = ", ".join(f"r.[{c}]" if c in have else "null" for c in names)
         cur = self._db.execute(
-            f"""select {sel} from requests r join runs u on u.id = r.run_id
+            f"""select {sel} from measured r join runs u on u.id = r.run_id
                 join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
-                where r.run_id = ? and r.is_warmup = 0 and r.final = 1 order by r.seq, r.id""", [run_id])
+                where r.run_id = ? order by r.seq, r.id""", [run_id])
         while chunk := cur.fetchmany(size):
             yield chunk
 
@@ -151,7 +147,7 @@ class ReportReads:
 
     def _level_outline(self, run_id: str) -> dict[str, Any]:
         where, params = _slice_where(run_id, None, None)
-        joins = """from requests r join runs u on u.id = r.run_id
+        joins = """from measured r join runs u on u.id = r.run_id
                    join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash"""
         label = "coalesce(nullif(r.level, ''), 'main')"
         spans: dict[tuple[str, str], dict[Any, tuple[float, float]]] = {}
@@ -167,7 +163,7 @@ class ReportReads:
         seqs: dict[tuple[str, int], tuple[int, int]] = {}
         trace = "count(r.trace_row)" if "trace_row" in self._db["requests"].columns_dict else "0"
         for v, lab, lv, seq, n_ok, n_trace, last in self._db.execute(
-                f"""select r.variant, {label}, {LEVEL_SQL}, min(r.seq), sum(r.error_class is null), {trace},
+                f"""select r.variant, {label}, r.load_level, min(r.seq), sum(r.error_class is null), {trace},
                            max(r.seq) {joins} where {where} group by 1, 2, 3""", params):
             first_seq[v] = min(first_seq.get(v, seq), seq)
             lo, hi = seqs.get((v, lv), (seq, last))
@@ -187,7 +183,7 @@ class ReportReads:
             return
         where, params = _slice_where(run_id, variant, None)
         cur = self._db.execute(
-            f"""select {', '.join(f'r.[{c}]' if c in have else 'null' for c in names)} from requests r
+            f"""select {', '.join(f'r.[{c}]' if c in have else 'null' for c in names)} from measured r
                 join runs u on u.id = r.run_id join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
                 where {where} and r.trace_row is not null order by r.trace_row, r.seq, r.id""", params)
         while chunk := cur.fetchmany(size):
@@ -206,18 +202,15 @@ class ReportReads:
             self._db.conn.executemany(sql, [tuple(r.get(c) for c in cols) for r in rows])
 
 
-# a row's load level as the report counts it (`reporting.selection.level_of`: the concurrency, 1 when none)
-LEVEL_SQL = "coalesce(nullif(r.concurrency, 0), 1)"
-
-
 def _slice_where(run_id: str, variant: str | None, level: int | None, seqs: tuple[int, int] | None = None
                  ) -> tuple[str, list[Any]]:
-    where, params = ["r.run_id = ?", "r.is_warmup = 0", "r.final = 1"], [run_id]
+    """The conditions on `measured r` that pick one run's slice (``level``: its `load_level`)."""
+    where, params = ["r.run_id = ?"], [run_id]  # of the `measured` view
     if variant is not None:
         where.append("r.variant = ?")
         params.append(variant)
     if level is not None:
-        where.append(f"{LEVEL_SQL} = ?")
+        where.append("r.load_level = ?")
         params.append(level)
     if seqs is not None:
         where.append("r.seq between ? and ?")

@@ -24,8 +24,8 @@ class DoneKeys:
             return False
         variant, case_id, repeat, level = key
         return self._db.execute(
-            "select 1 from requests where run_id = ? and variant = ? and case_id = ? and repeat = ? and is_warmup = 0 "
-            "and final = 1 and coalesce(level, 'main') = ? limit 1", [self.run_id, variant, case_id, repeat, level]
+            "select 1 from measured where run_id = ? and variant = ? and case_id = ? and repeat = ? "
+            "and coalesce(level, 'main') = ? limit 1", [self.run_id, variant, case_id, repeat, level]
         ).fetchone() is not None
 
     def __len__(self) -> int:
@@ -33,8 +33,8 @@ class DoneKeys:
             return 0
         if self._n is None:
             self._n = self._db.execute(
-                "select count(*) from (select distinct variant, case_id, repeat, coalesce(level, 'main') from requests "
-                "where run_id = ? and is_warmup = 0 and final = 1)", [self.run_id]).fetchone()[0]
+                "select count(*) from (select distinct variant, case_id, repeat, coalesce(level, 'main') from measured "
+                "where run_id = ?)", [self.run_id]).fetchone()[0]
         return self._n
 
     def __bool__(self) -> bool:
@@ -45,7 +45,7 @@ class DoneKeys:
         if self._db is None:
             return 0
         sql = ("select count(*) from (select distinct variant, case_id, repeat, coalesce(level, 'main') as lv "
-               "from requests where run_id = ? and is_warmup = 0 and final = 1"
+               "from measured where run_id = ?"
                + (" and variant = ?" if variant is not None else "") + ")"
                + (" where lv = ?" if level is not None else ""))
         params = [self.run_id] + ([variant] if variant is not None else []) + ([level] if level is not None else [])
@@ -55,8 +55,8 @@ class DoneKeys:
         """One variant's keys, streamed (a Ray worker gets its own variant's, not the run's)."""
         if self._db is None:
             return iter(())
-        cur = self._db.execute("select distinct variant, case_id, repeat, coalesce(level, 'main') from requests "
-                               "where run_id = ? and variant = ? and is_warmup = 0 and final = 1", [self.run_id, variant])
+        cur = self._db.execute("select distinct variant, case_id, repeat, coalesce(level, 'main') from measured "
+                               "where run_id = ? and variant = ?", [self.run_id, variant])
         return (tuple(r) for r in cur)  # type: ignore[misc]
 
 

@@ -32,8 +32,8 @@ def _hits(level: str | None, variant: str | None) -> tuple[str, dict[str, Any]]:
         where += " and variant = :variant"
     sql = f"""
         with reqs as (
-            select variant, mono_start_ms as a, mono_start_ms + coalesce(e2e_ms, 0.0) as b from requests
-            where run_id = :run and is_warmup = 0 and final = 1 and mono_start_ms is not null{where}),
+            select variant, mono_start_ms as a, mono_start_ms + coalesce(e2e_ms, 0.0) as b from measured
+            where run_id = :run and mono_start_ms is not null{where}),
         longest as (select coalesce(max(span_ms), 0.0) as m from env_samples where run_id = :run),
         hit as (
             select distinct r.variant, s.id from reqs r cross join longest
@@ -119,8 +119,7 @@ class EnvSamples:
         return list(self._db.query(
             """with reqs as (
                  select variant, order_block as blk, mono_start_ms as a, mono_start_ms + coalesce(e2e_ms, 0.0) as b
-                 from requests where run_id = :run and is_warmup = 0 and final = 1 and mono_start_ms is not null
-                   and order_block is not null),
+                 from measured where run_id = :run and mono_start_ms is not null and order_block is not null),
                longest as (select coalesce(max(span_ms), 0.0) as m from env_samples where run_id = :run),
                hit as (
                  select distinct r.variant, r.blk, s.id from reqs r cross join longest
@@ -145,9 +144,9 @@ class EnvSamples:
             raise UsageError(f"no request column {field!r}")
         level = level if level is not None else self.first_level(run_id)
         return list(self._db.query(
-            f"select variant, case_id, repeat, seq, order_block, order_position, [{field}] as value from requests "
-            "where run_id = :run and is_warmup = 0 and final = 1 and error_class is null and coalesce(level, 'main') = "
-            f":level and [{field}] is not null order by seq", {"run": run_id, "level": level}))
+            f"select variant, case_id, repeat, seq, order_block, order_position, [{field}] as value from measured "
+            f"where run_id = :run and ok and coalesce(level, 'main') = :level and [{field}] is not null order by seq",
+            {"run": run_id, "level": level}))
 
     def grade_details(self, run_id: str, grader: str, level: str | None = None) -> list[dict[str, Any]]:
         """A grader's newest grade of each successful final measured request of a level (the first by
@@ -156,11 +155,9 @@ class EnvSamples:
 
         level = level if level is not None else self.first_level(run_id)
         rows = self._db.query(
-            """select r.variant, r.case_id, r.repeat, g.value, g.detail_json from grades g
-               join (select max(id) as id from grades where run_id = :run and grader = :grader and error_class is null
-                     group by request_id) m on m.id = g.id
-               join requests r on r.id = g.request_id
-               where r.run_id = :run and r.is_warmup = 0 and r.final = 1 and r.error_class is null
+            """select r.variant, r.case_id, r.repeat, g.value, g.detail_json from grade_latest g
+               join measured r on r.id = g.request_id
+               where g.run_id = :run and g.grader = :grader and r.run_id = :run and r.ok
                  and coalesce(r.level, 'main') = :level order by r.seq""",
             {"run": run_id, "grader": grader, "level": level})
         return [{**{k: r[k] for k in ("variant", "case_id", "repeat", "value")},

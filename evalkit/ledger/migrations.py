@@ -425,3 +425,15 @@ def m026_env_cpus(db: Database) -> None:
     # How many CPUs a load sample measured (issue 47): the ones evalkit and the servers may run on,
     # when pinned to fewer than /proc/stat shows; the foreign-CPU bar is sized by them.
     db["env_samples"].add_column("cpus", int)
+
+
+@migration("m027_measured_views")
+def m027_measured_views(db: Database) -> None:
+    # What is measured, defined once (issue 48): every read of measured rows and newest grades
+    # goes through these two views (SQLite inlines them: the requests' indexes still serve). load_level:
+    # the level as the report counts it (`reporting.selection.level_of`: the concurrency, 1 when none).
+    db.execute("create view measured as select r.*, coalesce(nullif(r.concurrency, 0), 1) as load_level, "
+               "r.error_class is null as ok from requests r where r.is_warmup = 0 and r.final = 1")
+    db.execute("create view grade_latest as select g.* from grades g where g.error_class is null and not exists "
+               "(select 1 from grades h where h.request_id = g.request_id and h.grader = g.grader "
+               "and h.error_class is null and h.id > g.id)")

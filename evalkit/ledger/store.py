@@ -272,10 +272,10 @@ class Ledger(SeriesReads, TokenScoresMixin, DerivedTables, ReviewsMixin, ReportR
         """`measured_requests` one row at a time (a pass over a million rows holds one).
         ``with_cases=False``: the request's own columns only, of rows whose case is in the ledger
         (the caller attaches `case_fields`: a million rows then share a few hundred case values)."""
-        where = ["r.run_id = ?", "r.is_warmup = 0", "r.final = 1"]
+        where = ["r.run_id = ?"]  # of the `measured` view
         params: list[Any] = [run_id]
         if ok_only:
-            where.append("r.error_class is null")
+            where.append("r.ok")
         if level is not None:
             where.append("r.level = ?")
             params.append(level)
@@ -284,10 +284,10 @@ class Ledger(SeriesReads, TokenScoresMixin, DerivedTables, ReviewsMixin, ReportR
             params.append(variant)
         cols = ", ".join(f"c.{f}" for f in CASE_FIELDS if not (lean and f in HEAVY_FIELDS | UNREPORTED)) \
             if with_cases else "1 as _case"
-        mine = ", ".join(f"r.[{c}]" for c in self._db["requests"].columns_dict if c not in HEAVY_FIELDS | UNREPORTED) \
-            if lean else "r.*"
+        mine = ", ".join(f"r.[{c}]" for c in self._db["requests"].columns_dict  # the request's own columns
+                         if not (lean and c in HEAVY_FIELDS | UNREPORTED))
         return self._db.query(
-            f"""select {mine}, {cols} from requests r join runs u on u.id = r.run_id
+            f"""select {mine}, {cols} from measured r join runs u on u.id = r.run_id
                 join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
                 where {' and '.join(where)} order by r.seq, r.id""", params)
 
@@ -302,9 +302,9 @@ class Ledger(SeriesReads, TokenScoresMixin, DerivedTables, ReviewsMixin, ReportR
         """The first repeat of the first few measured cases, every variant's answer (the HTML
         report shows them verbatim)."""
         return list(self._db.query(
-            """select variant, case_id, text, error from requests where run_id = ? and is_warmup = 0 and final = 1
-               and repeat = 0 and case_id in (select case_id from requests where run_id = ? and is_warmup = 0
-               and final = 1 group by case_id order by min(seq) limit ?) order by seq""", [run_id, run_id, n_cases]))
+            """select variant, case_id, text, error from measured where run_id = ? and repeat = 0 and case_id in
+               (select case_id from measured where run_id = ? group by case_id order by min(seq) limit ?)
+               order by seq""", [run_id, run_id, n_cases]))
 
     # --- grades ---------------------------------------------------------------------------------
 
@@ -322,10 +322,8 @@ class Ledger(SeriesReads, TokenScoresMixin, DerivedTables, ReviewsMixin, ReportR
         """request id -> grader -> its newest grade row (re-grading adds rows; the newest counts)."""
         out: dict[int, dict[str, dict[str, Any]]] = defaultdict(dict)
         for g in self._db.query(
-            """select g.request_id, g.grader, g.grader_version, g.value, g.passed, g.explanation, g.detail_json
-               from grades g join (select max(id) as id from grades where run_id = ? and error_class is null
-                                   group by request_id, grader) m
-               on m.id = g.id""",
+            """select request_id, grader, grader_version, value, passed, explanation, detail_json from grade_latest
+               where run_id = ?""",
             [run_id],
         ):
             g["detail"] = json.loads(g.pop("detail_json") or "{}")
@@ -378,8 +376,8 @@ class Ledger(SeriesReads, TokenScoresMixin, DerivedTables, ReviewsMixin, ReportR
         conds = ([f"error_class in ({','.join('?' * len(exact))})"] if exact else []) + \
             ["error_class like ?" for _ in families]
         rows = list(self._db.query(
-            "select id, variant, case_id, repeat, level, attempt from requests where run_id = ? and final = 1 "
-            f"and is_warmup = 0 and ({' or '.join(conds) or '0'})", [run_id, *exact, *families]))
+            "select id, variant, case_id, repeat, level, attempt from measured where run_id = ? "
+            f"and ({' or '.join(conds) or '0'})", [run_id, *exact, *families]))
         with self._db.conn:
             for r in rows:
                 self._db["requests"].update(r["id"], {"final": 0})
@@ -402,8 +400,8 @@ class Ledger(SeriesReads, TokenScoresMixin, DerivedTables, ReviewsMixin, ReportR
 
     def final_error_rate(self, run_id: str, variant: str) -> tuple[int, int]:
         """(failed, all) final measured requests of a variant."""
-        r = next(self._db.query("select count(*) as n, sum(error_class is not null) as bad from requests where "
-                                "run_id = ? and variant = ? and is_warmup = 0 and final = 1", [run_id, variant]))
+        r = next(self._db.query("select count(*) as n, sum(not ok) as bad from measured where run_id = ? and "
+                                "variant = ?", [run_id, variant]))
         return int(r["bad"] or 0), int(r["n"] or 0)
 
     def migrations_applied(self) -> list[str]:

@@ -93,6 +93,11 @@ def metadata(db_name: str, plugin: dict[str, Any] | None = None) -> dict[str, An
                 "requests_joined": {"title": "Requests with their case and grades",
                                     "columns": {**request_columns(), **grade_columns()},
                                     "facets": ["variant", "complexity", "persona", "formality", "task"]},
+                "measured": {"title": "Measured requests: final attempts, no warm-ups (what every statistic reads; "
+                                      "load_level: the concurrency, 1 when none; ok: succeeded)",
+                             "columns": request_columns(), "facets": ["variant", "load_level", "ok"]},
+                "grade_latest": {"title": "Each request's newest grade per grader, without the ones whose grader "
+                                          "raised (what every grade statistic reads)", "facets": ["grader", "passed"]},
                 "cases": {"title": "Benchmark cases", "facets": ["complexity", "persona", "formality", "task"]},
                 "grades": {"title": "Grades (value, pass, explanation, raw detail)", "facets": ["grader", "passed"]},
                 "variants": {"title": "Variants (server args, engine, dtype and why, quantization, KV-cache config)",
