@@ -168,3 +168,10 @@ def test_grade_latest_keeps_the_newest_grade_without_an_error(viewed):
 
 def test_measured_has_every_request_column(viewed):
     assert set(viewed["requests"].columns_dict) <= set(viewed["measured"].columns_dict)
+
+
+def test_measured_e2e_adds_the_measured_requests_up(viewed):
+    viewed.execute("update requests set e2e_ms = id * 100.0")  # the warm-up (1) and the retried attempt (2) not
+    viewed.conn.commit()
+    with open_ledger(viewed.conn.execute("pragma database_list").fetchone()[2]) as led:
+        assert led.measured_e2e("r") == (1200.0, 3)

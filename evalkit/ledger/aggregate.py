@@ -63,6 +63,12 @@ class ReportReads:
         while chunk := cur.fetchmany(size):
             yield chunk
 
+    def measured_e2e(self, run_id: str) -> tuple[float, int]:
+        """(the E2E milliseconds of a run's measured requests added up, its distinct cases), in SQL."""
+        total, cases = self._db.execute("select coalesce(sum(e2e_ms), 0.0), count(distinct case_id) from measured "
+                                        "where run_id = ?", [run_id]).fetchone()
+        return float(total), int(cases)
+
     def _unchanged(self, key: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
         """``compute()``, or a copy of its last answer while the ledger is unchanged (no write by this
         connection, none by another: `total_changes`, `data_version`): a report, its findings and
