@@ -4,10 +4,16 @@ flag rate at 5 %), runs are sized by time or by question, and repeated runs pool
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
+import socket
 import statistics
+import subprocess
+import sys
+import time
+import urllib.request
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -209,10 +215,37 @@ def test_a_fixed_run_too_small_for_its_margins_says_so_before_sending(runner, en
         " ".join(r.output.split())
 
 
+@contextlib.contextmanager
+def _jittered_stub(seed: int):
+    """A jittered stub in its own process: a pause of the test process (its garbage collector, a
+    late test's load) then delays a send, never a reply the kernel stamps (one 400 ms pause in an
+    in-process stub once doubled a pilot's spread)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "evalkit.testing.stub_server", "--port", str(port), "--ttft-ms", "5",
+                             "--itl-ms", "1", "--jitter-ms", "40", "--seed", str(seed)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/health", timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError("the jittered stub did not start") from None
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 def _jittered_run(runner, endpoint_matrix, ledger, limit: int, seed: int, repeats: int = 1) -> None:
-    with StubServer(StubConfig(ttft_ms=5, itl_ms=1, jitter_ms=40, seed=seed)) as a, \
-            StubServer(StubConfig(ttft_ms=5, itl_ms=1, jitter_ms=40, seed=seed + 1)) as b:
-        r = runner.invoke(cli, ["run", "--matrix", str(endpoint_matrix(a.base_url, b.base_url, warmup=0)), "--ledger",
+    with _jittered_stub(seed) as a, _jittered_stub(seed + 1) as b:
+        r = runner.invoke(cli, ["run", "--matrix", str(endpoint_matrix(a, b, warmup=0)), "--ledger",
                                 str(ledger), "--limit", str(limit), "--repeats", str(repeats), "-q", "--no-grade"])
         assert r.exit_code == 0, r.output
 

@@ -400,11 +400,14 @@ def main() -> None:
     ap.add_argument("--batch-slowdown", type=float, default=0.0, help="decode slowdown per extra running request")
     ap.add_argument("--enable-per-request-metrics", action="store_true", help="vLLM's per-request `metrics`")
     ap.add_argument("--cpu-units", type=int, default=0, help="CPU work per token (~1 us a unit): a CPU-bound server")
+    ap.add_argument("--jitter-ms", type=float, default=0.0, help="each reply's TTFT gets a seeded extra of up to this")
+    ap.add_argument("--seed", type=int, default=0, help="the jitter's seed")
     a = ap.parse_args()
     cfg = StubConfig(ttft_ms=a.ttft_ms, itl_ms=a.itl_ms, fault=a.fault, fault_every=a.fault_every,
                      role_chunk=not a.no_role_chunk, fixed_chunks=a.fixed_chunks, stamp=a.stamp, kv_tokens=a.kv_tokens,
                      block_size=a.block_size, max_num_seqs=a.max_num_seqs, batch_slowdown=a.batch_slowdown,
-                     per_request_metrics=a.enable_per_request_metrics, cpu_units=a.cpu_units)
+                     per_request_metrics=a.enable_per_request_metrics, cpu_units=a.cpu_units, jitter_ms=a.jitter_ms,
+                     seed=a.seed)
     web.run_app(make_app(cfg), host="127.0.0.1", port=a.port, access_log=None)
 
 
