@@ -175,7 +175,8 @@ def _verdicts(report: Report, fnd: Findings, by: list[str] | None) -> Section | 
         blocks.append(Table("verdicts against the margins (candidate − baseline, paired by case; Holm within each "
                             "variant)",
                             ["variant", "metric", "margin", "pairs", "estimate", "interval", "level", "verdict"],
-                            [[e["variant"], e["metric"], e["margin_text"], str(e["pairs"]),
+                            [[e["variant"], e["metric"], e["margin_text"],
+                              f"{e['pairs']}{' blocks' if e.get('paired_by') == 'block' else ''}",
                               "-" if e["estimate"] is None else f"{e['estimate']:+.3g}", _ci(e["ci"]),
                               level_text(e["ci_level"]), e["verdict"]] for e in fnd["verdicts"]]))
     return Section("verdicts", "Verdicts", blocks)
