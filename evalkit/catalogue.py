@@ -34,6 +34,8 @@ class Metric:
     short: str | None = None
     uses: frozenset[str] = frozenset()
     higher: bool = False
+    # a derived metric's SQL over the `measured` view's columns (`ledger.analysis` computes it there)
+    sql: str | None = None
 
     @property
     def header(self) -> str:
@@ -120,7 +122,8 @@ REQUEST: tuple[Metric, ...] = (
 DERIVED: tuple[Metric, ...] = (
     Metric("out_tps", "output tok/s", 1, "output tokens over E2E in seconds: the request's throughput as its user sees it",
            "tok/s",
-           short="out_tps", uses=frozenset({"margin", "summary"}), higher=True),
+           short="out_tps", uses=frozenset({"margin", "summary"}), higher=True,
+           sql="case when ok and completion_tokens <> 0 and e2e_ms <> 0 then completion_tokens / (e2e_ms / 1000.0) end"),
 )
 
 

@@ -72,7 +72,7 @@ def test_only_the_ledger_package_talks_to_sqlite():
         for node in ast.walk(tree):
             if isinstance(node, ast.Import | ast.ImportFrom):
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-                if any(n.split(".")[0] in ("sqlite3", "sqlite_utils") for n in names):
+                if any(n.split(".")[0] in ("sqlite3", "sqlite_utils", "duckdb") for n in names):
                     offenders.append(f"{mod}:{node.lineno} imports {names}")
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
                     and node.func.attr in ("query", "execute", "executescript"):
@@ -201,3 +201,16 @@ def test_sqlite_utils_uses_the_one_sqlite_library_evalkit_uses():
     from sqlite_utils import utils
 
     assert utils.sqlite3 is sqlite3
+
+
+def test_no_ledger_mixin_shadows_another_s_method():
+    """The `Ledger` is assembled from mixins, one per concern: a method named like another mixin's
+    would silently lose to whichever comes first."""
+    from evalkit.ledger.store import Ledger
+
+    owners: dict[str, list[str]] = {}
+    for cls in Ledger.__mro__:
+        for name, value in vars(cls).items():
+            if callable(value) and not name.startswith("__"):
+                owners.setdefault(name, []).append(cls.__name__)
+    assert {n: o for n, o in owners.items() if len(o) > 1} == {}

@@ -4,6 +4,7 @@ publish --out loaded back with `datasets`."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import socket
@@ -11,12 +12,14 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlite_utils import Database
 
 from evalkit.cli import cli
-from evalkit.reporting.findings import attribute_spike, find_spikes, parse_targets, recommend, spikes
+from evalkit.ledger import Ledger, open_ledger
+from evalkit.reporting.findings import attribute_spike, parse_targets, recommend, spikes
 from evalkit.reporting.report import paired
 from evalkit.testing.stub_server import StubConfig, StubServer
 
@@ -29,18 +32,51 @@ def _row(i: int, ttft: float, **kw) -> dict:
     return base
 
 
+def _synth() -> Any:
+    spec = importlib.util.spec_from_file_location("synth_ledger", Path(__file__).parents[1] / "benchmarks" / "synth_ledger.py")
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
+
+
+def _spiky(tmp_path: Path, values: list[float] | dict[str, list[float]], complexity: str = "short"
+           ) -> tuple[Ledger, str]:
+    """A ledger whose run has each variant's TTFTs ``values`` (a list: the variant "base"), one
+    slice each: cases of ``complexity`` at concurrency 1, sent in that order."""
+    from evalkit.paths import default_dataset_path
+    from evalkit.spec.dataset import load_cases
+
+    by = values if isinstance(values, dict) else {"base": values}
+    cases = [c for c in load_cases(default_dataset_path()) if c.complexity == complexity]
+    db = open_ledger(tmp_path / "spiky.db")
+    _synth().make_run(db, "r", list(by), [1], 1, cases)
+    seq = iter(range(1, 10**6))
+    db.insert_requests([{"run_id": "r", "variant": v, "case_id": cases[i % len(cases)].id, "repeat": i // len(cases),
+                         "seq": next(seq), "is_warmup": 0, "final": 1, "attempt": 0, "concurrency": 1, "ttft_ms": x,
+                         "e2e_ms": x + 1000, "srv_queue_ms": 0.0, "srv_prefill_ms": x - 5, "srv_preemptions": 0.0,
+                         "srv_waiting_start": 0.0, "srv_method": "histogram_delta"}
+                        for v, xs in by.items() for i, x in enumerate(xs)])
+    return db, "r"
+
+
+def _spikes_at(tmp_path: Path, values: list[float]) -> list[int]:
+    db, run = _spiky(tmp_path, values)
+    with db:
+        return [s["request_id"] - 1 for s in spikes(db, run)]  # ids from 1, in seq order
+
+
 @pytest.mark.parametrize(("values", "spikes_at"), [
     ([400, 410, 395, 405, 402, 398, 1740, 401], [6]),  # the study's lone 1740 ms spike among ~400 ms
     ([400.0] * 10, []),  # identical values: no spikes
     ([1, 2, 3], []),  # too few to say
     ([21.0, 21.0, 21.1, 21.0, 21.0, 21.8, 21.0, 21.0], []),  # near-zero spread: 0.8 ms above the median is no spike
 ])
-def test_find_spikes_known_answer(values, spikes_at):
-    assert find_spikes(values) == spikes_at
+def test_spikes_known_answer(tmp_path, values, spikes_at):
+    assert _spikes_at(tmp_path, values) == spikes_at
 
 
-def _small_rule_spikes(values: list[float], k: float = 3.5) -> list[int]:
-    """find_spikes' rule written out with sorted Python lists (the path below 4,096 values)."""
+def _rule_spikes(values: list[float], k: float = 3.5) -> list[int]:
+    """The spike rule written out with sorted Python lists."""
     def med(xs: list[float]) -> float:
         xs = sorted(xs)
         pos = (len(xs) - 1) / 2
@@ -53,42 +89,12 @@ def _small_rule_spikes(values: list[float], k: float = 3.5) -> list[int]:
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_find_spikes_above_4096_values_flags_what_the_small_rule_flags(seed):
+def test_the_spike_query_flags_what_the_rule_written_out_flags(tmp_path, seed):
     import random
-
-    from evalkit.stats.describe import LARGE
 
     rng = random.Random(seed)
-    values = [rng.gauss(400, 20) if i % 97 else rng.uniform(600, 2000) for i in range(LARGE + 501)]
-    assert find_spikes(values) == _small_rule_spikes(values)
-
-
-@pytest.mark.parametrize("stat", ["n", "mean", "std", "p50", "p90", "p95", "p99", "max"])
-def test_describe_above_4096_values_equals_the_small_path(stat):
-    import random
-
-    from evalkit.reporting.findings import describe
-    from evalkit.stats.describe import LARGE
-
-    rng = random.Random(7)
-    values = [rng.lognormvariate(5, 0.5) for _ in range(LARGE + 11)]
-    assert describe(values)[stat] == pytest.approx(_describe_small(values)[stat], rel=1e-12)
-
-
-def _describe_small(values: list[float]) -> dict[str, float]:
-    import math
-
-    xs = sorted(values)
-    n = len(xs)
-    m = sum(xs) / n
-
-    def p(q: float) -> float:
-        pos = (n - 1) * q / 100
-        lo, hi = math.floor(pos), math.ceil(pos)
-        return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-    return {"n": n, "mean": m, "std": math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1)), "p50": p(50), "p90": p(90),
-            "p95": p(95), "p99": p(99), "max": xs[-1]}
+    values = [rng.gauss(400, 20) if i % 97 else rng.uniform(600, 2000) for i in range(5001)]
+    assert _spikes_at(tmp_path, values) == _rule_spikes(values)
 
 
 @pytest.mark.parametrize("kw, cause", [
@@ -99,21 +105,20 @@ def _describe_small(values: list[float]) -> dict[str, float]:
     ({"srv_prefill_ms": None, "srv_queue_ms": None, "srv_method": None}, "unexplained"),
 ])
 def test_spike_attribution(kw, cause):
-    rows = [_row(i, 400.0 + i) for i in range(1, 9)]
     spike = _row(20, 1740.0, **kw)
-    got, why = attribute_spike(spike, rows + [spike], "ttft_ms", first_seq=1)
+    got, why = attribute_spike(spike, "ttft_ms", 1, (404.5, 399.5))
     assert got == cause, why
 
 
 def test_first_request_on_a_server_is_called_cold():
-    rows = [_row(i, 400.0 + i) for i in range(2, 10)]
     first = _row(1, 1740.0, srv_prefill_ms=390.0)
-    assert attribute_spike(first, rows + [first], "ttft_ms", first_seq=1)[0] == "cold/long prefill"
+    assert attribute_spike(first, "ttft_ms", 1, (405.0, 400.0))[0] == "cold/long prefill"
 
 
-def test_spike_lines_name_the_cause():
-    rows = [_row(i, 400.0 + i % 3) for i in range(1, 12)] + [_row(30, 1740.34, srv_prefill_ms=1735.0)]
-    s = spikes(rows)
+def test_spike_lines_name_the_cause(tmp_path):
+    db, run = _spiky(tmp_path, [400.0 + i % 3 for i in range(1, 12)] + [1740.34])  # its prefill: 1735.34 ms
+    with db:
+        s = spikes(db, run)
     assert len(s) == 1
     assert s[0]["cause"] == "cold/long prefill"
     assert "TTFT 1,740 ms" in s[0]["line"]
@@ -136,12 +141,13 @@ def test_paired_comparison_has_ci_and_verdict_only_when_clear():
     assert q["verdict"] == "no clear difference"
 
 
-def test_recommend_uses_intervals():
-    rows = [_row(i, 300.0 + i, variant="fast", complexity="long") for i in range(30)]
-    rows += [_row(100 + i, 3000.0 + i, variant="slow", complexity="long") for i in range(30)]
-    out = recommend(rows, parse_targets("ttft_p99=1000"))
+def test_recommend_uses_intervals(tmp_path):
+    db, run = _spiky(tmp_path, {"base": [300.0 + i for i in range(30)], "w8a8": [3000.0 + i for i in range(30)]},
+                     complexity="long")
+    with db:
+        out = recommend(db, run, parse_targets("ttft_p99=1000"))
     long = {o["variant"]: o["status"] for o in out if o["workload"] == "interactive long-input"}
-    assert long == {"fast": "meets", "slow": "misses"}
+    assert long == {"base": "meets", "w8a8": "misses"}
     with pytest.raises(Exception, match="METRIC_pNN"):
         parse_targets("latency=5")
 

@@ -27,7 +27,7 @@ from evalkit.spec.traces import TraceError, iter_trace, load_trace
 ROOT = Path(__file__).resolve().parent.parent
 
 HEAVY = ("scipy", "numpy", "sqlite_utils", "aiohttp", "datasets", "torch", "sentence_transformers", "jsonschema",
-         "pydantic")
+         "pydantic", "duckdb")
 
 _PROBE = ("import sys\nfrom click.testing import CliRunner\nfrom evalkit.cli import cli\n"
           "for args in (['--help'], ['report', '--help'], ['run', '--help']):\n"

@@ -20,7 +20,6 @@ from evalkit.measure.looplag import LagProbe
 from evalkit.measure.telemetry import MetricsScraper, Scrape
 from evalkit.reporting import svgplot
 from evalkit.reporting.document import SPIKES_SHOWN, findings_blocks
-from evalkit.reporting.findings import attribute_spike, slice_medians
 from evalkit.spec.dataset import Case, Message
 from evalkit.spec.matrix import Matrix, Telemetry
 
@@ -171,15 +170,6 @@ def test_a_level_outcome_without_an_slo_keeps_nothing_per_case():
     for k in range(100):
         o.add({**_row(0.0, 1.0), "case_id": f"c{k}"})
     assert (o.n, o.by_case) == (100, {})
-
-
-def test_a_spike_is_attributed_the_same_with_its_slice_medians_computed_once():
-    rows = [{"ttft_ms": 20.0 + k % 3, "srv_prefill_ms": 10.0, "srv_preemptions": 0, "srv_queue_ms": 0.0,
-             "srv_waiting_start": 0, "seq": k, "srv_method": "window"} for k in range(40)]
-    spike = {**rows[0], "ttft_ms": 90.0, "srv_prefill_ms": 70.0, "seq": 99}
-    slice_rows = rows + [spike]
-    assert attribute_spike(spike, slice_rows, "ttft_ms", 0, slice_medians(slice_rows, "ttft_ms")) == \
-        attribute_spike(spike, slice_rows, "ttft_ms", 0)
 
 
 def test_the_text_report_lists_the_largest_spikes_and_says_how_many_there_are():

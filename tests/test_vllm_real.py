@@ -209,7 +209,7 @@ def test_real_saturation_preempts_and_the_sweep_says_so(tmp_path):
     # The KV peak is a sampled gauge and the instant of preemption (a full cache) may fall between
     # two samples; but the medium request alone holds ~70 % of it while it decodes, for seconds.
     assert max(x["srv_kv_cache_usage_peak"] for x in rows) >= 0.6, why
-    assert attribute_spike(preempted[0], rows, "e2e_ms", None)[0] == "preemption"
+    assert attribute_spike(preempted[0], "e2e_ms", None, (min(x["e2e_ms"] for x in rows), None))[0] == "preemption"
 
 
 def test_real_vllm_through_ray(tmp_path):
@@ -378,7 +378,9 @@ def test_vllms_reasoning_parser_streams_reasoning_that_is_counted(reasoning_run)
 
 
 def test_vllms_reasoning_comes_before_the_answer(reasoning_run):
-    assert all(r["ttfo_ms"] > r["ttft_ms"] for r in _thinking_rows(reasoning_run) if r["ttfo_ms"] is not None)
+    # never after; equal where the reasoning's last token and the answer's first came in one read or
+    # one delta (vLLM merges a slow consumer's deltas; CI's 2 cores showed it), so not strictly before
+    assert all(r["ttfo_ms"] >= r["ttft_ms"] for r in _thinking_rows(reasoning_run) if r["ttfo_ms"] is not None)
 
 
 def test_ttfo_minus_ttft_is_vllms_reasoning_time(reasoning_run):

@@ -78,7 +78,7 @@ def recommend(ledger: Path | None, run_id: str | None, target: str | None, as_js
     """Which variant meets the percentile goals per workload class (interactive long-input,
     interactive short/medium, batch), with a bootstrap interval on every percentile: a verdict
     that is within noise says 'borderline' instead of guessing."""
-    from ..reporting.findings import parse_targets, recommend_lines, request_rows
+    from ..reporting.findings import parse_targets, recommend_lines
     from ..reporting.findings import recommend as rec
 
     if not target:
@@ -86,7 +86,7 @@ def recommend(ledger: Path | None, run_id: str | None, target: str | None, as_js
     targets = parse_targets(target)
     db = command_ledger(ledger_path(ledger), create=False)
     rid = db.require_run(run_id)["id"]
-    out = rec(request_rows(db, rid), targets)
+    out = rec(db, rid, targets)
     click.echo(json.dumps(out, indent=2) if as_json else "\n".join(recommend_lines(out)))
 
 

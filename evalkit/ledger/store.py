@@ -20,6 +20,7 @@ from sqlite_utils import Database
 
 from ..errors import LedgerWriteError, UsageError
 from .aggregate import ReportReads
+from .analysis import AnalysisReads
 from .derived import DerivedTables
 from .done import DoneKeys
 from .env import EnvSamples
@@ -105,7 +106,8 @@ class RunRecord(dict):
         return self.matrix.get("margins") or {}
 
 
-class Ledger(SeriesReads, TokenScoresMixin, DerivedTables, ReviewsMixin, ReportReads, EnvSamples):  # their own modules
+class Ledger(SeriesReads, TokenScoresMixin, DerivedTables, ReviewsMixin, ReportReads, AnalysisReads,  # their own modules
+             EnvSamples):
     """One ledger file, migrated. Its sqlite-utils connection is private: every read and write the
     rest of evalkit needs is a method here."""
 

@@ -5,11 +5,8 @@ and the study-style summary. Everything here reads rows; nothing is measured aga
 from __future__ import annotations
 
 import json
-import math
 from collections import defaultdict
 from typing import Any
-
-import numpy as np
 
 from ..catalogue import named
 from ..errors import UsageError
@@ -17,7 +14,6 @@ from ..grading.base import hook
 from ..grading.registry import available, use_run
 from ..ledger import Ledger
 from ..stats import mean, percentile, time_weighted_mean
-from ..stats.describe import LARGE
 from . import flips
 from .by_attr import by_quality, measured
 from .capacity import capacity, capacity_statement, cost, load_levels
@@ -27,7 +23,7 @@ from .report import build_report, quality
 from .reviews import review_lines, review_summary
 from .rows import request_rows
 from .rowseq import succeeded
-from .selection import by_variant, first_level, level_of
+from .selection import by_variant, first_level
 from .spike_summary import Spike
 from .traffic import conversations, prefix_sharing, trace_fidelity, traffic_lines
 from .under_load import lines as ul_lines
@@ -38,20 +34,6 @@ LATENCY_FIELDS = tuple(m.key for m in named("summary").values())  # the catalogu
 SLICE_FIELDS = ("complexity", "replica", "level", "concurrency")  # and every case attribute
 
 
-def describe(values: list[float]) -> dict[str, float | None]:
-    xs = [v for v in values if v is not None]
-    n = len(xs)
-    if n >= LARGE:  # one array, one partition for every percentile (the same type-7 rule)
-        a = np.asarray(xs, dtype=float)
-        p50, p90, p95, p99 = (float(x) for x in np.percentile(a, [50, 90, 95, 99]))
-        return {"n": n, "mean": float(a.mean()), "std": float(a.std(ddof=1)), "p50": p50, "p90": p90, "p95": p95,
-                "p99": p99, "max": float(a.max())}
-    m = mean(xs)
-    std = math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1)) if n > 1 and m is not None else None
-    return {"n": n, "mean": m, "std": std, "p50": percentile(xs, 50), "p90": percentile(xs, 90),
-            "p95": percentile(xs, 95), "p99": percentile(xs, 99), "max": max(xs) if xs else None}
-
-
 def slice_value(r: dict[str, Any], key: str) -> Any:
     """A row's value of a slicing key: a request field, else one of its case's attributes."""
     if key in SLICE_FIELDS:
@@ -60,74 +42,34 @@ def slice_value(r: dict[str, Any], key: str) -> Any:
     return json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v
 
 
-def slices(rows: list[dict[str, Any]], by: list[str]) -> list[dict[str, Any]]:
-    """Distribution of every metric per variant x slice (any combination of case fields)."""
-    attrs = sorted({k for r in rows for k in r["attributes"]})
-    bad = [b for b in by if b not in SLICE_FIELDS and b not in attrs]
-    if bad:
-        raise UsageError(f"--by: unknown slice field(s) {', '.join(bad)} (known: {', '.join([*SLICE_FIELDS, *attrs])})")
+def slices(ledger: Ledger, run: Any, baseline: str | None, by: list[str]) -> list[dict[str, Any]]:
+    """Distribution of every summary metric per variant x slice (any combination of case fields)
+    over each variant's first level, in SQL (`Ledger.distributions`); `slice_quality` adds the
+    graders' columns."""
+    return ledger.distributions(run["id"], baseline, run.repeats, by, list(named("summary").values()))
+
+
+def slice_quality(entries: list[dict[str, Any]], rows: list[dict[str, Any]], by: list[str]) -> None:
+    """Each grader's summary of the successful requests of each slice of ``rows``' variants."""
     groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    names = set()
     for r in rows:
-        groups[(r["variant"], *(slice_value(r, b) for b in by))].append(r)
-    out = []
-    for key, rs in sorted(groups.items(), key=lambda kv: tuple(str(x) for x in kv[0])):
-        ok = [r for r in rs if r["error_class"] is None]
-        entry: dict[str, Any] = {"variant": key[0], **dict(zip(by, key[1:], strict=True)), "n": len(rs),
-                                 "errors": len(rs) - len(ok)}
-        for m in LATENCY_FIELDS:
-            entry[m] = describe([r[m] for r in ok])
-        entry.update(quality(ok))
-        out.append(entry)
-    return out
+        names.add(r["variant"])
+        if r["error_class"] is None:
+            groups[(r["variant"], *(slice_value(r, b) for b in by))].append(r)
+    for e in entries:
+        if e["variant"] in names:
+            e.update(quality(groups.get((e["variant"], *(e[b] for b in by)), [])))
 
 
 # --- spikes ---------------------------------------------------------------------------------------
 
 
-def mad(xs: list[float]) -> float:
-    if len(xs) >= LARGE:
-        a = np.asarray(xs, dtype=float)
-        return float(np.percentile(np.abs(a - np.percentile(a, 50)), 50))
-    m = percentile(xs, 50) or 0.0
-    return percentile([abs(x - m) for x in xs], 50) or 0.0
-
-
-# A spike must also stand out in absolute terms: 10 % and 1 ms above its slice's median. Where the
-# spread is near zero (a stub server, a cached answer) the robust z of a 1 ms wiggle is large, but
-# the request was not slow.
-SPIKE_MIN_EXCESS = (0.10, 1.0)
-
-
-def centre(values: list[float]) -> tuple[float, float]:
-    """The median and the robust scale (1.4826 MAD, floored at 1 % of the median) spikes are set against."""
-    med = percentile(values, 50) or 0.0
-    return med, max(1.4826 * mad(values), 0.01 * abs(med), 1e-9)
-
-
-def find_spikes(values: list[float], k: float = 3.5, centred: tuple[float, float] | None = None) -> list[int]:
-    """Indices of values above median + k * 1.4826 * MAD (a robust z-score over k) that are also
-    at least 10 % and 1 ms above the median. The scale is floored at 1 % of the median."""
-    if len(values) < 5:
-        return []
-    med, scale = centred or centre(values)
-    floor = max(med * (1 + SPIKE_MIN_EXCESS[0]), med + SPIKE_MIN_EXCESS[1])
-    if len(values) >= LARGE:
-        a = np.asarray(values, dtype=float)
-        return np.flatnonzero((a > med + k * scale) & (a >= floor)).tolist()
-    return [i for i, v in enumerate(values) if v > med + k * scale and v >= floor]
-
-
-def slice_medians(slice_rows: list[dict[str, Any]], metric: str) -> tuple[float, float | None]:
-    """A slice's median of the metric and of the server's prefill: what a spike is set against."""
-    return (percentile([x[metric] for x in slice_rows if x[metric] is not None], 50) or 0.0,
-            percentile([x["srv_prefill_ms"] for x in slice_rows if x["srv_prefill_ms"] is not None], 50))
-
-
-def attribute_spike(r: dict[str, Any], slice_rows: list[dict[str, Any]], metric: str,
-                    first_seq: int | None, medians: tuple[float, float | None] | None = None) -> tuple[str, str]:
+def attribute_spike(r: dict[str, Any], metric: str, first_seq: int | None,
+                    medians: tuple[float, float | None]) -> tuple[str, str]:
     """Why was this request slow? queued, cold/long prefill, preemption, or unexplained.
-    ``medians``: the slice's (`slice_medians`), computed once for all its spikes."""
-    med, prefill_med = medians or slice_medians(slice_rows, metric)
+    ``medians``: its slice's median of the metric and of the server's prefill."""
+    med, prefill_med = medians
     excess = (r[metric] or 0.0) - med
     if (r["srv_preemptions"] or 0) > 0:
         return "preemption", f"{r['srv_preemptions']:.0f} preemption(s) during the request"
@@ -147,39 +89,27 @@ def attribute_spike(r: dict[str, Any], slice_rows: list[dict[str, Any]], metric:
     return "unexplained", "queue, prefill and preemptions were all normal"
 
 
-def spikes(rows: list[dict[str, Any]], metric: str = "ttft_ms", k: float = 3.5,
-           first_seqs: dict[str, int] | None = None) -> list[Spike]:
-    """Requests far above their slice (variant x level x complexity), each with its likely cause.
-    ``first_seqs``: each variant's first seq over the run, when ``rows`` are one level of it."""
+def spikes(ledger: Ledger, run_id: str, metric: str = "ttft_ms", k: float = 3.5) -> list[Spike]:
+    """Requests far above their slice (variant x level x complexity: like with like), found in SQL
+    (`Ledger.spike_rows`: median + k x 1.4826 MAD, and 10 % and 1 ms above the median), each with
+    its likely cause."""
     out = []
-    groups: dict[tuple[str, int, str], list[dict[str, Any]]] = defaultdict(list)
-    for r in rows:  # like with like: a request is compared with its own slice at its own load level
-        if r["error_class"] is None and r[metric] is not None:
-            groups[(r["variant"], level_of(r), r["complexity"] or "all")].append(r)
-    firsts: dict[str, int] = dict(first_seqs or {})
-    if first_seqs is None:
-        for r in rows:
-            firsts[r["variant"]] = min(firsts.get(r["variant"], r["seq"]), r["seq"])
-    for (v, level, cx), rs in sorted(groups.items()):
-        vals = [r[metric] for r in rs]
-        med, scale = centred = centre(vals)
-        medians = None
-        for i in find_spikes(vals, k, centred):
-            r = rs[i]
-            medians = medians or slice_medians(rs, metric)  # once per slice: a slice with many spikes stays linear
-            cause, why = attribute_spike(r, rs, metric, firsts[v], medians)
-            out.append(Spike(r["id"], v, cx, r["case_id"], level, metric, r[metric], med, (r[metric] - med) / scale,
-                             cause, why))
+    for r in ledger.spike_rows(run_id, metric, k):
+        cause, why = attribute_spike({**r, metric: r["value"]}, metric, r["first_seq"],
+                                     (r["median"], r["prefill_median"]))
+        out.append(Spike(r["id"], r["variant"], r["complexity"], r["case_id"], r["load_level"], metric, r["value"],
+                         r["median"], (r["value"] - r["median"]) / r["scale"], cause, why))
     return out
 
 
 # --- capacity, SLOs, summary ---------------------------------------------------------------------
 
 
+# the workload classes `recommend` judges, each a condition on the case's complexity
 WORKLOADS = {
-    "interactive long-input": lambda r: r["complexity"] == "long",
-    "interactive short/medium": lambda r: r["complexity"] in ("short", "medium"),
-    "batch (all, throughput)": lambda r: True,
+    "interactive long-input": "case_complexity = 'long'",
+    "interactive short/medium": "case_complexity in ('short', 'medium')",
+    "batch (all, throughput)": "true",
 }
 
 
@@ -204,35 +134,32 @@ def parse_targets(text: str) -> dict[tuple[str, float], float]:
     return out
 
 
-def recommend(rows: list[dict[str, Any]], targets: dict[tuple[str, float], float]) -> list[dict[str, Any]]:
+def recommend(ledger: Ledger, run_id: str, targets: dict[tuple[str, float], float]) -> list[dict[str, Any]]:
     """Per workload class: which variants meet every SLO, with a bootstrap interval on each
     percentile so a pass or a miss that is within noise says so. Each variant at its first load
-    level: the rows the report's tables and verdicts use."""
+    level, the baseline's noise-floor passes left out: the rows the report's tables and verdicts use."""
     import random
 
-    rows = first_level(rows)
+    run = ledger.require_run(run_id)
+    metrics = sorted({m for m, _ in targets})
     out = []
-    variants = sorted({r["variant"] for r in rows})
-    for wl, pick in WORKLOADS.items():
-        for v in variants:
-            rs = [r for r in rows if r["variant"] == v and pick(r)]
-            ok = [r for r in rs if r["error_class"] is None]
-            checks = []
-            for (metric, q), limit in targets.items():
-                xs = [r[metric] for r in ok if r[metric] is not None]
-                est = percentile(xs, q)
-                rng = random.Random(0)
-                boots = sorted(percentile([xs[rng.randrange(len(xs))] for _ in xs], q) for _ in range(500)) if xs else []
-                ci = (percentile(boots, 2.5), percentile(boots, 97.5)) if boots else None
-                status = ("no data" if est is None else "meets" if ci and ci[1] <= limit else
-                          "misses" if ci and ci[0] > limit else "borderline")
-                checks.append({"metric": metric, "q": q, "limit_ms": limit, "estimate_ms": est,
-                               "ci95_ms": list(ci) if ci else None, "status": status})
-            errors = len(rs) - len(ok)
-            overall = ("no data" if not ok else "meets" if all(c["status"] == "meets" for c in checks) and not errors
-                       else "misses" if any(c["status"] == "misses" for c in checks) else "borderline")
-            out.append({"workload": wl, "variant": v, "n": len(rs), "errors": errors, "status": overall,
-                        "checks": checks})
+    for g in ledger.first_level_values(run["id"], ledger.baseline(run["id"]), run.repeats, WORKLOADS, metrics):
+        checks = []
+        for (metric, q), limit in targets.items():
+            xs = g[metric]
+            est = percentile(xs, q)
+            rng = random.Random(0)
+            boots = sorted(percentile([xs[rng.randrange(len(xs))] for _ in xs], q) for _ in range(500)) if xs else []
+            ci = (percentile(boots, 2.5), percentile(boots, 97.5)) if boots else None
+            status = ("no data" if est is None else "meets" if ci and ci[1] <= limit else
+                      "misses" if ci and ci[0] > limit else "borderline")
+            checks.append({"metric": metric, "q": q, "limit_ms": limit, "estimate_ms": est,
+                           "ci95_ms": list(ci) if ci else None, "status": status})
+        ok = g["n"] - g["errors"]
+        overall = ("no data" if not ok else "meets" if all(c["status"] == "meets" for c in checks) and not g["errors"]
+                   else "misses" if any(c["status"] == "misses" for c in checks) else "borderline")
+        out.append({"workload": g["group"], "variant": g["variant"], "n": g["n"], "errors": g["errors"],
+                    "status": overall, "checks": checks})
     return out
 
 
@@ -330,10 +257,12 @@ def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = N
     capacity_lines = capacity_statement(variants, levels, baseline, load)
     qul = quality_under_load(rows)
     costs = cost(variants, levels, run.matrix.get("reference_price"))
+    # the baseline's noise-floor passes are drift's, not cases: not counted in any slice
+    cases = measured(first_level(rows), baseline, run.repeats)
+    slice_quality(cut := slices(ledger, run, baseline, by or ["complexity"]), cases, by or ["complexity"])
     return {
         "run_id": run_id, "baseline": baseline,
-        # the baseline's noise-floor passes are drift's, not cases: not counted in any slice
-        "slices": slices(cases := measured(first_level(rows), baseline, run.repeats), by or ["complexity"]),
+        "slices": cut,
         "by": by or [], "by_quality": by_quality(cases, baseline, by) if by else [],  # reporting/by_attr.py
         "paired": report["paired"],
         "multiplicity": report["multiplicity"],
@@ -342,7 +271,7 @@ def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = N
         "verdict_lines": sentences(vs, baseline) if baseline else [],
         "timeshare": lf["timeshare"], "accuracy": lf["accuracy"],
         "margins_given": [m.text for m in specs],  # so "no verdict" can say why truthfully
-        "spikes": spikes(rows, "ttft_ms", k) + spikes(rows, "e2e_ms", k),
+        "spikes": spikes(ledger, run_id, "ttft_ms", k) + spikes(ledger, run_id, "e2e_ms", k),
         "capacity": capacity(variants, rows, levels, max_tokens, stop_kv),
         "capacity_statement": capacity_lines,
         "load_levels": levels,

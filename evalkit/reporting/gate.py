@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
+from ..catalogue import Metric
 from ..errors import UsageError
 from ..grading.base import Threshold
 from ..grading.registry import thresholds as registry_thresholds
 from ..ledger import Ledger
-from ..stats import percentile
 from .findings import parse_targets, request_rows
 from .report import build_report
 from .selection import by_level, first_level, is_swept
@@ -115,6 +115,10 @@ def run_checks(ledger: Ledger, run_id: str | None, spec: GateSpec) -> tuple[str,
         raise UsageError("check: give at least one threshold (e.g. --threshold schema_pass=0.9, --margins "
                          "drift=0.05, --target ttft_p99=2000, --max-error-rate 0), or margins in the matrix")
     rows = {r["variant"]: r for r in rep["rows"] if r["complexity"] == "all"}
+    # the percentile targets over each variant's cases at its first level, as the report's tables count them
+    targets = ledger.slice_table(rid, base, ledger.require_run(rid).repeats,
+                                 [Metric(f"{m}:p{q:g}", "", source=m, agg=f"p{q:g}") for m, q in spec.targets],
+                                 {}) if spec.targets else {}
     first = first_level(reqs)
     known = registry_thresholds()
     out: list[Check] = []
@@ -130,16 +134,14 @@ def run_checks(ledger: Ledger, run_id: str | None, spec: GateSpec) -> tuple[str,
                 continue
             out.append(threshold_check(v, r, name, th, limit))
         for (metric, q), limit in spec.targets.items():
-            xs = [x[metric] for x in first if x["variant"] == v and x["error_class"] is None and x[metric] is not None]
-            est = percentile(xs, q)
+            est = targets.get((v, "all"), {}).get(f"{metric}:p{q:g}")
             label = f"{metric.removesuffix('_ms')} p{q:g}"
             out.append(_check(v, label, est, limit, None if est is None else est <= limit,
                               f"{label} {est or 0:,.0f} ms (max {limit:,.0f} ms)"))
     if spec.max_client_lag_ms is not None:
+        lag = ledger.client_lag_p99(rid)
         for v in rows:
-            lags = [x["client_lag_max_ms"] for x in reqs if x["variant"] == v and x.get("client_lag_max_ms") is not None]
-            p99 = percentile(lags, 99)
-            kernel = all(x.get("timestamp_source") == "kernel" for x in reqs if x["variant"] == v)
+            p99, kernel = lag.get(v, (None, True))
             out.append(_check(v, "client lag", p99, spec.max_client_lag_ms,
                               None if p99 is None else p99 <= spec.max_client_lag_ms,
                               f"client event-loop lag p99 {p99 or 0:,.1f} ms over its requests (max "

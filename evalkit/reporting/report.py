@@ -8,8 +8,6 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-import numpy as np
-
 from .. import catalogue
 from ..catalogue import KEYS, Metric, fmt
 from ..execution.resume import run_state
@@ -21,9 +19,8 @@ from ..host import hosts_differ
 from ..ledger import Ledger
 from ..spec.dataset import COMPLEXITIES
 from ..stats import mean, pct_delta, percentile, robust_ratio
-from .columns import Columns, slices_metrics
 from .grade_views import grades_by_grader
-from .rows import give_back, keep_columns, request_rows, row_index
+from .rows import give_back, keep_columns, request_rows
 from .rowseq import Rows, take, where
 from .selection import COMPARED, by_variant, first_level, level_note, sweep_levels
 from .spike_summary import bounded
@@ -59,42 +56,6 @@ def quality(rows: list[dict[str, Any]], base_rows: list[dict[str, Any]] | None =
 def quality_columns(graders: list[str] | None = None) -> list[Metric]:
     """The quality table: variant, slice, then every registered grader's summary columns."""
     return [*KEYS, *summary_columns(graders)]
-
-
-def _meets(r: dict[str, Any], slo: dict[str, float]) -> bool:
-    """A request counts towards goodput when it succeeded and met every SLO given."""
-    if r["error_class"] is not None:
-        return False
-    return all(r[f"{k}_ms"] is not None and r[f"{k}_ms"] <= v for k, v in slo.items())
-
-
-def _slice_stats(rows: list[dict[str, Any]], metrics: dict[str, Any], idx: np.ndarray, slo: dict[str, float]
-                 ) -> dict[str, Any]:
-    """Every declared report metric over one slice (``metrics``: `slices_metrics`'s), and the ones
-    computed by name."""
-    out = dict(metrics)
-    out["goodput_pct"] = 100.0 * sum(_meets(rows[i], slo) for i in idx) / idx.size if slo and idx.size else None
-    out["srv_methods"] = sorted({rows[i]["srv_method"] for i in idx if rows[i]["srv_method"]})
-    return out
-
-
-def columns(rows: list[dict[str, Any]], names: list[str]) -> Columns:
-    """`Columns` of the rows; of rows read from the ledger, straight from its columns (no tuple a
-    row: at a million rows that list alone is a gigabyte)."""
-    hit = row_index(rows)
-    if hit is None:
-        return Columns(rows, names)
-    t, idx = hit
-    out = Columns([], [])
-    out.n = len(rows)
-    out.ok = t.columns["error_class"].nulls()[idx]
-    for name in dict.fromkeys(names):
-        if name in t.columns:
-            out.cols[name] = np.ascontiguousarray(t.columns[name].floats()[idx])
-        else:  # computed per row (out_tps): its values, None as NaN
-            get = t.get[name]
-            out.cols[name] = np.array([get(i) for i in idx.tolist()], dtype=float).reshape(len(rows))
-    return out
 
 
 def paired(rows: list[dict[str, Any]], baseline: str, metric: str, by: str = "complexity") -> list[dict[str, Any]]:
@@ -177,6 +138,8 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
     entries: dict[str, list[dict[str, Any]]] = {}
     pairs_of: dict[str, dict[str, list[dict[str, Any]]]] = {}
     names = list(dict.fromkeys([*(v["name"] for v in variants), *sorted(levels)]))
+    # every declared metric per variant x slice, in SQL over each variant's first level
+    metrics = ledger.slice_table(run_id, baseline, repeats, [m for m in catalogue.REPORT if m.agg], slo)
     for name in sorted(names, key=lambda n: n != baseline):  # the baseline's own parts first: then it is compared with
         if name == baseline:
             vcases, vfirst = base_cases, base_first
@@ -184,7 +147,7 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
             vfirst = first_of(name)
             vcases = vfirst
         if name in {v["name"] for v in variants}:
-            entries[name] = _variant_table(ledger, run_id, name, vcases, baseline, base_groups, slo)
+            entries[name] = _variant_table(ledger, run_id, name, vcases, baseline, base_groups, metrics)
         if baseline and name != baseline and name in levels:  # paired against the baseline, the same cases
             both = Rows.chain(base_first, vfirst)
             pairs_of[name] = {m: paired(both, baseline, m) for m in ("ttft_ms", "e2e_ms", "tpot_ms")}
@@ -242,22 +205,21 @@ def _slices(cases: list[dict[str, Any]]) -> dict[str, array[int]]:
 
 
 def _variant_table(ledger: Ledger, run_id: str, variant: str, cases: list[dict[str, Any]], baseline: str | None,
-                   base: dict[str, Any], slo: dict[str, float]) -> list[dict[str, Any]]:
-    """One variant's rows of the tables: per slice its metrics and quality (against the
-    baseline's same slice), from that variant's cases only."""
+                   base: dict[str, Any], metrics: dict[tuple[str, str], dict[str, Any]]) -> list[dict[str, Any]]:
+    """One variant's rows of the tables: per slice its metrics (``metrics``: `Ledger.slice_table`'s)
+    and quality (against the baseline's same slice), from that variant's cases only."""
     index = _slices(cases)
-    idxs = {s: np.frombuffer(index[s], dtype=np.int64) for s in SLICES if s in index}
-    metrics = slices_metrics(lambda names: columns(cases, names), idxs)
     out = []
-    for s, idx in idxs.items():
-        entry = {"variant": variant, "complexity": s, **_slice_stats(cases, metrics[s], idx, slo)}
+    for s in SLICES:
+        if (got := metrics.get((variant, s))) is None:
+            continue
+        entry = {"variant": variant, "complexity": s, **got}
         # the server's preemption counter over the run: per variant, so on its "all" row only
         entry["preemptions"] = ledger.series_delta(run_id, variant, "num_preemptions_total") if s == "all" else None
-        out.append(entry)
-    for entry in out:
-        mine = take(cases, index[entry["complexity"]])  # views made when read, as the slice's are
-        theirs = None if variant == baseline else take(base["cases"], base["index"].get(entry["complexity"], ()))
+        mine = take(cases, index[s])  # views made when read, as the slice's are
+        theirs = None if variant == baseline else take(base["cases"], base["index"].get(s, ()))
         entry.update(quality(mine, theirs))
+        out.append(entry)
     return out
 
 

@@ -14,7 +14,7 @@ from ..ledger import Ledger
 from . import flips
 from .by_attr import measured
 from .capacity import Usage, capacity, capacity_statement, cost, finish_levels, level_entries, level_groups, level_refs
-from .findings import findings, full_report, request_ends, slices, spikes, study_entry
+from .findings import findings, full_report, request_ends, slice_quality, slices, spikes, study_entry
 from .ledger_findings import ledger_findings
 from .plots import mark_frontier, quality_points
 from .report import build_report
@@ -65,6 +65,7 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
     by_name = {v["name"]: v for v in variants}
     levels_of = ledger.slice_levels(run_id)  # variants in the order the rows first show them
     outline = ledger.level_outline(run_id)
+    cut = slices(ledger, run, baseline, ["complexity"])  # in SQL; each variant's graders' columns added below
     first = request_rows(ledger, run_id, baseline, min(levels_of[baseline])) if baseline in levels_of else Rows()
     # let go after the first levels; its cases without the noise-floor passes, as every table counts them
     base = {"first": first, "cases_ok": succeeded(measured(first, baseline, run.repeats))}
@@ -89,7 +90,7 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
         vfirst = first_level(rows) if lv is None else rows if lv == st["first"] else None
         if vfirst is not None:  # the comparisons against the baseline: its first level and this one's
             both = vfirst if v == baseline else Rows.chain(base["first"], vfirst)
-            p["slices"] = slices(measured(vfirst, baseline, run.repeats), ["complexity"])
+            slice_quality(cut, measured(vfirst, baseline, run.repeats), ["complexity"])
             p["verdicts"] = [] if v == baseline else verdicts(both, baseline, specs, time=ts)
             p["flips"] = [] if v == baseline else flips.flips(both, baseline, floor_rep)
             p["study"] = study_entry(ledger, run_id, v, measured(vfirst, baseline, run.repeats), None, baseline,
@@ -101,8 +102,6 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
         entries = level_entries(groups, outline["spans"], st["refs"], load, ledger, run_id)
         p["levels"] += entries
         p["points"] += quality_points(rows, entries, cost(variants, entries, run.matrix.get("reference_price")))
-        for i, metric in enumerate(("ttft_ms", "e2e_ms")):
-            p["spikes"][i].extend(spikes(rows, metric, k, outline["first_seq"]))
         usage[v].add(rows, stop_kv)
         prefix_sums(rows, prefix)
         conversation_sums(rows, convs)
@@ -116,7 +115,7 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
 
     plan = {v: _level_plan(v, levels_of[v], outline) for v in levels_of}
     for v in levels_of:
-        part[v] = {"levels": [], "points": [], "qul": [], "spikes": ([], [])}
+        part[v] = {"levels": [], "points": [], "qul": []}
         usage[v] = Usage()
         state[v] = {"first": min(levels_of[v]), "refs": {}, "seq": None,
                     "top": max((lv for (v2, lv), n in outline["ok"].items() if v2 == v and n), default=1)}
@@ -160,8 +159,7 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
              for line in hook(cls, "notes", everything)]
     return {
         "run_id": run_id, "baseline": baseline,
-        "slices": sorted((e for v in names for e in part[v]["slices"]),
-                         key=lambda e: (str(e["variant"]), str(e["complexity"]))),
+        "slices": cut,
         "by": [], "by_quality": [],
         "paired": report["paired"],
         "multiplicity": report["multiplicity"],
@@ -169,7 +167,7 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
         "verdict_lines": sentences(vs, baseline) if baseline else [],
         "timeshare": ts, "accuracy": lf["accuracy"],
         "margins_given": [m.text for m in specs],
-        "spikes": [s for v in names for s in part[v]["spikes"][0]] + [s for v in names for s in part[v]["spikes"][1]],
+        "spikes": spikes(ledger, run_id, "ttft_ms", k) + spikes(ledger, run_id, "e2e_ms", k),
         "capacity": [c for v in variants for c in (part[v["name"]]["capacity"] if v["name"] in part else
                                                    capacity([v], [], levels, run.matrix["generation"]["max_tokens"],
                                                             stop_kv, usage))],

@@ -1,0 +1,258 @@
+"""The report's aggregates as named ledger queries (issue 48), run by DuckDB over the ledger file
+(`duck.Duck`): Python gets one row per group, never a row per request.
+
+Every query reads the `measured` view joined to the run's cases, and selects one of two row sets:
+each variant at its first load level (what the tables, slices and verdicts compare), with the
+baseline's noise-floor passes (repeats past the run's own) left out. Metric expressions come
+from the catalogue's declarations (`source` + `agg`, a derived metric's `sql`), so a new
+declared metric is computed here without a line of SQL.
+
+Percentiles are DuckDB's `quantile_cont` (linear interpolation between order statistics, the
+type-7 rule numpy's default and `stats.percentile` use); the standard deviation is the sample's."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from ..catalogue import DERIVED, Metric
+from ..errors import UsageError
+from .duck import Duck, literal
+
+_P = re.compile(r"^p(\d+(?:\.\d+)?)$")
+REQUEST_KEYS = ("complexity", "replica", "level", "concurrency")  # a slice key from the row; else a case attribute
+_ATTR_FIELDS = ("task", "persona", "candidate", "formality")  # a case without attributes_json: these are its attributes
+DESCRIBE = ("n", "mean", "std", "p50", "p90", "p95", "p99", "max")  # `distributions`' figures of each metric
+_SQL_OF = {m.key: m.sql for m in DERIVED if m.sql}
+
+# The measured rows of one run at each variant's first level, the baseline's noise-floor passes out
+# ($run, $baseline, $repeats), with the case's complexity and attributes and the derived metrics.
+_FIRST_LEVEL = """
+with firsts as (select variant, min(load_level) as first from l.measured where run_id = $run group by variant),
+sel as (
+  select r.*, c.complexity as case_complexity, c.attributes_json, {case_fields}{derived}
+  from l.measured r join l.runs u on u.id = r.run_id
+  join l.cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
+  join firsts f on f.variant = r.variant and f.first = r.load_level
+  where r.run_id = $run and (r.variant is distinct from $baseline or r.repeat < $repeats)
+)"""
+
+
+def _source(m: Metric) -> str:
+    name = m.source or m.key
+    return _SQL_OF.get(name, f'"{name}"')
+
+
+def _agg(m: Metric, pcts: dict[tuple[str, bool], list[float]]) -> str:
+    """One declared metric's SQL. A column's percentiles are one `quantile_cont` over the list of
+    them (one sort; DuckDB computes an aggregate written twice once), indexed."""
+    if m.agg == "count":
+        return "count(*)"
+    if m.agg == "errors":
+        return "count(*) filter (where not ok)"
+    src, only = _source(m), " filter (where ok)" if m.ok_only else ""
+    if m.agg == "mean":
+        return f"avg({src}){only}"
+    if m.agg == "max":
+        return f"max({src}){only}"
+    if m.agg == "max_pct":
+        return f"100.0::double * max({src}){only}"
+    if m.agg == "positive":
+        cond = "ok and " if m.ok_only else ""
+        return f"case when count({src}){only} = 0 then null else count(*) filter (where {cond}{src} > 0) end"
+    if (p := _P.match(m.agg or "")) is not None:
+        qs = pcts[(src, m.ok_only)]
+        return f"(quantile_cont({src}, {qs!r}){only})[{qs.index(float(p.group(1)) / 100) + 1}]"
+    raise ValueError(f"metric {m.key}: unknown aggregate {m.agg!r}")
+
+
+def aggregates(metrics: Sequence[Metric]) -> list[str]:
+    """The SQL of each declared metric over a group of `sel`'s rows."""
+    pcts: dict[tuple[str, bool], list[float]] = {}
+    for m in metrics:
+        if (p := _P.match(m.agg or "")) is not None:
+            qs = pcts.setdefault((_source(m), m.ok_only), [])
+            if (q := float(p.group(1)) / 100) not in qs:
+                qs.append(q)
+    return [_agg(m, pcts) for m in metrics]
+
+
+class AnalysisReads:
+    """The named queries. Each opens DuckDB over the ledger's file and closes it when done: DuckDB
+    keeps the memory of a query's aggregates in its own allocator until closed (~100 MB at a
+    million rows), which would sit under the rest of the report's peak; opening costs ~0.1 s."""
+
+    path: Any
+
+    def query(self, sql: str, params: dict[str, Any] | None = None) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """(column names, rows) of one analysis query over this ledger (`duck.Duck`: ``l.`` names its tables)."""
+        with Duck(self.path) as duck:
+            return duck.columns(sql, params)
+
+    def _first_level(self, run_id: str, baseline: str | None, repeats: int, keys: list[str], select: list[str],
+                     group: str, where: str = "true") -> tuple[list[str], list[tuple[Any, ...]]]:
+        """``select`` over the first-level rows (those meeting ``where``) grouped by ``group``;
+        ``keys``: expressions (with their alias) the grouping names."""
+        derived = "".join(f", {sql} as {key}" for key, sql in _SQL_OF.items())
+        fields = ", ".join(f"c.{f} as case_{f}" for f in _ATTR_FIELDS)
+        sql = (_FIRST_LEVEL.format(case_fields=fields, derived=derived)
+               + f" select {', '.join(select)} from (select {', '.join([*keys, '*'])} from sel where {where}) s"
+               f" group by {group}")
+        return self.query(sql, {"run": run_id, "baseline": baseline, "repeats": repeats})
+
+    def slice_table(self, run_id: str, baseline: str | None, repeats: int, metrics: Sequence[Metric],
+                    slo: dict[str, float]) -> dict[tuple[str, str], dict[str, Any]]:
+        """(variant, complexity or "all") -> every metric of ``metrics`` (the catalogue's `REPORT`
+        ones with an `agg`), the goodput under ``slo`` (None without one) and the server's timing
+        methods, over each variant's first level."""
+        cols = [f"{e} as {_ident(m.key)}" for e, m in zip(aggregates(metrics), metrics, strict=True)]
+        meets = " and ".join(f'"{k}_ms" <= {literal(float(v))}' for k, v in slo.items())
+        cols.append(f"100.0::double * count(*) filter (where ok and {meets}) / count(*) as goodput_pct" if slo
+                    else "null as goodput_pct")
+        cols.append("list_sort(list(distinct srv_method) filter (where srv_method is not null "
+                    "and srv_method <> '')) as srv_methods")
+        names, rows = self._first_level(run_id, baseline, repeats, [],
+                                        ["variant", "case_complexity", "grouping(case_complexity) as whole", *cols],
+                                        "grouping sets ((variant, case_complexity), (variant))")
+        out = {}
+        for row in rows:
+            got = dict(zip(names, row, strict=True))
+            key = (got.pop("variant"), "all" if got.pop("whole") else got.pop("case_complexity"))
+            got.pop("case_complexity", None)
+            got["srv_methods"] = got["srv_methods"] or []
+            out[key] = got
+        return out
+
+    def slice_keys(self, run_id: str, baseline: str | None, repeats: int) -> list[str]:
+        """The case attributes a first-level row carries (what `--by` may name besides `REQUEST_KEYS`)."""
+        attrs = "coalesce(nullif(attributes_json, ''), json_object(" + ", ".join(f"'{f}', case_{f}" for f in _ATTR_FIELDS) + "))"
+        _, rows = self._first_level(run_id, baseline, repeats, [f"unnest(json_keys({attrs})) as k"], ["k"], "k")
+        return sorted(r[0] for r in rows)
+
+    def distributions(self, run_id: str, baseline: str | None, repeats: int, by: list[str],
+                      fields: Sequence[Metric]) -> list[dict[str, Any]]:
+        """Per variant x value(s) of ``by`` over each variant's first level: n, errors, and per metric
+        its n, mean, std, p50, p90, p95, p99 and max over the successful requests."""
+        known = self.slice_keys(run_id, baseline, repeats)
+        bad = [b for b in by if b not in REQUEST_KEYS and b not in known]
+        if bad:
+            raise UsageError(f"--by: unknown slice field(s) {', '.join(bad)} (known: {', '.join([*REQUEST_KEYS, *known])})")
+        keys = [_key_sql(b, i) for i, b in enumerate(by)]
+        cols = ["variant", *(f"by{i}" for i in range(len(by))), "count(*)", "count(*) filter (where not ok)"]
+        for m in fields:
+            src, q = _source(m), f"(quantile_cont({_source(m)}, [0.5, 0.9, 0.95, 0.99]) filter (where ok))"
+            cols += [f"count({src}) filter (where ok)", f"avg({src}) filter (where ok)",
+                     f"stddev_samp({src}) filter (where ok)", *(f"{q}[{i}]" for i in range(1, 5)),
+                     f"max({src}) filter (where ok)"]
+        _, rows = self._first_level(run_id, baseline, repeats, keys, cols,
+                                    ", ".join(["variant", *(f"by{i}" for i in range(len(by)))]))
+        out = []
+        for row in rows:
+            entry: dict[str, Any] = {"variant": row[0], **{b: _value(b, row[1 + i]) for i, b in enumerate(by)},
+                                     "n": row[1 + len(by)], "errors": row[2 + len(by)]}
+            at = 3 + len(by)
+            for m in fields:
+                entry[m.key] = dict(zip(DESCRIBE, row[at:at + len(DESCRIBE)], strict=True))
+                at += len(DESCRIBE)
+            out.append(entry)
+        return sorted(out, key=lambda e: tuple(str(e[k]) for k in ["variant", *by]))
+
+
+
+    def first_level_values(self, run_id: str, baseline: str | None, repeats: int, groups: dict[str, str],
+                           metrics: list[str]) -> list[dict[str, Any]]:
+        """Per group (name -> its SQL condition on `case_complexity`) x variant over each variant's
+        first level: n, errors, and each metric's successful values in send order (a percentile's
+        bootstrap resamples them: the one column Python holds)."""
+        cols = ["variant", "count(*)", "count(*) filter (where not ok)",
+                *(f"list({_ident(m)} order by seq, id) filter (where ok and {_ident(m)} is not null)" for m in metrics)]
+        got = {}
+        for name, cond in groups.items():
+            _, rows = self._first_level(run_id, baseline, repeats, [], cols, "variant", where=cond)
+            got.update({(name, v): {"group": name, "variant": v, "n": n, "errors": e,
+                                    **dict(zip(metrics, (x or [] for x in xs), strict=True))} for v, n, e, *xs in rows})
+        variants = sorted({v for _, v in got})  # a group a variant has no request in: n 0
+        return [got.get((g, v)) or {"group": g, "variant": v, "n": 0, "errors": 0, **{m: [] for m in metrics}}
+                for g in groups for v in variants]
+    def client_lag_p99(self, run_id: str) -> dict[str, tuple[float | None, bool]]:
+        """Per variant over every level: the p99 of its requests' client event-loop lag, and whether
+        every one was stamped by the kernel (`evalkit check --max-client-lag-ms`)."""
+        _, rows = self.query("select variant, quantile_cont(client_lag_max_ms, 0.99), "
+                             "bool_and(coalesce(timestamp_source = 'kernel', false)) from l.measured r "
+                             "join l.runs u on u.id = r.run_id join l.cases c on c.id = r.case_id "
+                             "and c.dataset_hash = u.dataset_hash where r.run_id = $run group by variant",
+                             {"run": run_id})
+        return {v: (p99, bool(kernel)) for v, p99, kernel in rows}
+    def spike_rows(self, run_id: str, metric: str, k: float) -> list[dict[str, Any]]:
+        """`_SPIKES` of ``metric``: few rows, each attributed in Python (`findings.attribute_spike`)."""
+        if metric not in ("ttft_ms", "e2e_ms"):
+            raise ValueError(f"no spikes of {metric!r}")
+        _, rows = self.query(_SPIKES.format(rows=_SLICE_ROWS.format(metric=metric)), {
+            "run": run_id, "k": float(k), "c": 1.4826, "low": 0.01, "rel": 1 + SPIKE_MIN_EXCESS[0],
+            "abs": SPIKE_MIN_EXCESS[1]})
+        return [dict(zip(SPIKE_FIELDS, r, strict=True)) for r in rows]
+
+
+def _ident(key: str) -> str:
+    return '"' + key.replace('"', '""') + '"'
+
+
+def _key_sql(key: str, i: int) -> str:
+    """A slice key's value in `sel`: a request field, else the case attribute's JSON text."""
+    if key == "complexity":
+        return f"case_complexity as by{i}"
+    if key in REQUEST_KEYS:
+        return f"{_ident(key)} as by{i}"
+    path = "'$." + json.dumps(key).replace("'", "''") + "'"
+    fallback = f"to_json(case_{key})::varchar" if key in _ATTR_FIELDS else "null"
+    return (f"case when nullif(attributes_json, '') is null then {fallback} "
+            f"else json_extract(attributes_json, {path})::varchar end as by{i}")
+
+
+def _value(key: str, raw: Any) -> Any:
+    """A group's key as the rows gave it: an attribute parsed from its JSON (a dict or a list as
+    sorted JSON text, so it compares)."""
+    if key in REQUEST_KEYS or raw is None:
+        return raw
+    v = json.loads(raw)
+    return json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v
+
+
+# A spike must also stand out in absolute terms: 10 % and 1 ms above its slice's median (where the
+# spread is near zero, a stub server or a cached answer, the robust z of a 1 ms wiggle is large,
+# but the request was not slow).
+SPIKE_MIN_EXCESS = (0.10, 1.0)
+SPIKE_FIELDS = ("id", "variant", "load_level", "complexity", "case_id", "seq", "value", "median", "scale",
+                "prefill_median", "first_seq", "srv_preemptions", "srv_queue_ms", "srv_waiting_start",
+                "srv_prefill_ms", "srv_running_start", "srv_method")
+
+# Requests far above their slice (variant x level x complexity) over every level: above the median
+# + k x the robust scale (1.4826 MAD, floored at 1 % of the median) and the absolute floor, in slices
+# of at least 5 successful requests; with what `attribute_spike` weighs them by.
+_SLICE_ROWS = """(
+  select r.id, r.variant, r.load_level, coalesce(nullif(c.complexity, ''), 'all') as complexity, r.case_id, r.seq,
+         r."{metric}" as value, r.srv_preemptions, r.srv_queue_ms, r.srv_waiting_start, r.srv_prefill_ms,
+         r.srv_running_start, r.srv_method
+  from l.measured r join l.runs u on u.id = r.run_id
+  join l.cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
+  where r.run_id = $run and r.ok and r."{metric}" is not null
+)"""
+# The rows are read three times (medians, MADs, spikes) rather than held once: a CTE used three times
+# is materialized, every level's rows at once (and DuckDB 1.5 cannot inline it over the sqlite scan).
+_SPIKES = """
+with med as (select variant, load_level, complexity, count(*) as n, quantile_cont(value, 0.5) as median,
+                    quantile_cont(srv_prefill_ms, 0.5) as prefill_median from {rows} s group by all),
+mad as (select s.variant, s.load_level, s.complexity, quantile_cont(abs(s.value - m.median), 0.5) as mad
+        from {rows} s join med m using (variant, load_level, complexity) group by all),
+firsts as (select variant, min(seq) as first_seq from l.measured where run_id = $run group by variant)
+select s.id, s.variant, s.load_level, s.complexity, s.case_id, s.seq, s.value, m.median,
+       greatest($c * d.mad, $low * abs(m.median), 1e-9) as scale, m.prefill_median, f.first_seq,
+       s.srv_preemptions, s.srv_queue_ms, s.srv_waiting_start, s.srv_prefill_ms, s.srv_running_start, s.srv_method
+from {rows} s join med m using (variant, load_level, complexity) join mad d using (variant, load_level, complexity)
+join firsts f using (variant)
+where m.n >= 5 and s.value > m.median + $k * greatest($c * d.mad, $low * abs(m.median), 1e-9)
+  and s.value >= greatest(m.median * $rel, m.median + $abs)
+order by s.variant, s.load_level, s.complexity, s.seq, s.id"""
+

@@ -1,0 +1,307 @@
+"""The report's aggregates as ledger queries (issue 48): DuckDB over the ledger file, offline and
+read-only, and every figure it returns equal to its plain computation over the rows (known
+answers on a synthesized run: skewed latencies, spikes, failed requests, unequal slices)."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlite_utils import Database
+
+from evalkit.catalogue import REPORT, named
+from evalkit.errors import UsageError
+from evalkit.ledger import copy_ledger, open_ledger
+from evalkit.ledger.analysis import DESCRIBE
+from evalkit.ledger.duck import Duck, extension_path
+
+ROOT = Path(__file__).resolve().parent.parent
+DECLARED = [m for m in REPORT if m.agg]
+SUMMARY = list(named("summary").values())
+
+
+def _synth() -> Any:
+    spec = importlib.util.spec_from_file_location("synth_ledger", ROOT / "benchmarks" / "synth_ledger.py")
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
+
+
+@pytest.fixture(scope="module")
+def synth(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("analysis") / "synth.db"
+    _synth().synthesize(path, 4000, ["base", "w8a8"], [1, 4], seed=11)
+    return path
+
+
+def _first_level_rows(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The rows the queries select, picked in Python: each variant's lowest concurrency, the
+    baseline's repeats past the run's own left out; with the case's complexity and attributes."""
+    with open_ledger(path, create=False) as db:
+        run = db.require_run(None)
+        baseline, repeats = db.baseline(run["id"]), run.repeats
+    rows = list(Database(path).query(
+        "select r.*, c.complexity as case_complexity, c.formality as case_formality, c.persona as case_persona "
+        "from requests r join cases c on c.id = r.case_id where r.run_id = ? and r.is_warmup = 0 and r.final = 1",
+        [run["id"]]))
+    first = {v: min(r["concurrency"] or 1 for r in rows if r["variant"] == v) for v in {r["variant"] for r in rows}}
+    keep = [r for r in rows if (r["concurrency"] or 1) == first[r["variant"]]
+            and (r["variant"] != baseline or r["repeat"] < repeats)]
+    return {"id": run["id"], "baseline": baseline, "repeats": repeats}, keep
+
+
+def _percentile(xs: list[float], q: float) -> float | None:
+    xs = sorted(xs)
+    if not xs:
+        return None
+    pos = (len(xs) - 1) * q / 100
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def _value(r: dict[str, Any], source: str) -> float | None:
+    if source == "out_tps":
+        c, e = r["completion_tokens"], r["e2e_ms"]
+        return c / (e / 1000.0) if c and e and r["error_class"] is None else None
+    return r[source]
+
+
+def _plain(m: Any, rows: list[dict[str, Any]]) -> Any:
+    """A declared metric computed the plain way: the definition, written out."""
+    if m.agg == "count":
+        return len(rows)
+    if m.agg == "errors":
+        return sum(r["error_class"] is not None for r in rows)
+    xs = [v for r in rows if (not m.ok_only or r["error_class"] is None) and (v := _value(r, m.source)) is not None]
+    if not xs:
+        return None
+    if m.agg == "mean":
+        return sum(xs) / len(xs)
+    if m.agg == "max":
+        return max(xs)
+    if m.agg == "max_pct":
+        return 100.0 * max(xs)
+    if m.agg == "positive":
+        return sum(x > 0 for x in xs)
+    return _percentile(xs, float(m.agg[1:]))
+
+
+def _groups(rows: list[dict[str, Any]], key: str = "case_complexity") -> dict[tuple[str, str], list[dict[str, Any]]]:
+    out: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        out[(r["variant"], r[key])].append(r)
+        if key == "case_complexity":
+            out[(r["variant"], "all")].append(r)
+    return out
+
+
+@pytest.fixture(scope="module")
+def table(synth: Path) -> tuple[dict, dict]:
+    run, rows = _first_level_rows(synth)
+    with open_ledger(synth, create=False) as db:
+        got = db.slice_table(run["id"], run["baseline"], run["repeats"], DECLARED, {"ttft": 600.0, "e2e": 12000.0})
+    return got, _groups(rows)
+
+
+def _close(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a == pytest.approx(b, rel=1e-12, abs=1e-12)
+
+
+@pytest.mark.parametrize("metric", DECLARED, ids=lambda m: m.key)
+def test_every_declared_metric_of_a_slice_is_its_plain_computation(table, metric):
+    got, groups = table
+    assert all(_close(got[key][metric.key], _plain(metric, rows)) for key, rows in groups.items())
+
+
+def test_the_table_has_a_row_per_variant_and_slice_and_one_for_all(table):
+    got, groups = table
+    assert set(got) == set(groups)
+
+
+def test_goodput_counts_the_successful_requests_that_met_every_slo(table):
+    got, groups = table
+    ok = {k: 100.0 * sum(r["error_class"] is None and r["ttft_ms"] <= 600.0 and r["e2e_ms"] <= 12000.0 for r in rows)
+          / len(rows) for k, rows in groups.items()}
+    assert all(_close(got[k]["goodput_pct"], ok[k]) for k in groups)
+
+
+def test_a_table_without_an_slo_has_no_goodput(synth):
+    with open_ledger(synth, create=False) as db:
+        run = db.require_run(None)
+        got = db.slice_table(run["id"], db.baseline(run["id"]), run.repeats, DECLARED, {})
+    assert {v["goodput_pct"] for v in got.values()} == {None}
+
+
+def test_the_server_s_timing_methods_are_listed_once(table):
+    got, _ = table
+    assert got[("base", "all")]["srv_methods"] == ["response"]
+
+
+def test_the_baseline_s_noise_floor_passes_are_not_counted(synth, table):
+    got, groups = table
+    assert got[("base", "all")]["n"] == len(groups[("base", "all")])
+
+
+@pytest.mark.parametrize("stat", DESCRIBE)
+@pytest.mark.parametrize("metric", ["ttft_ms", "e2e_ms", "out_tps"])
+def test_a_slice_s_distribution_is_its_plain_computation(synth, metric, stat):
+    run, rows = _first_level_rows(synth)
+    with open_ledger(synth, create=False) as db:
+        got = db.distributions(run["id"], run["baseline"], run["repeats"], ["complexity"], SUMMARY)
+    groups = _groups(rows)
+    for e in got:
+        xs = [v for r in groups[(e["variant"], e["complexity"])] if r["error_class"] is None
+              and (v := _value(r, metric)) is not None]
+        m = sum(xs) / len(xs)
+        want = {"n": len(xs), "mean": m, "std": math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)),
+                "p50": _percentile(xs, 50), "p90": _percentile(xs, 90), "p95": _percentile(xs, 95),
+                "p99": _percentile(xs, 99), "max": max(xs)}
+        assert _close(e[metric][stat], want[stat]), (e["variant"], e["complexity"])
+
+
+def test_a_distribution_counts_requests_and_errors_per_slice(synth):
+    run, rows = _first_level_rows(synth)
+    with open_ledger(synth, create=False) as db:
+        got = db.distributions(run["id"], run["baseline"], run["repeats"], ["complexity"], SUMMARY)
+    groups = _groups(rows)
+    assert [(e["n"], e["errors"]) for e in got] == [
+        (len(groups[(e["variant"], e["complexity"])]),
+         sum(r["error_class"] is not None for r in groups[(e["variant"], e["complexity"])])) for e in got]
+
+
+def test_an_attribute_slice_keeps_the_attribute_s_type(synth):
+    with open_ledger(synth, create=False) as db:
+        run = db.require_run(None)
+        got = db.distributions(run["id"], db.baseline(run["id"]), run.repeats, ["formality"], SUMMARY)
+    assert {type(e["formality"]) for e in got} == {int}
+
+
+def test_slices_by_two_attributes_are_their_combinations(synth):
+    run, rows = _first_level_rows(synth)
+    with open_ledger(synth, create=False) as db:
+        got = db.distributions(run["id"], run["baseline"], run["repeats"], ["persona", "formality"], SUMMARY)
+    assert {(e["variant"], e["persona"], e["formality"]) for e in got} == {
+        (r["variant"], r["case_persona"], r["case_formality"]) for r in rows}
+
+
+def test_an_unknown_slice_key_is_refused_naming_the_known_ones(synth):
+    with open_ledger(synth, create=False) as db, pytest.raises(UsageError, match="unknown slice field.*persona"):
+        run = db.require_run(None)
+        db.distributions(run["id"], None, run.repeats, ["colour"], SUMMARY)
+
+
+def test_a_slice_where_every_request_failed_has_counts_and_no_latency(synth, tmp_path):
+    path = tmp_path / "failed.db"
+    copy_ledger(synth, path)
+    raw = Database(path)
+    raw.execute("update requests set error_class = 'timeout', ttft_ms = null, e2e_ms = null where variant = 'w8a8' "
+                "and case_id in (select id from cases where complexity = 'short')")
+    raw.conn.commit()
+    raw.conn.close()
+    with open_ledger(path, create=False) as db:
+        run = db.require_run(None)
+        got = db.slice_table(run["id"], db.baseline(run["id"]), run.repeats, DECLARED, {})[("w8a8", "short")]
+    assert (got["n"] == got["n_errors"], got["ttft_p50_ms"], got["e2e_mean_ms"]) == (True, None, None)
+
+
+def test_duckdb_installs_and_loads_nothing_by_itself(synth):
+    with Duck(synth) as d:
+        got = d.rows("select current_setting('autoinstall_known_extensions'), "
+                     "current_setting('autoload_known_extensions')")
+    assert got == [(False, False)]
+
+
+def test_the_sqlite_extension_is_the_installed_wheel_s(synth):
+    import duckdb
+
+    with Duck(synth) as d:
+        loaded = d.rows("select extension_name from duckdb_extensions() where loaded")
+    assert (extension_path().parent.name, ("sqlite_scanner",) in loaded) == (f"v{duckdb.__version__}", True)
+
+
+def test_the_ledger_is_attached_read_only(synth):
+    with Duck(synth) as d, pytest.raises(Exception, match="(?i)read.only"):
+        d.rows("insert into l.runs (id) values ('x')")
+
+
+def _handles(path: Path) -> int:
+    """This process's open files on the ledger or its -wal / -shm."""
+    import os
+
+    out = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            out += str(path) in os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # the listing's own descriptor, closed by now
+            pass
+    return out
+
+
+def test_a_query_leaves_nothing_of_duckdb_open_on_the_ledger(synth):
+    with open_ledger(synth, create=False) as db:
+        before = _handles(synth)
+        run = db.require_run(None)
+        db.slice_table(run["id"], None, run.repeats, DECLARED, {})
+        assert _handles(synth) == before
+
+
+@pytest.mark.parametrize("value", [1.1, 0.30000000000000004, 1e-9, 1.4826, 123456789.12345679, 2.5e300, 5e-324, -0.5,
+                                   7, "it's", None])
+def test_a_value_bound_into_a_query_reads_back_as_itself(synth, value):
+    from evalkit.ledger.duck import literal
+
+    with Duck(synth) as d:
+        assert d.rows(f"select {literal(value)}") == [(value,)]
+
+
+def test_the_client_lag_p99_is_taken_over_every_level_of_a_variant(synth):
+    rows = list(Database(synth).query("select variant, client_lag_max_ms from requests where is_warmup = 0"))
+    with open_ledger(synth, create=False) as db:
+        got = db.client_lag_p99(db.require_run(None)["id"])
+    assert all(_close(got[v][0], _percentile([r["client_lag_max_ms"] for r in rows if r["variant"] == v], 99))
+               for v in ("base", "w8a8"))
+
+
+def test_a_run_stamped_by_the_kernel_says_so(synth):
+    with open_ledger(synth, create=False) as db:
+        got = db.client_lag_p99(db.require_run(None)["id"])
+    assert {kernel for _, kernel in got.values()} == {True}
+
+
+@pytest.mark.parametrize("q", [50, 99, 99.9])
+def test_a_gate_s_percentile_target_is_the_report_s_figure(synth, q):
+    """`check --target` and the report's tables count the same requests (the baseline's noise-floor
+    passes are in neither)."""
+    from evalkit.reporting.gate import GateSpec, run_checks
+
+    _, rows = _first_level_rows(synth)
+    with open_ledger(synth, create=False) as db:
+        _, checks = run_checks(db, None, GateSpec(targets={("ttft_ms", q): 1e9}))
+    want = {v: _percentile([r["ttft_ms"] for r in rows if r["variant"] == v and r["error_class"] is None], q)
+            for v in ("base", "w8a8")}
+    assert all(_close(c.value, want[c.variant]) for c in checks)
+
+
+def test_recommend_s_groups_count_the_rows_the_report_s_tables_count(synth, table):
+    got, _ = table
+    with open_ledger(synth, create=False) as db:
+        run = db.require_run(None)
+        groups = db.first_level_values(run["id"], db.baseline(run["id"]), run.repeats,
+                                       {"every": "true", "long": "case_complexity = 'long'"}, ["ttft_ms"])
+    assert {(g["group"], g["variant"]): g["n"] for g in groups} == {
+        (name, v): got[(v, s)]["n"] for name, s in (("every", "all"), ("long", "long")) for v in ("base", "w8a8")}
+
+
+def test_recommend_s_values_are_the_successful_ones_in_send_order(synth):
+    run, rows = _first_level_rows(synth)
+    with open_ledger(synth, create=False) as db:
+        groups = db.first_level_values(run["id"], run["baseline"], run["repeats"], {"every": "true"}, ["ttft_ms"])
+    want = {v: [r["ttft_ms"] for r in sorted(rows, key=lambda r: (r["seq"], r["id"]))
+                if r["variant"] == v and r["error_class"] is None] for v in ("base", "w8a8")}
+    assert {g["variant"]: g["ttft_ms"] for g in groups} == want
