@@ -305,3 +305,32 @@ def test_recommend_s_values_are_the_successful_ones_in_send_order(synth):
     want = {v: [r["ttft_ms"] for r in sorted(rows, key=lambda r: (r["seq"], r["id"]))
                 if r["variant"] == v and r["error_class"] is None] for v in ("base", "w8a8")}
     assert {g["variant"]: g["ttft_ms"] for g in groups} == want
+
+
+@pytest.mark.parametrize("metric", ["ttft_ms", "e2e_ms", "tpot_ms"])
+def test_a_case_s_pair_is_its_two_sides_means_over_the_repeats_both_sent(synth, metric):
+    from .test_verdicts import case_pairs_of
+
+    run, rows = _first_level_rows(synth)
+    with open_ledger(synth, create=False) as db:
+        got = db.case_pairs(run["id"], run["baseline"], run["repeats"], metric)
+    want = case_pairs_of([{**r, "complexity": r["case_complexity"]} for r in rows], run["baseline"], metric)
+    assert [(v, c, cx) for v, c, cx, *_ in got] == [(v, c, cx) for v, c, cx, *_ in want]
+    assert all(_close(x, y) for g, w in zip(got, want, strict=True) for x, y in zip(g[3:], w[3:], strict=True))
+
+
+def test_a_candidate_whose_slice_all_failed_still_has_its_cases_with_no_pairs(synth, tmp_path):
+    from evalkit.reporting.report import paired
+
+    path = tmp_path / "failed.db"
+    copy_ledger(synth, path)
+    raw = Database(path)
+    raw.execute("update requests set error_class = 'timeout', ttft_ms = null where variant = 'w8a8' "
+                "and case_id in (select id from cases where complexity = 'short')")
+    raw.conn.commit()
+    raw.conn.close()
+    with open_ledger(path, create=False) as db:
+        run = db.require_run(None)
+        entry = next(p for p in paired(db.case_pairs(run["id"], db.baseline(run["id"]), run.repeats, "ttft_ms"),
+                                       "ttft_ms") if p["complexity"] == "short")
+    assert (entry["pairs"], entry["delta_pct"]) == (0, None)

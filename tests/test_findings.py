@@ -23,6 +23,8 @@ from evalkit.reporting.findings import attribute_spike, parse_targets, recommend
 from evalkit.reporting.report import paired
 from evalkit.testing.stub_server import StubConfig, StubServer
 
+from .test_verdicts import case_pairs_of
+
 
 def _row(i: int, ttft: float, **kw) -> dict:
     base = {"id": i, "seq": i, "variant": "v", "complexity": "short", "case_id": f"c{i}", "repeat": 0, "concurrency": 1,
@@ -130,14 +132,14 @@ def test_paired_comparison_has_ci_and_verdict_only_when_clear():
     for i in range(20):
         rows.append(_row(i, 866.93 + (i % 5), variant="bf16", complexity="long", case_id=f"c{i}"))
         rows.append(_row(100 + i, 1372.12 + (i % 7), variant="fp8", complexity="long", case_id=f"c{i}"))
-    p = next(x for x in paired(rows, "bf16", "ttft_ms") if x["complexity"] == "long")
+    p = next(x for x in paired(case_pairs_of(rows, "bf16", "ttft_ms"), "ttft_ms") if x["complexity"] == "long")
     assert p["pairs"] == 20
     assert p["delta_pct"] == pytest.approx(58.5, abs=0.5)  # the study's +58 % TTFT tax
     assert p["ci_pct"][0] > 55
     assert p["verdict"] == "fp8 slower"
     noisy = [_row(i, 1000 + (-1) ** i * 300, variant="a", case_id=f"c{i}") for i in range(20)]
     noisy += [_row(100 + i, 1000 + (-1) ** (i + 1) * 300, variant="b", case_id=f"c{i}") for i in range(20)]
-    q = next(x for x in paired(noisy, "a", "ttft_ms") if x["complexity"] == "all")
+    q = next(x for x in paired(case_pairs_of(noisy, "a", "ttft_ms"), "ttft_ms") if x["complexity"] == "all")
     assert q["verdict"] == "no clear difference"
 
 

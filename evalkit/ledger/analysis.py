@@ -176,6 +176,27 @@ class AnalysisReads:
         variants = sorted({v for _, v in got})  # a group a variant has no request in: n 0
         return [got.get((g, v)) or {"group": g, "variant": v, "n": 0, "errors": 0, **{m: [] for m in metrics}}
                 for g in groups for v in variants]
+
+    def case_pairs(self, run_id: str, baseline: str, repeats: int, metric: str) -> list[tuple[str, str, Any, float, float]]:
+        """(candidate, case, complexity, its mean, the baseline's mean) of ``metric`` per case over each
+        variant's first level, for the report's paired tests: a case of a candidate's whose (case,
+        repeat) the baseline sent too, each side's successful repeats averaged over the repeats both
+        sent (the baseline's noise-floor passes are no cases); a mean is None where that side has
+        no successful request. Ordered by candidate and case."""
+        m = _ident(metric)
+        _, rows = self.query(_FIRST_LEVEL.format(case_fields=", ".join(f"c.{f} as case_{f}" for f in _ATTR_FIELDS),
+                                                 derived="") + f"""
+, base_keys as (select distinct case_id, repeat from sel where variant = $baseline),
+cand as (select * from sel where variant <> $baseline),
+shared as (select distinct variant, repeat from cand where repeat in (select repeat from base_keys)),
+member as (select distinct c.variant, c.case_id, c.case_complexity from cand c join base_keys k using (case_id, repeat)),
+a as (select c.variant, c.case_id, avg(c.{m}) as mean from cand c join shared s using (variant, repeat)
+      where c.ok and c.{m} is not null group by all),
+b as (select s.variant, r.case_id, avg(r.{m}) as mean from sel r join shared s using (repeat)
+      where r.variant = $baseline and r.ok and r.{m} is not null group by all)
+select m.variant, m.case_id, m.case_complexity, a.mean, b.mean from member m left join a using (variant, case_id)
+left join b using (variant, case_id) order by m.variant, m.case_id""", {"run": run_id, "baseline": baseline, "repeats": repeats})
+        return rows
     def client_lag_p99(self, run_id: str) -> dict[str, tuple[float | None, bool]]:
         """Per variant over every level: the p99 of its requests' client event-loop lag, and whether
         every one was stamped by the kernel (`evalkit check --max-client-lag-ms`)."""

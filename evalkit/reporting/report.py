@@ -21,10 +21,10 @@ from ..spec.dataset import COMPLEXITIES
 from ..stats import mean, pct_delta, percentile, robust_ratio
 from .grade_views import grades_by_grader
 from .rows import give_back, keep_columns, request_rows
-from .rowseq import Rows, take, where
+from .rowseq import take, where
 from .selection import COMPARED, by_variant, first_level, level_note, sweep_levels
 from .spike_summary import bounded
-from .verdicts import apply_holm, case_means, flag, multiplicity_notes
+from .verdicts import apply_holm, flag, multiplicity_notes
 
 SLICES = (*COMPLEXITIES, "all")
 
@@ -58,33 +58,26 @@ def quality_columns(graders: list[str] | None = None) -> list[Metric]:
     return [*KEYS, *summary_columns(graders)]
 
 
-def paired(rows: list[dict[str, Any]], baseline: str, metric: str, by: str = "complexity") -> list[dict[str, Any]]:
-    """Candidate against baseline on the same cases (repeats averaged), per slice: the % difference
-    of the means, tested as the verdicts test it (`stats.robust_ratio`: sign-flip and bootstrap-t
-    tests of the ratio of means, all must reject). Each entry keeps its test
+def paired(cases: Iterable[tuple[str, str, Any, float, float]], metric: str, by: str = "complexity"
+           ) -> list[dict[str, Any]]:
+    """Candidate against baseline on the same cases, per slice: the % difference of the means,
+    tested as the verdicts test it (`stats.robust_ratio`: sign-flip and bootstrap-t tests of the
+    ratio of means, all must reject). ``cases``: (candidate, case, slice value, its mean, the
+    baseline's; None where a side has no successful request), each side's repeats averaged
+    (`Ledger.case_pairs`). Each entry keeps its test
     (``_test``) until `verdicts.apply_holm` prints its interval at the family's Holm level."""
     out = []
-    groups = by_variant(rows)
-    base_rows = groups.get(baseline, [])
-    base: dict[str, set[int]] = defaultdict(set)  # case -> its repeats: no tuple a row
-    for r in base_rows:
-        base[r["case_id"]].add(r["repeat"])
-    base_reps = set().union(*base.values())
-    for v in sorted(set(groups) - {baseline}):
-        vrows = groups[v]
-        shared = base_reps & {r["repeat"] for r in vrows}  # the baseline's noise-floor passes are not cases
-        slices: dict[str, set[str]] = defaultdict(set)
-        for r in vrows:
-            if r["repeat"] in base.get(r["case_id"], ()):
-                if r.get(by) is not None:  # a workload without the slice has only "all"
-                    slices[str(r[by])].add(r["case_id"])
-                slices["all"].add(r["case_id"])
-        a = case_means(vrows, v, metric, shared)
-        b = case_means(base_rows, baseline, metric, shared)
-        for s, cases in sorted(slices.items(), key=lambda kv: (kv[0] == "all", kv[0])):
-            cs = sorted(c for c in cases if c in a and c in b)
-            t = robust_ratio([a[c] for c in cs], [b[c] for c in cs])  # the verdicts' test: one road
-            bm, vm = mean([b[c] for c in cs]), mean([a[c] for c in cs])
+    per: dict[str, dict[str, dict[str, tuple[float | None, float | None]]]] = defaultdict(lambda: defaultdict(dict))
+    for v, case, value, a, b in cases:
+        if value is not None:  # a workload without the slice has only "all"
+            per[v][str(value)][case] = (a, b)
+        per[v]["all"][case] = (a, b)
+    for v in sorted(per):
+        for s, got in sorted(per[v].items(), key=lambda kv: (kv[0] == "all", kv[0])):
+            cs = sorted(c for c, (a, b) in got.items() if a is not None and b is not None)
+            xs, ys = [got[c][0] for c in cs], [got[c][1] for c in cs]
+            t = robust_ratio(xs, ys)  # the verdicts' test: one road
+            bm, vm = mean(ys), mean(xs)
             out.append({
                 "variant": v, by: s, "metric": metric, "pairs": t.n, "baseline_mean": bm, "variant_mean": vm,
                 "delta": None if bm is None or vm is None else vm - bm, "delta_pct": t.estimate,
@@ -136,7 +129,6 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
     base_groups = {"cases": base_cases, "index": _slices(base_cases)}
     floor_n = len(base_first) - len(base_cases)
     entries: dict[str, list[dict[str, Any]]] = {}
-    pairs_of: dict[str, dict[str, list[dict[str, Any]]]] = {}
     names = list(dict.fromkeys([*(v["name"] for v in variants), *sorted(levels)]))
     # every declared metric per variant x slice, in SQL over each variant's first level
     metrics = ledger.slice_table(run_id, baseline, repeats, [m for m in catalogue.REPORT if m.agg], slo)
@@ -148,10 +140,6 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
             vcases = vfirst
         if name in {v["name"] for v in variants}:
             entries[name] = _variant_table(ledger, run_id, name, vcases, baseline, base_groups, metrics)
-        if baseline and name != baseline and name in levels:  # paired against the baseline, the same cases
-            both = Rows.chain(base_first, vfirst)
-            pairs_of[name] = {m: paired(both, baseline, m) for m in ("ttft_ms", "e2e_ms", "tpot_ms")}
-            del both
         if name == baseline and rows is None:  # read here: keep what a comparison reads of it
             keep_columns(base_first, COMPARED)
         del vfirst, vcases  # one candidate's slice at a time: gone before the next is read
@@ -162,7 +150,9 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
         b = base_rows.get(r["complexity"])
         r["ttft_p50_delta_pct"] = pct_delta(r["ttft_p50_ms"], b and b["ttft_p50_ms"])
         r["e2e_mean_delta_pct"] = pct_delta(r["e2e_mean_ms"], b and b["e2e_mean_ms"])
-    pairs = [p for m in ("ttft_ms", "e2e_ms", "tpot_ms") for v in sorted(pairs_of) for p in pairs_of[v][m]]
+    # paired against the baseline on the same cases: per-case means in SQL
+    pairs = [p for m in ("ttft_ms", "e2e_ms", "tpot_ms")
+             for p in (paired(ledger.case_pairs(run_id, baseline, repeats, m), m) if baseline else [])]
     multiplicity = apply_holm(table, pairs, baseline)
     attempts = ledger.attempt_counts(run_id)
     return {
