@@ -4,7 +4,6 @@ answers on a synthesized run: skewed latencies, spikes, failed requests, unequal
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from collections import defaultdict
 from pathlib import Path
@@ -19,16 +18,10 @@ from evalkit.ledger import copy_ledger, open_ledger
 from evalkit.ledger.analysis import DESCRIBE
 from evalkit.ledger.duck import Duck, extension_path
 
-ROOT = Path(__file__).resolve().parent.parent
+from .test_report_scale import _synth
+
 DECLARED = [m for m in REPORT if m.agg]
 SUMMARY = list(named("summary").values())
-
-
-def _synth() -> Any:
-    spec = importlib.util.spec_from_file_location("synth_ledger", ROOT / "benchmarks" / "synth_ledger.py")
-    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod
 
 
 @pytest.fixture(scope="module")
@@ -196,7 +189,8 @@ def test_an_unknown_slice_key_is_refused_naming_the_known_ones(synth):
         db.distributions(run["id"], None, run.repeats, ["colour"], SUMMARY)
 
 
-def test_a_slice_where_every_request_failed_has_counts_and_no_latency(synth, tmp_path):
+def _short_failed(synth: Path, tmp_path: Path) -> Path:
+    """A copy of the run where every short case of w8a8's failed (no latency recorded)."""
     path = tmp_path / "failed.db"
     copy_ledger(synth, path)
     raw = Database(path)
@@ -204,6 +198,11 @@ def test_a_slice_where_every_request_failed_has_counts_and_no_latency(synth, tmp
                 "and case_id in (select id from cases where complexity = 'short')")
     raw.conn.commit()
     raw.conn.close()
+    return path
+
+
+def test_a_slice_where_every_request_failed_has_counts_and_no_latency(synth, tmp_path):
+    path = _short_failed(synth, tmp_path)
     with open_ledger(path, create=False) as db:
         run = db.require_run(None)
         got = db.slice_table(run["id"], db.baseline(run["id"]), run.repeats, DECLARED, {})[("w8a8", "short")]
@@ -322,15 +321,22 @@ def test_a_case_s_pair_is_its_two_sides_means_over_the_repeats_both_sent(synth, 
 def test_a_candidate_whose_slice_all_failed_still_has_its_cases_with_no_pairs(synth, tmp_path):
     from evalkit.reporting.report import paired
 
-    path = tmp_path / "failed.db"
-    copy_ledger(synth, path)
-    raw = Database(path)
-    raw.execute("update requests set error_class = 'timeout', ttft_ms = null where variant = 'w8a8' "
-                "and case_id in (select id from cases where complexity = 'short')")
-    raw.conn.commit()
-    raw.conn.close()
+    path = _short_failed(synth, tmp_path)
     with open_ledger(path, create=False) as db:
         run = db.require_run(None)
         entry = next(p for p in paired(db.case_pairs(run["id"], db.baseline(run["id"]), run.repeats, "ttft_ms"),
                                        "ttft_ms") if p["complexity"] == "short")
     assert (entry["pairs"], entry["delta_pct"]) == (0, None)
+
+
+def test_the_same_ledger_gives_the_same_figures_to_the_last_bit(synth):
+    """Means summed by parallel threads differ in their last bits from run to run: the report must not."""
+    with open_ledger(synth, create=False) as db:
+        run = db.require_run(None)
+        runs = [db.distributions(run["id"], None, run.repeats, ["complexity"], SUMMARY) for _ in range(3)]
+    assert runs[0] == runs[1] == runs[2]
+
+
+def test_duckdb_runs_one_thread(synth):
+    with Duck(synth) as d:
+        assert d.rows("select current_setting('threads')") == [(1,)]

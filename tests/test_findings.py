@@ -4,7 +4,6 @@ publish --out loaded back with `datasets`."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import socket
@@ -12,7 +11,6 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 from sqlite_utils import Database
@@ -23,6 +21,7 @@ from evalkit.reporting.findings import attribute_spike, parse_targets, recommend
 from evalkit.reporting.report import paired
 from evalkit.testing.stub_server import StubConfig, StubServer
 
+from .test_report_scale import _synth
 from .test_verdicts import case_pairs_of
 
 
@@ -32,13 +31,6 @@ def _row(i: int, ttft: float, **kw) -> dict:
             "srv_preemptions": 0.0, "srv_waiting_start": 0.0, "srv_method": "histogram_delta", "grades": {}}
     base.update(kw)
     return base
-
-
-def _synth() -> Any:
-    spec = importlib.util.spec_from_file_location("synth_ledger", Path(__file__).parents[1] / "benchmarks" / "synth_ledger.py")
-    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod
 
 
 def _spiky(tmp_path: Path, values: list[float] | dict[str, list[float]], complexity: str = "short"

@@ -84,8 +84,10 @@ class Duck:
     def __init__(self, path: str | Path) -> None:
         import duckdb
 
+        # one thread: a mean summed by two threads in whichever order they finish differs in its last
+        # bits from run to run, and the same ledger must give the same report byte for byte
         self.con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False,
-                                                      "autoload_known_extensions": False})
+                                                      "autoload_known_extensions": False, "threads": 1})
         try:
             self.con.execute(f"LOAD '{extension_path()}'")
             quoted = str(path).replace("'", "''")  # ATTACH takes no parameter

@@ -136,17 +136,19 @@ class EnvSamples:
                                "order by concurrency, seq limit 1", [run_id]).fetchone()
         return row[0] if row else None
 
-    def case_values(self, run_id: str, field: str, level: str | None = None) -> list[dict[str, Any]]:
-        """Per variant, case and repeat of a level (the first by default): the successful final
-        measured request's value of one request column, its send order and its place in the
-        alternation. What the A/A control and the position effect read (reporting/timeshare.py)."""
+    def case_values(self, run_id: str, field: str, level: str | None = None, variant: str | None = None
+                    ) -> list[dict[str, Any]]:
+        """Per variant (or of ``variant`` alone), case and repeat of a level (the first by default):
+        the successful final measured request's value of one request column, its send order and its
+        place in the alternation. What the A/A control and the position effect read (reporting/timeshare.py)."""
         if field not in self._db["requests"].columns_dict:
             raise UsageError(f"no request column {field!r}")
         level = level if level is not None else self.first_level(run_id)
         return list(self._db.query(
             f"select variant, case_id, repeat, seq, order_block, order_position, [{field}] as value from measured "
-            f"where run_id = :run and ok and coalesce(level, 'main') = :level and [{field}] is not null order by seq",
-            {"run": run_id, "level": level}))
+            f"where run_id = :run and ok and coalesce(level, 'main') = :level and [{field}] is not null "
+            f"and (:variant is null or variant = :variant) order by seq",
+            {"run": run_id, "level": level, "variant": variant}))
 
     def grade_details(self, run_id: str, grader: str, level: str | None = None) -> list[dict[str, Any]]:
         """A grader's newest grade of each successful final measured request of a level (the first by

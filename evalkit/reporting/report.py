@@ -116,7 +116,10 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
         graders = sorted({g for r in rows for g in r["grades"]})
     else:
         levels = ledger.slice_levels(run_id)
-        first_of = lambda v: request_rows(ledger, run_id, v, min(levels[v])) if v in levels else []  # noqa: E731
+        # the latencies are SQL's (`slice_table`, `case_pairs`): of the rows only the graders' quality
+        # per slice is left, which reads the grades, the case and the repeat
+        first_of = lambda v: (request_rows(ledger, run_id, v, min(levels[v]), only={"variant", "repeat"})  # noqa: E731
+                              if v in levels else [])
         arr = streamed_arrivals(ledger, run_id, run.load)
         client = client_check(ledger.client_lag(run_id), _streamed_level_marks(ledger, run_id), threshold)
         graders = sorted(ledger.measured_graders(run_id))

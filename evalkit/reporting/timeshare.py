@@ -67,7 +67,7 @@ def machine_time(ledger: Ledger, run_id: str, baseline: str) -> dict[str, Any]:
     cores = ledger.env_cpus(run_id) or host.get("threads") or host.get("cores")  # the CPUs the load was read on
     env = ledger.env_load(run_id)
     series = BaseSeries(foreign_cpu=[v for _, v in ledger.env_series(run_id, baseline)],
-                        latency_ms=[r["value"] for r in ledger.case_values(run_id, "e2e_ms") if r["variant"] == baseline])
+                        latency_ms=[r["value"] for r in ledger.case_values(run_id, "e2e_ms", variant=baseline)])
     blocks = ledger.env_by_block(run_id) if kind == "blocks" else []
     out: dict[str, Any] = {"machine": {}, "notes": {}}
     for v in [x["name"] for x in ledger.variants(run_id) if x["name"] != baseline]:
@@ -101,7 +101,7 @@ def aa_control(ledger: Ledger, run_id: str, baseline: str, repeats: int, metric:
     measured repeats, paired as the verdicts pair (by case, or by block where the variants
     alternated in blocks: `pairing`), at 95 %; None when the baseline was sent once."""
     field, hib = LATENCY[metric]
-    rows = [r for r in ledger.case_values(run_id, field) if r["variant"] == baseline]
+    rows = ledger.case_values(run_id, field, variant=baseline)
     if not any(r["repeat"] >= repeats for r in rows):
         return None
     unit = next((s.unit for s in specs if s.metric == metric), "%")
