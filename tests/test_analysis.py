@@ -340,3 +340,16 @@ def test_the_same_ledger_gives_the_same_figures_to_the_last_bit(synth):
 def test_duckdb_runs_one_thread(synth):
     with Duck(synth) as d:
         assert d.rows("select current_setting('threads')") == [(1,)]
+
+
+def test_duckdb_draws_no_progress_bar_into_the_output(synth):
+    """DuckDB draws a bar on stdout for a query over 2 s: it would land inside `report --json`."""
+    with Duck(synth) as d:
+        assert d.rows("select current_setting('enable_progress_bar')") == [(False,)]
+
+
+def test_duckdb_spills_to_its_own_folder_and_removes_it(synth):
+    d = Duck(synth)
+    spill = Path(d.rows("select current_setting('temp_directory')")[0][0])
+    d.close()
+    assert (spill.name.startswith("evalkit-duckdb-spill-"), spill.exists()) == (True, False)
