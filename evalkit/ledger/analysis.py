@@ -1,9 +1,10 @@
 """The report's aggregates as named ledger queries (issue 48), run by DuckDB over the ledger file
 (`duck.Duck`): Python gets one row per group, never a row per request.
 
-Every query reads the `measured` view joined to the run's cases, and selects one of two row sets:
-each variant at its first load level (what the tables, slices and verdicts compare), with the
-baseline's noise-floor passes (repeats past the run's own) left out. Metric expressions come
+Every query reads the `measured` view joined to the run's cases. The tables, slices, per-case pairs
+and `recommend`'s groups read each variant at its first load level (what the tables and verdicts
+compare), the baseline's noise-floor passes (repeats past the run's own) left out; the spikes and the
+client lag read every level. Metric expressions come
 from the catalogue's declarations (`source` + `agg`, a derived metric's `sql`), so a new
 declared metric is computed here without a line of SQL.
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..catalogue import Metric, fmt
 from ..grading.registry import summary_columns
+from ..ledger.analysis import REQUEST_KEYS
 from . import flips
 from .report import quality
 
@@ -21,11 +22,12 @@ def measured(rows: list[dict[str, Any]], baseline: str | None, repeats: int) -> 
     return [r for r in rows if r["variant"] != baseline or r["repeat"] < repeats]
 
 
-REQUEST_FIELDS = ("complexity", "replica", "level", "concurrency")  # as `findings.SLICE_FIELDS`; else an attribute
 
 
-def _value(r: dict[str, Any], key: str) -> Any:
-    if key in REQUEST_FIELDS:
+def slice_value(r: dict[str, Any], key: str) -> Any:
+    """A row's value of a slicing key: a request field, else one of its case's attributes (a dict or
+    a list as sorted JSON text, as `Ledger.distributions` gives it)."""
+    if key in REQUEST_KEYS:  # else one of the case's attributes
         return r.get(key)
     v = r["attributes"].get(key)
     return json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v
@@ -36,7 +38,7 @@ def by_quality(rows: list[dict[str, Any]], baseline: str | None, by: list[str]) 
     flips against the baseline (cases, flipped, %). ``rows``: the measured rows (`measured`)."""
     groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
-        groups[tuple(_value(r, b) for b in by)].append(r)
+        groups[tuple(slice_value(r, b) for b in by)].append(r)
     out = []
     for key in sorted(groups, key=lambda k: tuple(str(x) for x in k)):
         rs = groups[key]

@@ -4,7 +4,6 @@ and the study-style summary. Everything here reads rows; nothing is measured aga
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from typing import Any
 
@@ -15,7 +14,7 @@ from ..grading.registry import available, use_run
 from ..ledger import Ledger
 from ..stats import mean, percentile, time_weighted_mean
 from . import flips
-from .by_attr import by_quality, measured
+from .by_attr import by_quality, measured, slice_value
 from .capacity import capacity, capacity_statement, cost, load_levels
 from .ledger_findings import ledger_findings
 from .plots import quality_vs_cost
@@ -31,15 +30,6 @@ from .under_load import quality_under_load
 from .verdicts import parse_margins, sentences, verdicts
 
 LATENCY_FIELDS = tuple(m.key for m in named("summary").values())  # the catalogue's per-slice summary rows
-SLICE_FIELDS = ("complexity", "replica", "level", "concurrency")  # and every case attribute
-
-
-def slice_value(r: dict[str, Any], key: str) -> Any:
-    """A row's value of a slicing key: a request field, else one of its case's attributes."""
-    if key in SLICE_FIELDS:
-        return r.get(key)
-    v = r["attributes"].get(key)
-    return json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v
 
 
 def slices(ledger: Ledger, run: Any, baseline: str | None, by: list[str]) -> list[dict[str, Any]]:
