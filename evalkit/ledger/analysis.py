@@ -4,9 +4,8 @@
 Every query reads the `measured` view joined to the run's cases. The tables, slices, per-case pairs
 and `recommend`'s groups read each variant at its first load level (what the tables and verdicts
 compare), the baseline's noise-floor passes (repeats past the run's own) left out; the spikes and the
-client lag read every level. Metric expressions come
-from the catalogue's declarations (`source` + `agg`, a derived metric's `sql`), so a new
-declared metric is computed here without a line of SQL.
+client lag read every level. Metric expressions come from the catalogue's declarations (`source`
++ `agg`, a derived metric's `sql`), so a new declared metric is computed here without a line of SQL.
 
 Percentiles are DuckDB's `quantile_cont` (linear interpolation between order statistics, the
 type-7 rule numpy's default and `stats.percentile` use); the standard deviation is the sample's."""
@@ -39,6 +38,12 @@ sel as (
   join firsts f on f.variant = r.variant and f.first = r.load_level
   where r.run_id = $run and (r.variant is distinct from $baseline or r.repeat < $repeats)
 )"""
+
+
+def _first_level_sql() -> str:
+    """`_FIRST_LEVEL` with the case's attribute fields and the derived metrics' SQL filled in."""
+    return _FIRST_LEVEL.format(case_fields=", ".join(f"c.{f} as case_{f}" for f in _ATTR_FIELDS),
+                               derived="".join(f", {sql} as {key}" for key, sql in _SQL_OF.items()))
 
 
 def _source(m: Metric) -> str:
@@ -96,11 +101,8 @@ class AnalysisReads:
                      group: str, where: str = "true") -> tuple[list[str], list[tuple[Any, ...]]]:
         """``select`` over the first-level rows (those meeting ``where``) grouped by ``group``;
         ``keys``: expressions (with their alias) the grouping names."""
-        derived = "".join(f", {sql} as {key}" for key, sql in _SQL_OF.items())
-        fields = ", ".join(f"c.{f} as case_{f}" for f in _ATTR_FIELDS)
-        sql = (_FIRST_LEVEL.format(case_fields=fields, derived=derived)
-               + f" select {', '.join(select)} from (select {', '.join([*keys, '*'])} from sel where {where}) s"
-               f" group by {group}")
+        sql = (_first_level_sql() + f" select {', '.join(select)} from (select {', '.join([*keys, '*'])} from sel"
+               f" where {where}) s group by {group}")
         return self.query(sql, {"run": run_id, "baseline": baseline, "repeats": repeats})
 
     def slice_table(self, run_id: str, baseline: str | None, repeats: int, metrics: Sequence[Metric],
@@ -160,8 +162,6 @@ class AnalysisReads:
             out.append(entry)
         return sorted(out, key=lambda e: tuple(str(e[k]) for k in ["variant", *by]))
 
-
-
     def first_level_values(self, run_id: str, baseline: str | None, repeats: int, groups: dict[str, str],
                            metrics: list[str]) -> list[dict[str, Any]]:
         """Per group (name -> its SQL condition on `case_complexity`) x variant over each variant's
@@ -185,8 +185,7 @@ class AnalysisReads:
         sent (the baseline's noise-floor passes are no cases); a mean is None where that side has
         no successful request. Ordered by candidate and case."""
         m = _ident(metric)
-        _, rows = self.query(_FIRST_LEVEL.format(case_fields=", ".join(f"c.{f} as case_{f}" for f in _ATTR_FIELDS),
-                                                 derived="") + f"""
+        _, rows = self.query(_first_level_sql() + f"""
 , base_keys as (select distinct case_id, repeat from sel where variant = $baseline),
 cand as (select * from sel where variant <> $baseline),
 shared as (select distinct variant, repeat from cand where repeat in (select repeat from base_keys)),
@@ -198,6 +197,7 @@ b as (select s.variant, r.case_id, avg(r.{m}) as mean from sel r join shared s u
 select m.variant, m.case_id, m.case_complexity, a.mean, b.mean from member m left join a using (variant, case_id)
 left join b using (variant, case_id) order by m.variant, m.case_id""", {"run": run_id, "baseline": baseline, "repeats": repeats})
         return rows
+
     def client_lag_p99(self, run_id: str) -> dict[str, tuple[float | None, bool]]:
         """Per variant over every level: the p99 of its requests' client event-loop lag, and whether
         every one was stamped by the kernel (`evalkit check --max-client-lag-ms`)."""
@@ -207,6 +207,7 @@ left join b using (variant, case_id) order by m.variant, m.case_id""", {"run": r
                              "and c.dataset_hash = u.dataset_hash where r.run_id = $run group by variant",
                              {"run": run_id})
         return {v: (p99, bool(kernel)) for v, p99, kernel in rows}
+
     def spike_rows(self, run_id: str, metric: str, k: float) -> list[dict[str, Any]]:
         """`_SPIKES` of ``metric``: few rows, each attributed in Python (`findings.attribute_spike`)."""
         if metric not in ("ttft_ms", "e2e_ms"):
