@@ -230,10 +230,6 @@ def _samples(db, series: str, points: list[tuple[int | None, float, float]]) -> 
                                "value": x} for rep, t, x in points])
 
 
-def _req(start: float, e2e: float, replica: int | None = None) -> dict:
-    return {"mono_start_ms": start, "e2e_ms": e2e, "replica": replica}
-
-
 def test_a_levels_preemptions_stop_where_the_next_level_began(db):
     # level 1 ends at 1,000 ms; level 2 starts at 1,200 ms and preempts 7 times at 1,500 ms
     _samples(db, "num_preemptions_total", [(None, 0.0, 0.0), (None, 1500.0, 7.0)])
@@ -262,11 +258,10 @@ def test_kv_mean_is_a_mean_over_time_not_over_stored_points():
 
 
 def test_a_level_s_wall_time_never_mixes_two_workers_clocks():
-    from evalkit.reporting.capacity import _spans, _wall_s
+    from evalkit.reporting.capacity import _wall_s
 
     # replica 0's worker clock starts near 0, replica 1's near 1e6 ms: each ran 2 s
-    rows = [_req(0.0, 500.0, 0), _req(1500.0, 500.0, 0), _req(1e6, 500.0, 1), _req(1e6 + 1500.0, 500.0, 1)]
-    assert _wall_s(_spans(rows)) == pytest.approx(2.0)
+    assert _wall_s({0: (0.0, 2000.0), 1: (1e6, 1e6 + 2000.0)}) == pytest.approx(2.0)
 
 
 @pytest.mark.parametrize(("tokens", "block", "fit"), [(128.5, 128, 4), (128.0, 128, 9), (300.0, 128, 3)])

@@ -445,11 +445,15 @@ def test_the_level_outline_from_sql_is_the_one_from_the_rows(synth_ledger, tmp_p
     for sql in SHAPES.get(shape, []):
         db._db.execute(sql)
     db._db.conn.commit()
-    from evalkit.reporting.capacity import _spans, level_groups
-
     rows = request_rows(db, info["run_id"])
     outline = db.level_outline(info["run_id"])
-    expected = {k: _spans(rs) for k, rs in level_groups(rows).items()}
+    expected: dict[tuple[str, str], dict] = {}  # per (variant, label) and replica: first send, last end
+    for r in rows:
+        if r["mono_start_ms"] is not None:
+            sp = expected.setdefault((r["variant"], r["level"] or "main"), {})
+            a, b = r["mono_start_ms"], r["mono_start_ms"] + (r["e2e_ms"] or 0.0)
+            lo, hi = sp.get(r["replica"], (a, b))
+            sp[r["replica"]] = (min(lo, a), max(hi, b))
     assert [(k, list(sp.items())) for k, sp in outline["spans"].items()] == \
         [(k, list(sp.items())) for k, sp in expected.items()]
 

@@ -144,7 +144,7 @@ class ReportReads:
     def level_outline(self, run_id: str) -> dict[str, Any]:
         """What a report read one variant x load level at a time needs from the other levels, by
         SQL over the measured rows: ``spans`` (variant, level label) -> replica -> (first send, last
-        end), replicas in the order the rows first show them (`capacity._spans`); ``first_seq``
+        end), replicas in the order the rows first show them; ``first_seq``
         variant -> its first seq; ``slices`` (variant, label) -> the load levels (concurrency, 1
         when none) its rows fall in; ``ok`` (variant, level) -> its rows without an error;
         ``traced`` variant -> its rows of a replayed trace; ``seqs`` (variant, level) -> its first and

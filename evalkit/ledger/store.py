@@ -24,6 +24,7 @@ from .analysis import AnalysisReads
 from .derived import DerivedTables
 from .done import DoneKeys
 from .env import EnvSamples
+from .level_reads import LevelReads
 from .migrations import migrations
 from .register import is_open, track, untrack
 from .reviews import ReviewsMixin
@@ -107,7 +108,7 @@ class RunRecord(dict):
 
 
 class Ledger(SeriesReads, TokenScoresMixin, DerivedTables, ReviewsMixin, ReportReads, AnalysisReads,  # their own modules
-             EnvSamples):
+             LevelReads, EnvSamples):
     """One ledger file, migrated. Its sqlite-utils connection is private: every read and write the
     rest of evalkit needs is a method here."""
 

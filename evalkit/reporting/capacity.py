@@ -5,17 +5,16 @@ keeps the SLO up to concurrency 8 vs 4"); and cost per token at each level."""
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from typing import Any
 
 from ..engines.memory import requests_that_fit
 from ..execution.patterns import BURST, REFERENCE
-from ..execution.stops import SLO_METRICS, in_flight, reference_latencies, slowdowns
+from ..execution.stops import SLO_METRICS
 from ..ledger import Ledger
 from ..spec.sizes import human
-from ..stats import percentile, wilson
+from ..stats import wilson
 from .load_curve import curve_lines, dtype_lines, kv_dtype_of, level_signals, mark_curve
-from .selection import by_variant
+from .plots import QUALITY_GRADERS
 
 
 def _slo_of(load: dict[str, Any]) -> tuple[dict[str, float], dict[str, float]]:
@@ -23,105 +22,57 @@ def _slo_of(load: dict[str, Any]) -> tuple[dict[str, float], dict[str, float]]:
     return absolute, dict(load.get("slo_relative") or {})
 
 
-def meets(r: dict[str, Any], absolute: dict[str, float], relative: dict[str, float],
-          reference: dict[tuple[str, int], dict[str, float]]) -> bool:
-    """One request met every per-request limit (absolute ms, or a factor over the same case's
-    latency at concurrency 1)."""
-    if r["error_class"] is not None:
-        return False
-    if any(r[f"{k}_ms"] is None or r[f"{k}_ms"] > v for k, v in absolute.items()):
-        return False
-    for k, f in relative.items():
-        s = slowdowns([r], reference, k)
-        if not s or s[0] > f:
-            return False
-    return True
-
-
-def load_levels(rows: list[dict[str, Any]], load: dict[str, Any], ledger: Ledger | None = None,
-                run_id: str | None = None) -> list[dict[str, Any]]:
-    """Per variant and load level (a sweep's levels, or the one level): throughput over the level's
-    wall time; KV peak, most running and waiting, preemptions (the server's counter); goodput (the
-    share meeting every per-request limit, with a Wilson 95 % interval); and whether the level met
-    the run's SLOs (p99 of each at or under its limit, the sweep's own rule)."""
-    groups = level_groups(rows)
-    spans = {k: _spans(rs) for k, rs in groups.items()}  # one pass per level: first sends, wall time, counters
-    return finish_levels(level_entries(groups, spans, level_refs(groups, load), load, ledger, run_id))
-
-
-def level_groups(rows: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    """(variant, level label) -> its rows, in the order the rows first show them."""
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for r in rows:
-        groups[(r["variant"], r["level"] or "main")].append(r)
-    return groups
-
-
-def level_refs(groups: dict[tuple[str, str], list[dict[str, Any]]], load: dict[str, Any]
-               ) -> dict[str, dict[tuple[str, int], dict[str, float]]]:
-    """variant -> its concurrency-1 latencies per (case, repeat), what relative SLOs divide by;
-    none without a relative SLO (a dict a row, not worth holding otherwise)."""
-    if not _slo_of(load)[1]:
-        return {}
-    out: dict[str, dict[tuple[str, int], dict[str, float]]] = {}
-    for (v, level), rs in groups.items():  # the level named c=1 (a sweep's, a search's reference), else any
-        one = max((r["concurrency"] or 1) for r in rs) == 1 and all(r.get("scheduled_ms") is None for r in rs)
-        if one and (level == REFERENCE or v not in out):  # closed loop of 1 (an open loop's rows say 1 too)
-            out[v] = reference_latencies(rs)
-    return out
-
-
-def level_entries(groups: dict[tuple[str, str], list[dict[str, Any]]], spans: dict[tuple[str, str], dict[Any, Any]],
-                  refs: dict[str, dict[tuple[str, int], dict[str, float]]], load: dict[str, Any],
-                  ledger: Ledger | None = None, run_id: str | None = None) -> list[dict[str, Any]]:
-    """`load_levels`' entry for each level in ``groups``; ``spans``: every level's of the run
-    (`_spans`, or the ledger's `level_outline`): where one level's preemption count stops is where
-    the variant's next level began on that server. Not yet sorted or marked (`finish_levels`)."""
+def load_levels(ledger: Ledger, run_id: str, load: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Per variant and load level (a sweep's levels, or the one level), in SQL (`Ledger.level_table`):
+    throughput over the level's wall time; KV peak, most running and waiting, preemptions (the
+    server's counter); requests in flight; goodput (the share meeting every per-request limit, an
+    absolute one or a factor over the same case's latency at concurrency 1, with a Wilson 95 %
+    interval); whether the level met the run's SLOs (p99 of each at or under its limit, the sweep's
+    own rule); and its over-saturation signals (`load_curve.level_signals`). Sorted and marked
+    (`finish_levels`). Second: each level's quality score, for `plots.quality_points`."""
     absolute, relative = _slo_of(load)
+    spans = ledger.level_outline(run_id)["spans"]
     starts = {k: {rep: lo for rep, (lo, _) in sp.items()} for k, sp in spans.items()}
-    out = []
-    for (v, level), rs in groups.items():
-        ok = [r for r in rs if r["error_class"] is None]
-        wall_s = _wall_s(spans.get((v, level), {}))
+    slo = bool(absolute or relative)
+    out, scores = [], []
+    for t in ledger.level_table(run_id, absolute, relative, QUALITY_GRADERS, REFERENCE):
+        v, level, n = t["variant"], t["label"], t["n"]
+        sp = spans.get((v, level), {})
+        wall_s = _wall_s(sp)
         # the next level on each server began when its first request went: the counter stops there
         until: dict[Any, float] = {}
         for (v2, ph2), st in starts.items():
             if v2 == v and ph2 != level:
-                for rep, t in st.items():
-                    if t > starts.get((v, level), {}).get(rep, float("inf")):
-                        until[rep] = min(until.get(rep, float("inf")), t)
-        out_tok = sum(r["completion_tokens"] or 0 for r in ok)
-        in_tok = sum(r["prompt_tokens"] or 0 for r in ok)
-        ref = refs.get(v, {})
-        p99 = {k: percentile([r[f"{k}_ms"] for r in ok if r[f"{k}_ms"] is not None], 99) for k in absolute}
-        p99_rel = {k: percentile(slowdowns(ok, ref, k), 99) for k in relative}
-        slo = bool(absolute or relative)
-        good = sum(meets(r, absolute, relative, ref) for r in rs)
-        preempted = ledger.level_counter_delta(run_id, v, spans.get((v, level), {}), "num_preemptions_total", until) \
-            if ledger and run_id else None
-
-        peak, mean_in_flight = in_flight((r["replica"], r["mono_start_ms"], r["mono_start_ms"] + (r["e2e_ms"] or 0.0))
-                                         for r in rs if r["mono_start_ms"] is not None)
+                for rep, at in st.items():
+                    if at > starts.get((v, level), {}).get(rep, float("inf")):
+                        until[rep] = min(until.get(rep, float("inf")), at)
+        p99 = {k: t[f"p99_{k}"] for k in absolute}
+        p99_rel = {k: t[f"slow_p99_{k}"] for k in relative}
+        ok = n - t["errors"]
+        preempted = ledger.level_counter_delta(run_id, v, sp, "num_preemptions_total", until)
+        wall_ms = max((hi - lo for lo, hi in sp.values()), default=0.0)
         out.append({
-            "variant": v, "level": level, "concurrency": max((r["concurrency"] or 1) for r in rs), "n": len(rs),
-            "in_flight_peak": peak, "in_flight_mean": mean_in_flight,
-            "errors": len(rs) - len(ok), "wall_s": wall_s, "prompt_tokens": in_tok, "output_tokens": out_tok,
-            "output_tps": out_tok / wall_s if wall_s else None, "requests_per_s": len(ok) / wall_s if wall_s else None,
-            "kv_peak": _peak(rs, "srv_kv_cache_usage_peak"), "running_peak": _peak(rs, "srv_running_peak"),
-            "waiting_peak": _peak(rs, "srv_waiting_peak"),
+            "variant": v, "level": level, "concurrency": t["concurrency"], "n": n,
+            "in_flight_peak": t["in_flight_peak"], "in_flight_mean": t["busy_ms"] / wall_ms if wall_ms > 0 else None,
+            "errors": t["errors"], "wall_s": wall_s, "prompt_tokens": t["prompt_tokens"], "output_tokens": t["output_tokens"],
+            "output_tps": t["output_tokens"] / wall_s if wall_s else None, "requests_per_s": ok / wall_s if wall_s else None,
+            "kv_peak": t["kv_peak"], "running_peak": t["running_peak"], "waiting_peak": t["waiting_peak"],
             "preemptions": preempted,
             "slowdown_p99": p99_rel or None,
-            "meets_slo": (not (len(rs) - len(ok)) and all(p99[k] is not None and p99[k] <= absolute[k] for k in absolute)
+            "meets_slo": (not t["errors"] and all(p99[k] is not None and p99[k] <= absolute[k] for k in absolute)
                           and all(p99_rel[k] is not None and p99_rel[k] <= relative[k] for k in relative))
             if slo else None,
-            "goodput_pct": 100.0 * good / len(rs) if slo and rs else None,
-            "goodput_ci95_pct": [100 * x for x in ci] if slo and (ci := wilson(good, len(rs))) else None,
+            "goodput_pct": 100.0 * t["good"] / n if slo and n else None,
+            "goodput_ci95_pct": [100 * x for x in ci] if slo and (ci := wilson(t["good"], n)) else None,
             # the search's rule: p99 within each limit (errors are the error-rate rule's)
             "slo_p99_ok": (all(p99[k] is None or p99[k] <= absolute[k] for k in absolute)
                            and all(p99_rel[k] is None or p99_rel[k] <= relative[k] for k in relative)) if slo else None,
-            **level_signals(rs, preempted, load.get("stop_kv") or 0.9),
+            **level_signals(ledger.level_series(run_id, v, level), preempted, load.get("stop_kv") or 0.9),
         })
-    return out
+        if t["quality_n"]:
+            scores.append({"variant": v, "level": level, "concurrency": t["concurrency"],
+                           "quality_pct": 100.0 * t["quality_pass"] / t["quality_n"], "tps_per_user": t["tps_per_user"]})
+    return finish_levels(out), scores
 
 
 def finish_levels(out: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -131,26 +82,10 @@ def finish_levels(out: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _spans(rows: list[dict[str, Any]]) -> dict[Any, tuple[float, float]]:
-    """replica -> (first send, last end) of the rows on that server's clock."""
-    out: dict[Any, tuple[float, float]] = {}
-    for r in rows:
-        if r["mono_start_ms"] is not None:
-            a, b = r["mono_start_ms"], r["mono_start_ms"] + (r["e2e_ms"] or 0.0)
-            lo, hi = out.get(r["replica"], (a, b))
-            out[r["replica"]] = (min(lo, a), max(hi, b))
-    return out
-
-
 def _wall_s(spans: dict[Any, tuple[float, float]]) -> float | None:
-    """A level's wall time: the longest span of one server's requests (`_spans`). Each server's rows
+    """A level's wall time: the longest span of one server's requests (`Ledger.level_outline`'s spans). Each server's rows
     are on the clock of the process that sent them (a Ray worker has its own), so spans are never mixed."""
     return max(hi - lo for lo, hi in spans.values()) / 1000.0 if spans else None
-
-
-def _peak(rows: list[dict[str, Any]], col: str) -> float | None:
-    xs = [r[col] for r in rows if r.get(col) is not None]
-    return max(xs) if xs else None
 
 
 def slo_held_up_to(levels: list[dict[str, Any]], variant: str) -> int | None:
@@ -168,40 +103,30 @@ def slo_held_up_to(levels: list[dict[str, Any]], variant: str) -> int | None:
 
 
 class Usage:
-    """What `capacity` reads from a variant's rows, gathered a load level at a time: prompt tokens
-    per complexity (integers: the sum is exact, so the mean is the one over every row), the
-    concurrencies that saturated the cache or preempted, and the highest tested."""
+    """What `capacity` reads of a variant over every level (`Ledger.level_usage`): prompt tokens per
+    complexity (sum, count) of the requests that sent any, the concurrencies that saturated the
+    cache or preempted, and the highest tested."""
 
-    def __init__(self) -> None:
-        self.prompt: dict[str, list[int]] = {}  # complexity -> [sum, count]
-        self.saturated: set[Any] = set()
-        self.tested: int | None = None
-
-    def add(self, rows: list[dict[str, Any]], stop_kv: float) -> Usage:
-        for r in rows:
-            if r["prompt_tokens"] and r["complexity"] in ("short", "medium", "long"):
-                acc = self.prompt.setdefault(r["complexity"], [0, 0])
-                acc[0] += r["prompt_tokens"]
-                acc[1] += 1
-            if (r["srv_kv_cache_usage_peak"] or 0) >= stop_kv or (r["srv_preemptions"] or 0) > 0:
-                self.saturated.add(r["concurrency"])
-            c = r["concurrency"] or 1
-            self.tested = c if self.tested is None else max(self.tested, c)
-        return self
+    def __init__(self, prompt: dict[str, list[int]] | None = None, saturated: set[Any] | None = None,
+                 tested: int | None = None) -> None:
+        self.prompt = prompt or {}
+        self.saturated = saturated or set()
+        self.tested = tested
 
     def prompt_mean(self, complexity: str) -> float | None:
         total, n = self.prompt.get(complexity, (0, 0))
         return total / n if n else None
 
 
-def capacity(variants: list[dict[str, Any]], rows: list[dict[str, Any]], levels: list[dict[str, Any]],
-             max_tokens: int, stop_kv: float = 0.9, usage: dict[str, Usage] | None = None) -> list[dict[str, Any]]:
+def usage_of(ledger: Ledger, run_id: str, stop_kv: float) -> dict[str, Usage]:
+    return {v: Usage(**u) for v, u in ledger.level_usage(run_id, stop_kv).items()}
+
+
+def capacity(variants: list[dict[str, Any]], levels: list[dict[str, Any]], max_tokens: int,
+             usage: dict[str, Usage]) -> list[dict[str, Any]]:
     """Per variant: the KV cache its budget bought (blocks as the engine made them), the requests
     that fit at once at the run's lengths (predicted), where its sweep saturated and why, and the
-    highest concurrency at which it kept the SLOs (measured). ``usage``: each variant's `Usage`
-    when gathered a level at a time (else read from ``rows``)."""
-    if usage is None:
-        usage = {v: Usage().add(rs, stop_kv) for v, rs in by_variant(rows).items()}
+    highest concurrency at which it kept the SLOs (measured). ``usage``: each variant's `Usage`."""
     out = []
     for v in variants:
         cfg = json.loads(v.get("cache_config_json") or "{}")

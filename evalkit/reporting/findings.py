@@ -5,6 +5,7 @@ and the study-style summary. Everything here reads rows; nothing is measured aga
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 from ..catalogue import named
@@ -15,9 +16,9 @@ from ..ledger import Ledger
 from ..stats import mean, percentile, time_weighted_mean
 from . import flips
 from .by_attr import by_quality, measured, slice_value
-from .capacity import capacity, capacity_statement, cost, load_levels
+from .capacity import capacity, capacity_statement, cost, load_levels, usage_of
 from .ledger_findings import ledger_findings
-from .plots import quality_vs_cost
+from .plots import quality_points
 from .report import build_report, quality
 from .reviews import review_lines, review_summary
 from .rows import request_rows
@@ -225,6 +226,28 @@ def request_ends(spans: dict[tuple[str, str], dict[Any, tuple[float, float]]], v
     return ends
 
 
+def level_findings(ledger: Ledger, run: Any, baseline: str | None, variants: list[dict[str, Any]],
+                   order: Iterable[str]) -> dict[str, Any]:
+    """What the findings say per load level and over every level, from queries (no row read): the
+    levels, capacity and its statement, cost, quality against speed and price, and the traffic
+    (trace fidelity, prefix sharing, conversations). ``order``: the variants as the rows first show them."""
+    load = run.load
+    levels, scores = load_levels(ledger, run["id"], load)
+    usage = usage_of(ledger, run["id"], load.get("stop_kv", 0.9))
+    costs = cost(variants, levels, run.matrix.get("reference_price"))
+    prefix, convs = ledger.traffic_sums(run["id"])
+    return {
+        "capacity": capacity(variants, levels, run.matrix["generation"]["max_tokens"], usage),
+        "capacity_statement": capacity_statement(variants, levels, baseline, load),
+        "load_levels": levels,
+        "cost": costs,
+        "quality_vs_cost": quality_points(scores, costs),
+        "trace_fidelity": trace_fidelity(ledger, run["id"], order),
+        "prefix_sharing": prefix_sharing(ledger, run["id"], prefix),
+        "conversations": conversations(convs),
+    }
+
+
 def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = None, k: float = 3.5,
              margins: str | dict[str, Any] | None = None, report: dict[str, Any] | None = None,
              rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -239,14 +262,9 @@ def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = N
     rows = rows if rows is not None else request_rows(ledger, run_id)
     report = report or build_report(ledger, run_id, rows=rows)
     baseline = ledger.baseline(run_id)
-    max_tokens = run.matrix["generation"]["max_tokens"]
-    load = run.load
-    stop_kv = load.get("stop_kv", 0.9)
     variants = ledger.variants(run_id)
-    levels = load_levels(rows, load, ledger, run_id)
-    capacity_lines = capacity_statement(variants, levels, baseline, load)
+    lv = level_findings(ledger, run, baseline, variants, by_variant(rows))
     qul = quality_under_load(rows)
-    costs = cost(variants, levels, run.matrix.get("reference_price"))
     # the baseline's noise-floor passes are drift's, not cases: not counted in any slice
     cases = measured(first_level(rows), baseline, run.repeats)
     slice_quality(cut := slices(ledger, run, baseline, by or ["complexity"]), cases, by or ["complexity"])
@@ -262,19 +280,19 @@ def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = N
         "timeshare": lf["timeshare"], "accuracy": lf["accuracy"],
         "margins_given": [m.text for m in specs],  # so "no verdict" can say why truthfully
         "spikes": spikes(ledger, run_id, "ttft_ms", k) + spikes(ledger, run_id, "e2e_ms", k),
-        "capacity": capacity(variants, rows, levels, max_tokens, stop_kv),
-        "capacity_statement": capacity_lines,
-        "load_levels": levels,
-        "cost": costs,
+        "capacity": lv["capacity"],
+        "capacity_statement": lv["capacity_statement"],
+        "load_levels": lv["load_levels"],
+        "cost": lv["cost"],
         "study_summary": study_summary(ledger, run_id, rows, baseline, report["paired"], run.repeats) if baseline else [],
         "quality_under_load": qul,
-        "quality_vs_cost": quality_vs_cost(rows, levels, costs),
-        **(traffic := {"trace_fidelity": trace_fidelity(rows), "prefix_sharing": prefix_sharing(ledger, run_id, rows),
-                       "conversations": conversations(rows)}),
+        "quality_vs_cost": lv["quality_vs_cost"],
+        **(traffic := {k: lv[k] for k in ("trace_fidelity", "prefix_sharing", "conversations")}),
         "flips": (flip_table := flips.flips(first_level(rows), baseline)),  # pass/fail changes per case
         "reviews": (revs := review_summary(ledger, run_id, rows, baseline)),  # people's verdicts (browse --review)
-        "notes": [line for cls in available().values() for line in hook(cls, "notes", rows)] + capacity_lines + ul_lines(qul)
-        + traffic_lines(traffic) + flips.lines(flip_table, specs) + review_lines(revs) + lf["lines"],
+        "notes": [line for cls in available().values() for line in hook(cls, "notes", rows)]
+        + lv["capacity_statement"] + ul_lines(qul) + traffic_lines(traffic) + flips.lines(flip_table, specs)
+        + review_lines(revs) + lf["lines"],
     }
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..grading.registry import available
 from ..ledger import Ledger
-from ..stats import mean, percentile
+from ..stats import percentile
 from . import svgplot
 from .load_curve import curve_plots
 from .plot_series import Along, Packed, Pairs, jittered
@@ -20,12 +20,6 @@ from .token_plots import divergence_plots, kl_add, kl_series, row_order
 # the graders whose pass/fail makes the quality score of the quality-vs-speed/price charts
 QUALITY_GRADERS = ("schema", "persona", "formality")
 STRETCH = 50_000  # rows of the run the charts read at a time
-
-
-def quality_pass(r: dict[str, Any]) -> bool | None:
-    """One output passes the quality score when every default pass/fail grader it has passed it."""
-    got = [r["grades"][g]["passed"] for g in QUALITY_GRADERS if g in r["grades"] and r["grades"][g]["passed"] is not None]
-    return all(got) if got else None
 
 
 def frontier(points: dict[str, tuple[float, float]], higher_x: bool) -> set[str]:
@@ -39,28 +33,12 @@ def frontier(points: dict[str, tuple[float, float]], higher_x: bool) -> set[str]
     return out
 
 
-def quality_vs_cost(rows: list[dict[str, Any]], levels: list[dict[str, Any]], cost: list[dict[str, Any]]
-                    ) -> list[dict[str, Any]]:
-    """Per variant and load level: the quality score (% of outputs passing schema, persona and
-    formality), output tokens/s per user, $ per million output tokens; which are on the frontier."""
-    return mark_frontier(quality_points(rows, levels, cost))
-
-
-def quality_points(rows: list[dict[str, Any]], levels: list[dict[str, Any]], cost: list[dict[str, Any]]
-                   ) -> list[dict[str, Any]]:
-    """`quality_vs_cost`'s points before the frontier: a variant's rows give its own points."""
+def quality_points(scores: list[dict[str, Any]], cost: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per variant and load level with a quality score (`capacity.load_levels`' second list: % of
+    its outputs passing schema, persona and formality, output tokens/s per user) its $ per million
+    output tokens; which are on the frontier (`mark_frontier`)."""
     usd = {(c["variant"], c["level"]): c["usd_per_m_output_tokens"] for c in cost}
-    out = []
-    for lv in levels:
-        rs = [r for r in rows if r["variant"] == lv["variant"] and (r["level"] or "main") == lv["level"]
-              and r["error_class"] is None]
-        q = [x for r in rs if (x := quality_pass(r)) is not None]
-        if not q:
-            continue
-        out.append({"variant": lv["variant"], "level": lv["level"], "concurrency": lv["concurrency"],
-                    "quality_pct": 100.0 * sum(q) / len(q), "tps_per_user": mean([r["out_tps"] for r in rs]),
-                    "usd_per_m_output_tokens": usd.get((lv["variant"], lv["level"]))})
-    return out
+    return mark_frontier([{**e, "usd_per_m_output_tokens": usd.get((e["variant"], e["level"]))} for e in scores])
 
 
 def mark_frontier(out: list[dict[str, Any]]) -> list[dict[str, Any]]:

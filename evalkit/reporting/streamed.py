@@ -13,15 +13,13 @@ from ..grading.registry import available, use_run
 from ..ledger import Ledger
 from . import flips
 from .by_attr import measured
-from .capacity import Usage, capacity, capacity_statement, cost, finish_levels, level_entries, level_groups, level_refs
-from .findings import findings, full_report, request_ends, slice_quality, slices, spikes, study_entry
+from .findings import findings, full_report, level_findings, request_ends, slice_quality, slices, spikes, study_entry
 from .ledger_findings import ledger_findings
-from .plots import mark_frontier, quality_points
 from .report import build_report
 from .rows import Rows, RunRows, big_buffers_apart, give_back, keep_columns, request_rows
 from .rowseq import succeeded
 from .selection import COMPARED, first_level
-from .traffic import conversation_sums, conversations, prefix_sharing, prefix_sums, trace_entry, traffic_lines
+from .traffic import traffic_lines
 from .under_load import lines as ul_lines
 from .under_load import load_entry, quality_under_load, seq_values, unloaded
 from .verdicts import parse_margins, sentences, verdicts
@@ -59,10 +57,7 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
     baseline = ledger.baseline(run_id)
     lf = ledger_findings(ledger, run_id, baseline, specs, run.repeats)  # the order, the machine, accuracy: in SQL
     ts = lf["timeshare"]
-    load = run.load
-    stop_kv = load.get("stop_kv", 0.9)
     variants = ledger.variants(run_id)
-    by_name = {v["name"]: v for v in variants}
     levels_of = ledger.slice_levels(run_id)  # variants in the order the rows first show them
     outline = ledger.level_outline(run_id)
     cut = slices(ledger, run, baseline, ["complexity"])  # in SQL; each variant's graders' columns added below
@@ -78,11 +73,8 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
     pairs = report["paired"]
     ttft = {(p["variant"], p["complexity"]): p for p in pairs if p["metric"] == "ttft_ms"}
     e2e = {(p["variant"], p["complexity"]): p for p in pairs if p["metric"] == "e2e_ms"}
-    usage: dict[str, Usage] = {}
-    prefix: dict[str, list[int]] = {}
-    convs: dict[str, Any] = {}
     part: dict[str, dict[str, Any]] = {}
-    state: dict[str, dict[str, Any]] = {}  # per variant: its first and top level, refs, the concurrency-1 side
+    state: dict[str, dict[str, Any]] = {}  # per variant: its first and top level, the concurrency-1 side
 
     def level(v: str, lv: int | None, rows: Rows) -> None:
         """One of variant v's levels (None: every level at once); its first with the baseline's beside it."""
@@ -97,14 +89,6 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
                                      base["cases_ok"], ttft, e2e,
                                      ends=request_ends(outline["spans"], v)) if baseline else None
             del both, vfirst
-        groups = level_groups(rows)
-        st["refs"] = st["refs"] or level_refs(groups, load)  # the concurrency-1 level comes first
-        entries = level_entries(groups, outline["spans"], st["refs"], load, ledger, run_id)
-        p["levels"] += entries
-        p["points"] += quality_points(rows, entries, cost(variants, entries, run.matrix.get("reference_price")))
-        usage[v].add(rows, stop_kv)
-        prefix_sums(rows, prefix)
-        conversation_sums(rows, convs)
         if lv is None:  # every level at once (a level label split over concurrencies)
             p["qul"] = quality_under_load(rows)
         elif st["top"] > 1 and lv == 1 and outline["ok"].get((v, 1)):
@@ -115,13 +99,12 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
 
     plan = {v: _level_plan(v, levels_of[v], outline) for v in levels_of}
     for v in levels_of:
-        part[v] = {"levels": [], "points": [], "qul": []}
-        usage[v] = Usage()
-        state[v] = {"first": min(levels_of[v]), "refs": {}, "seq": None,
+        part[v] = {"qul": []}
+        state[v] = {"first": min(levels_of[v]), "seq": None,
                     "top": max((lv for (v2, lv), n in outline["ok"].items() if v2 == v and n), default=1)}
     # every variant's first level while the baseline's is held (its own first, then kept as far as a
-    # comparison reads it), then the other levels a slice at a time: each variant's levels still come
-    # in order, and what spans variants is per variant
+    # comparison reads it), then the levels quality under load compares (concurrency 1 and the top):
+    # what the findings say of every level comes from queries (`level_findings`)
     for v in sorted(levels_of, key=lambda v: v != baseline):
         lv = plan[v][0]
         level(v, lv, base["first"] if v == baseline and lv == state[v]["first"] else request_rows(ledger, run_id, v, lv))
@@ -131,27 +114,16 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
     base.clear()
     give_back()
     for v in levels_of:
+        st = state[v]
         for lv in plan[v][1:]:
-            level(v, lv, request_rows(ledger, run_id, v, lv))
-            give_back()
-    for v in levels_of:
-        p = part[v]
-        p["levels"] = finish_levels(p["levels"])
-        p["cost"] = cost(variants, p["levels"], run.matrix.get("reference_price"))
-        p["capacity"] = capacity([by_name[v]], [], p["levels"], run.matrix["generation"]["max_tokens"], stop_kv,
-                                 usage) if v in by_name else []
-        p["trace"] = [trace_entry(v, ledger.trace_rows(run_id, v))] if outline["traced"].get(v) else []
-    # in the order a variant-by-variant pass would have met them
-    prefix, convs = ({v: d[v] for v in levels_of if v in d} for d in (prefix, convs))
+            if (lv == 1 and st["top"] > 1) or (lv == st["top"] and st["seq"] is not None):
+                level(v, lv, request_rows(ledger, run_id, v, lv))
+                give_back()
     names = sorted(part)
-    levels = sorted((x for v in names for x in part[v]["levels"]), key=lambda x: (x["variant"], x["concurrency"], x["level"]))
-    costs = [c for v in names for c in part[v]["cost"]]
-    capacity_lines = capacity_statement(variants, levels, baseline, load)
+    lvf = level_findings(ledger, run, baseline, variants, levels_of)
     qul = [e for v in levels_of for e in part[v]["qul"]]
     vs = [e for v in names for e in part[v]["verdicts"]]
-    traffic = {"trace_fidelity": [e for v in levels_of for e in part[v]["trace"]],
-               "prefix_sharing": prefix_sharing(ledger, run_id, [], prefix),
-               "conversations": conversations([], convs)}
+    traffic = {k: lvf[k] for k in ("trace_fidelity", "prefix_sharing", "conversations")}
     flip_table = [e for v in names for e in part[v]["flips"]]
     everything = RunRows(ledger, run_id)
     graded = ledger.measured_graders(run_id)
@@ -168,20 +140,18 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
         "timeshare": ts, "accuracy": lf["accuracy"],
         "margins_given": [m.text for m in specs],
         "spikes": spikes(ledger, run_id, "ttft_ms", k) + spikes(ledger, run_id, "e2e_ms", k),
-        "capacity": [c for v in variants for c in (part[v["name"]]["capacity"] if v["name"] in part else
-                                                   capacity([v], [], levels, run.matrix["generation"]["max_tokens"],
-                                                            stop_kv, usage))],
-        "capacity_statement": capacity_lines,
-        "load_levels": levels,
-        "cost": costs,
+        "capacity": lvf["capacity"],
+        "capacity_statement": lvf["capacity_statement"],
+        "load_levels": lvf["load_levels"],
+        "cost": lvf["cost"],
         "study_summary": [part[v]["study"] for v in names] if baseline else [],
         "quality_under_load": qul,
-        "quality_vs_cost": mark_frontier([e for v in names for e in part[v]["points"]]),
+        "quality_vs_cost": lvf["quality_vs_cost"],
         **traffic,
         "flips": flip_table,
         "reviews": None,  # reviews are read with every row (`findings` takes that path when there are any)
-        "notes": notes + capacity_lines + ul_lines(qul) + traffic_lines(traffic) + flips.lines(flip_table, specs)
-        + lf["lines"],
+        "notes": notes + lvf["capacity_statement"] + ul_lines(qul) + traffic_lines(traffic)
+        + flips.lines(flip_table, specs) + lf["lines"],
     }
 
 

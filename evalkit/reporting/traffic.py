@@ -13,13 +13,10 @@ from ..ledger import Ledger
 from ..stats import mean, percentile
 
 
-def trace_fidelity(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out = []
-    for v in dict.fromkeys(r["variant"] for r in rows if r.get("trace_row") is not None):
-        rs = sorted((r for r in rows if r["variant"] == v and r.get("trace_row") is not None),
-                    key=lambda r: r["trace_row"])
-        out.append(trace_entry(v, rs))
-    return out
+def trace_fidelity(ledger: Ledger, run_id: str, variants: Iterable[str]) -> list[dict[str, Any]]:
+    """`trace_entry` of each of ``variants`` (in that order) with rows of a replayed trace."""
+    traced = ledger.level_outline(run_id)["traced"]
+    return [trace_entry(v, ledger.trace_rows(run_id, v)) for v in variants if traced.get(v)]
 
 
 def trace_entry(v: str, rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
@@ -60,41 +57,13 @@ def trace_entry(v: str, rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-# a variant's prefix sums: requests with designed sharing, their shared and prompt tokens; requests
-# with a cached count, whether any was non-zero, their cached and prompt tokens
-_PREFIX = ("designed", "designed_shared", "designed_prompt", "cached", "cached_any", "cached_tokens", "cached_prompt")
-
-
-def prefix_sums(rows: list[dict[str, Any]], into: dict[str, list[int]] | None = None) -> dict[str, list[int]]:
-    """`prefix_sharing`'s sums per variant (integers: added a load level at a time, the same)."""
-    out = into if into is not None else {}
-    for r in rows:
-        acc = out.get(r["variant"])
-        if acc is None:
-            acc = out[r["variant"]] = [0] * len(_PREFIX)
-        if r["error_class"] is not None or not r["prompt_tokens"]:
-            continue
-        if r.get("designed_shared_tokens") is not None:
-            acc[0] += 1
-            acc[1] += r["designed_shared_tokens"]
-            acc[2] += r["prompt_tokens"]
-        if r.get("cached_prompt_tokens") is not None:
-            acc[3] += 1
-            acc[4] = acc[4] or bool(r["cached_prompt_tokens"])
-            acc[5] += r["cached_prompt_tokens"]
-            acc[6] += r["prompt_tokens"]
-    return out
-
-
-def prefix_sharing(ledger: Ledger, run_id: str, rows: list[dict[str, Any]],
-                   sums: dict[str, list[int]] | None = None) -> list[dict[str, Any]]:
+def prefix_sharing(ledger: Ledger, run_id: str, sums: dict[str, list[int]]) -> list[dict[str, Any]]:
     """Per variant: the share of prompt tokens the workload shares by design (a trace's repeated
     hash blocks, a shared system prompt), the share the server reported as served from its prefix
-    cache (per request, `cached_tokens`), and its own hit counters over the run. ``sums``:
-    `prefix_sums` gathered a level at a time (else from ``rows``)."""
+    cache (per request, `cached_tokens`), and its own hit counters over the run. ``sums``: the
+    first of `Ledger.traffic_sums`."""
     out = []
-    for v, (designed, shared, dprompt, cached, cached_any, ctokens, cprompt) in (
-            sums if sums is not None else prefix_sums(rows)).items():
+    for v, (designed, shared, dprompt, cached, cached_any, ctokens, cprompt) in sums.items():
         hits = ledger.series_delta(run_id, v, "prefix_cache_hits_total")
         queries = ledger.series_delta(run_id, v, "prefix_cache_queries_total")
         if not designed and not cached_any and not queries:
@@ -108,27 +77,11 @@ def prefix_sharing(ledger: Ledger, run_id: str, rows: list[dict[str, Any]],
     return out
 
 
-def conversation_sums(rows: list[dict[str, Any]], into: dict[str, Any] | None = None) -> dict[str, Any]:
-    """`conversations`' tallies per variant: (conversation, repeat) -> every turn answered, turns,
-    turns failed; added a load level at a time, the same."""
-    out = into if into is not None else {}
-    for r in rows:
-        if not r.get("conversation_id"):
-            continue
-        acc = out.get(r["variant"])
-        if acc is None:
-            acc = out[r["variant"]] = [{}, 0, 0]
-        key = (r["conversation_id"], r["repeat"])
-        acc[0][key] = acc[0].get(key, True) and r["error_class"] is None
-        acc[1] += 1
-        acc[2] += r["error_class"] is not None
-    return out
-
-
-def conversations(rows: list[dict[str, Any]], sums: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    return [{"variant": v, "conversations": len(convs), "turns": turns, "completed": sum(convs.values()),
-             "turns_failed": failed}
-            for v, (convs, turns, failed) in (sums if sums is not None else conversation_sums(rows)).items()]
+def conversations(sums: dict[str, list[int]]) -> list[dict[str, Any]]:
+    """Per variant with multi-turn conversations: how many (a conversation per repeat), how many had
+    every turn answered, turns, turns failed (the second of `Ledger.traffic_sums`)."""
+    return [{"variant": v, "conversations": n, "turns": turns, "completed": done, "turns_failed": failed}
+            for v, (n, done, turns, failed) in sums.items()]
 
 
 def traffic_lines(f: dict[str, Any]) -> list[str]:
