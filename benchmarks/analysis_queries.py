@@ -1,5 +1,6 @@
 """The report's named ledger queries (`evalkit/ledger/analysis.py`, issue 48) timed at any size: each
-query in a fresh process (its wall time, CPU time and peak RSS), on synthesized ledgers
+query in a fresh process (its wall time, and the peak RSS of the ledger's query worker, where DuckDB
+runs, and of the calling process), on synthesized ledgers
 (`benchmarks/synth_ledger.py`: two variants at concurrency 1 and 4). The ratio column is each
 query's time against its time at the smallest size, in this one run.
 
@@ -29,6 +30,9 @@ QUERIES = {
     "spike_rows ttft": "db.spike_rows(rid, 'ttft_ms', 3.5)",
     "case_pairs e2e": "db.case_pairs(rid, base, run.repeats, 'e2e_ms')",
     "client_lag_p99": "db.client_lag_p99(rid)",
+    "level_table": "db.level_table(rid, {'ttft': 2000.0}, {'e2e': 2.0}, ('schema', 'persona', 'formality'))",
+    "level_usage": "db.level_usage(rid, 0.9)",
+    "traffic_sums": "db.traffic_sums(rid)",
 }
 CHILD = """
 import json, resource, sys, time
@@ -40,9 +44,10 @@ rid, base = run["id"], db.baseline(run["id"])
 t0, c0 = time.perf_counter(), time.process_time()
 got = {expr}
 wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+worker_mb = db._worker.peak_kb / 1024 if db._worker else 0.0
 db.close()
 print(json.dumps({{"wall_s": wall, "cpu_s": cpu, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "rows_out": len(got)}}))
+                  "worker_mb": worker_mb, "rows_out": len(got)}}))
 """
 
 
@@ -72,7 +77,7 @@ def main() -> None:
     print(host_line(this_host()))
     results = []
     first: dict[str, float] = {}
-    print("| rows | query | wall s | CPU s | peak RSS MB | time vs smallest |")
+    print("| rows | query | wall s | query worker peak RSS MB | caller peak RSS MB | time vs smallest |")
     print("|---|---|---|---|---|---|")
     for path in ledgers:
         n = rows_of(path)
@@ -85,7 +90,7 @@ def main() -> None:
             r = json.loads(out.stdout)
             first.setdefault(name, r["wall_s"])
             results.append({"rows": n, "query": name, **r})
-            print(f"| {n:,} | {name} | {r['wall_s']:.2f} | {r['cpu_s']:.2f} | {r['peak_mb']:.0f} | "
+            print(f"| {n:,} | {name} | {r['wall_s']:.2f} | {r['worker_mb']:.0f} | {r['peak_mb']:.0f} | "
                   f"{r['wall_s'] / first[name]:.1f}x |", flush=True)
     if args.json:
         args.json.write_text(json.dumps({"host": host_line(this_host()), "results": results}, indent=2))

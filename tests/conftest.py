@@ -113,8 +113,16 @@ def _unit_tier_starts_nothing(request: pytest.FixtureRequest, monkeypatch: pytes
             raise AssertionError(f"a unit-tier test started {what}: mark it @pytest.mark.integration")
         return _refuse
 
+    popen = subprocess.Popen.__init__
+
+    def only_the_query_worker(self: subprocess.Popen, args: Any, *rest: Any, **kwargs: Any) -> None:
+        # a ledger's queries run in its query worker (evalkit/ledger/duck_worker.py): part of reading it
+        if "evalkit.ledger.duck_worker" not in list(args):
+            refuse("a subprocess")()
+        popen(self, args, *rest, **kwargs)
+
     monkeypatch.setattr(StubServer, "__enter__", refuse("a stub server"))
-    monkeypatch.setattr(subprocess.Popen, "__init__", refuse("a subprocess"))
+    monkeypatch.setattr(subprocess.Popen, "__init__", only_the_query_worker)
     monkeypatch.setattr(asyncio, "create_subprocess_exec", refuse("a subprocess"))
 
 

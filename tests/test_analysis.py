@@ -5,6 +5,8 @@ answers on a synthesized run: skewed latencies, spikes, failed requests, unequal
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -242,12 +244,59 @@ def _handles(path: Path) -> int:
     return out
 
 
-def test_a_query_leaves_nothing_of_duckdb_open_on_the_ledger(synth):
+def test_a_query_leaves_nothing_open_on_the_ledger_in_this_process(synth):
     with open_ledger(synth, create=False) as db:
         before = _handles(synth)
         run = db.require_run(None)
         db.slice_table(run["id"], None, run.repeats, DECLARED, {})
         assert _handles(synth) == before
+
+
+def _others_could_take_the_wal_index(path: Path) -> bool:
+    """Whether another process could lock the -shm's connection bytes exclusively: only when no
+    connection of ours holds them (what SQLite asks before it resets the WAL index)."""
+    code = ("import fcntl, os, struct, sys; fd = os.open(sys.argv[1] + '-shm', os.O_RDWR); "
+            "r = fcntl.fcntl(fd, fcntl.F_GETLK, struct.pack('hhqqi', fcntl.F_WRLCK, 0, 120, 16, 0)); "
+            "print(struct.unpack('hhqqi', r)[0] == fcntl.F_UNLCK)")
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True)
+    return out.stdout.strip() == "True"
+
+
+@pytest.mark.integration
+def test_a_query_leaves_this_process_s_own_sqlite_locks_in_place(synth):
+    # DuckDB's copy of SQLite closing its descriptors in this process would drop our connection's
+    # locks (POSIX locks are the process's): another process could then reset the WAL index under it
+    with open_ledger(synth, create=False) as db:
+        run = db.require_run(None)
+        assert not _others_could_take_the_wal_index(synth)
+        db.slice_table(run["id"], None, run.repeats, DECLARED, {})
+        assert not _others_could_take_the_wal_index(synth)
+
+
+def test_the_query_worker_stops_with_its_ledger(synth):
+    with open_ledger(synth, create=False) as db:
+        db.client_lag_p99(db.require_run(None)["id"])
+        proc = db._worker.proc
+    assert proc.wait(timeout=10) == 0
+
+
+def test_a_query_that_fails_says_so_in_one_line_naming_the_ledger(synth):
+    from evalkit.errors import LedgerError
+
+    with open_ledger(synth, create=False) as db, pytest.raises(LedgerError, match=f"^{synth}: query failed: .*no_such"):
+        db.query("select * from l.no_such_table")
+
+
+def test_a_worker_that_died_is_said_and_the_next_query_starts_another(synth):
+    from evalkit.errors import LedgerError
+
+    with open_ledger(synth, create=False) as db:
+        run_id = db.require_run(None)["id"]
+        db.client_lag_p99(run_id)
+        db._worker.proc.kill()
+        with pytest.raises(LedgerError, match="query worker stopped .exit code -9"):
+            db.client_lag_p99(run_id)
+        assert db.client_lag_p99(run_id)
 
 
 @pytest.mark.parametrize("value", [1.1, 0.30000000000000004, 1e-9, 1.4826, 123456789.12345679, 2.5e300, 5e-324, -0.5,

@@ -82,6 +82,14 @@ def test_only_the_ledger_package_talks_to_sqlite():
     assert not offenders, "\n".join(offenders)
 
 
+def test_duckdb_opens_a_ledger_only_in_the_query_worker():
+    # two copies of SQLite in one process must never open one file: DuckDB's runs in its own process
+    offenders = [f"{mod}:{node.lineno}" for mod, path in modules().items() if mod != "evalkit.ledger.duck_worker"
+                 for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                 if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "Duck"]
+    assert not offenders, "Duck( outside evalkit/ledger/duck_worker.py: " + ", ".join(offenders)
+
+
 def test_imports_run_one_way():
     wrong = []
     for mod, path in modules().items():

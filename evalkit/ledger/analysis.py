@@ -19,7 +19,7 @@ from typing import Any
 
 from ..catalogue import DERIVED, Metric
 from ..errors import UsageError
-from .duck import Duck, literal
+from .duck import literal
 
 _P = re.compile(r"^p(\d+(?:\.\d+)?)$")
 REQUEST_KEYS = ("complexity", "replica", "level", "concurrency")  # a slice key from the row; else a case attribute
@@ -86,16 +86,27 @@ def aggregates(metrics: Sequence[Metric]) -> list[str]:
 
 
 class AnalysisReads:
-    """The named queries. Each opens DuckDB over the ledger's file and closes it when done: DuckDB
-    keeps the memory of a query's aggregates in its own allocator until closed (~100 MB at a
-    million rows), which would sit under the rest of the report's peak; opening costs ~0.1 s."""
+    """The named queries, run by this ledger's query worker (`duck_worker`: DuckDB never opens the
+    ledger in a process that has its own connection to it). The worker opens DuckDB for each query
+    and closes it when done: DuckDB keeps the memory of a query's aggregates in its own allocator
+    until closed (~100 MB at a million rows); opening costs ~0.1 s."""
 
     path: Any
+    _worker: Any = None  # its `duck_worker.QueryWorker`, once a query asked for it
 
     def query(self, sql: str, params: dict[str, Any] | None = None) -> tuple[list[str], list[tuple[Any, ...]]]:
         """(column names, rows) of one analysis query over this ledger (`duck.Duck`: ``l.`` names its tables)."""
-        with Duck(self.path) as duck:
-            return duck.columns(sql, params)
+        if self._worker is None:
+            from .duck_worker import QueryWorker  # here: `python -m` runs the module not yet imported
+
+            self._worker = QueryWorker(self.path)
+        return self._worker.columns(sql, params)
+
+    def close_worker(self) -> None:
+        """Stop the query worker, if one was started (`Ledger.close`)."""
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
 
     def _first_level(self, run_id: str, baseline: str | None, repeats: int, keys: list[str], select: list[str],
                      group: str, where: str = "true") -> tuple[list[str], list[tuple[Any, ...]]]:

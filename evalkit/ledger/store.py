@@ -414,6 +414,7 @@ class Ledger(SeriesReads, TokenScoresMixin, DerivedTables, ReviewsMixin, ReportR
         """Close the connection (idempotent). Every command closes what it opened: a connection left
         to the garbage collector holds its locks and its `-wal` open for as long as it lives."""
         untrack(self)
+        self.close_worker()
         self._db.conn.close()
 
     @property

@@ -1,0 +1,138 @@
+"""DuckDB runs in a process of its own: the query worker.
+
+DuckDB reads the ledger through its sqlite extension, which carries its own copy of SQLite. Two
+copies of SQLite in one process must never open the same database file (sqlite.org/howtocorrupt,
+"Multiple copies of SQLite linked into the same application"): POSIX locks belong to the process,
+so when DuckDB's copy closes its descriptors, the locks of the process's own connection (a
+reader's WAL lock, a writer's, the lock that tells other processes it is there) go with them.
+Measured here: after a DuckDB query, another process could take the `-shm` lock a connection of
+ours still held; a second `evalkit report` then reset the WAL index under the first, which read
+wrong figures once and died of SIGBUS twice. So every query goes to a child process that opens
+the ledger through DuckDB only, one `duck.Duck` a query (DuckDB keeps a query's memory until its
+connection closes), while this process keeps its own connection; across processes SQLite's
+locking holds as it always does.
+
+The child is started plainly (no Python between fork and exec, `spawn.with_parent_death`), reads
+(SQL, parameters) frames on stdin and answers each with its result or its error, and exits at end
+of input: when its `QueryWorker` closes (with the `Ledger`) or this process dies."""
+
+from __future__ import annotations
+
+import pickle
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import IO, Any
+
+from ..errors import LedgerError
+
+_HEAD = struct.Struct("<Q")
+
+
+def _send(out: IO[bytes], obj: Any) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    out.write(_HEAD.pack(len(data)))
+    out.write(data)
+    out.flush()
+
+
+def _receive(inp: IO[bytes]) -> Any:
+    """The next frame, or None at end of input."""
+    head = inp.read(_HEAD.size)
+    if len(head) < _HEAD.size:
+        return None
+    (n,) = _HEAD.unpack(head)
+    data = inp.read(n)
+    if len(data) < n:
+        return None
+    return pickle.loads(data)  # noqa: S301  (our own child's frames, over its own pipe)
+
+
+class QueryWorker:
+    """This process's side of the query worker for one ledger file: started at the first query,
+    stopped by `close`. ``peak_kb``: the worker's peak resident memory so far (its own, apart
+    from this process's), what the benchmarks add to the command's."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.err: IO[bytes] | None = None
+        self.peak_kb = 0
+
+    def columns(self, sql: str, params: dict[str, Any] | None = None) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """(column names, rows) of ``sql`` (`duck.Duck.columns`), run by the worker."""
+        if self.proc is None:
+            self._start()
+        assert self.proc is not None and self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            _send(self.proc.stdin, (sql, params or {}))
+            reply = _receive(self.proc.stdout)
+        except BrokenPipeError:
+            reply = None
+        if reply is None:
+            raise LedgerError(f"{self.path}: the query worker stopped ({self._death()})")
+        kind, payload, peak = reply
+        self.peak_kb = max(self.peak_kb, peak)
+        if kind == "error":
+            raise LedgerError(f"{self.path}: query failed: {payload}")
+        return payload  # type: ignore[no-any-return]
+
+    def _start(self) -> None:
+        from ..spawn import with_parent_death
+
+        self.err = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(with_parent_death([sys.executable, "-m", "evalkit.ledger.duck_worker", self.path]),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
+                                     start_new_session=True)
+
+    def _death(self) -> str:
+        assert self.proc is not None and self.err is not None
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        self.err.seek(0)
+        tail = [line for line in self.err.read().decode(errors="replace").splitlines() if line.strip()]
+        self.close()
+        return f"exit code {code}" + (f": {tail[-1]}" if tail else "")
+
+    def close(self) -> None:
+        """End the worker (idempotent): its input closes, it exits; killed if it does not."""
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            for f in (proc.stdin, proc.stdout):
+                if f is not None:
+                    f.close()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self.err is not None:
+            self.err.close()
+            self.err = None
+
+
+def serve(path: str) -> None:
+    """The worker: a query a frame, each on a DuckDB connection of its own, until end of input."""
+    import resource
+
+    from .duck import Duck
+
+    inp, out = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # nothing but frames on the pipe
+    while (request := _receive(inp)) is not None:
+        sql, params = request
+        try:
+            with Duck(path) as duck:
+                reply: tuple[str, Any] = ("ok", duck.columns(sql, params))
+        except Exception as e:  # the caller raises it, naming the ledger
+            reply = ("error", f"{type(e).__name__}: {e}".splitlines()[0])
+        _send(out, (*reply, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])
