@@ -11,7 +11,9 @@ not already die in between, then exec the real command (the signal survives exec
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+from typing import Any
 
 # argv: parent pid, the program, its arguments. PR_SET_PDEATHSIG = 1; a parent gone before the
 # prctl took effect shows as a changed parent pid: exit rather than outlive it.
@@ -40,3 +42,12 @@ def with_file_size_limit(argv: list[str], nbytes: int) -> list[str]:
     write past it fails with EFBIG as on a full disk: set by the shell before exec, not by Python
     in a forked child."""
     return ["bash", "-c", 'trap "" XFSZ; ulimit -f "$0"; exec "$@"', str(max(1, nbytes // 1024)), *argv]
+
+
+def reap(proc: subprocess.Popen[Any], timeout: float) -> int:
+    """Wait up to ``timeout`` s for ``proc`` to end, then kill it; its exit code either way."""
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()

@@ -192,13 +192,18 @@ def test_two_servers_clocks_are_counted_apart_and_summed(shaped):
     assert got[("base", "c=1")] == 2 and _peak(one_clock) == 1  # sequential on each server: one each
 
 
-def test_a_relative_slo_falls_back_to_the_first_closed_loop_level_of_one(shaped, tmp_path):
-    path = tmp_path / "renamed.db"
+def _reshaped(shaped: Path, path: Path, sql: str) -> Path:
+    """A copy of the shaped ledger with one more change."""
     copy_ledger(shaped, path)
     db = Database(path)
-    db.execute("update requests set level = 'unloaded' where level = 'c=1'")
+    db.execute(sql)
     db.conn.commit()
     db.close()
+    return path
+
+
+def test_a_relative_slo_falls_back_to_the_first_closed_loop_level_of_one(shaped, tmp_path):
+    path = _reshaped(shaped, tmp_path / "renamed.db", "update requests set level = 'unloaded' where level = 'c=1'")
     run_id, rows = _rows(path)
     with open_ledger(path, create=False) as led:
         got = {(x["variant"], x["label"]): x["slow_p99_e2e"] for x in led.level_table(run_id, {}, {"e2e": 2.0}, ())}
@@ -207,12 +212,8 @@ def test_a_relative_slo_falls_back_to_the_first_closed_loop_level_of_one(shaped,
 
 
 def test_an_open_loop_level_of_one_is_no_reference(shaped, tmp_path):
-    path = tmp_path / "open.db"
-    copy_ledger(shaped, path)
-    db = Database(path)
-    db.execute("update requests set scheduled_ms = mono_start_ms where level = 'c=1' and variant = 'w8a8'")
-    db.conn.commit()
-    db.close()
+    path = _reshaped(shaped, tmp_path / "open.db",
+                     "update requests set scheduled_ms = mono_start_ms where level = 'c=1' and variant = 'w8a8'")
     run_id, _ = _rows(path)
     with open_ledger(path, create=False) as led:
         got = {(x["variant"], x["label"]): x for x in led.level_table(run_id, {}, {"e2e": 2.0}, ())}

@@ -88,12 +88,10 @@ class QueryWorker:
                                      start_new_session=True)
 
     def _death(self) -> str:
+        from ..spawn import reap
+
         assert self.proc is not None and self.err is not None
-        try:
-            code = self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            code = self.proc.wait()
+        code = reap(self.proc, 5)
         self.err.seek(0)
         tail = [line for line in self.err.read().decode(errors="replace").splitlines() if line.strip()]
         self.close()
@@ -103,14 +101,12 @@ class QueryWorker:
         """End the worker (idempotent): its input closes, it exits; killed if it does not."""
         proc, self.proc = self.proc, None
         if proc is not None:
+            from ..spawn import reap
+
             for f in (proc.stdin, proc.stdout):
                 if f is not None:
                     f.close()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            reap(proc, 10)
         if self.err is not None:
             self.err.close()
             self.err = None

@@ -18,7 +18,7 @@ from ..grading.registry import available, canned_queries, headline_columns, use_
 from ..ledger import Ledger
 from ..ledger.canned import canned
 from ..reporting.streamed import streamed_report
-from ..spawn import with_parent_death
+from ..spawn import reap, with_parent_death
 
 PLUGINS = Path(__file__).with_name("datasette_plugins")
 
@@ -155,11 +155,7 @@ def wait_for_child(p: subprocess.Popen[bytes]) -> None:
         p.wait()
     except (KeyboardInterrupt, Interrupted) as e:
         p.terminate()
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+        reap(p, 10)
         if isinstance(e, Interrupted):
             raise
     finally:
