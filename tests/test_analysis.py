@@ -33,6 +33,16 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def bare(synth: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the run that only the tests of DuckDB's own settings open, with `Duck` in this
+    process: DuckDB's copy of SQLite closing its descriptors drops this process's locks on a file
+    (why evalkit runs it in the query worker), so it never touches a file another test opens here."""
+    path = tmp_path_factory.mktemp("bare") / "bare.db"
+    copy_ledger(synth, path)
+    return path
+
+
 def _first_level_rows(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The rows the queries select, picked in Python: each variant's lowest concurrency, the
     baseline's repeats past the run's own left out; with the case's complexity and attributes."""
@@ -211,23 +221,23 @@ def test_a_slice_where_every_request_failed_has_counts_and_no_latency(synth, tmp
     assert (got["n"] == got["n_errors"], got["ttft_p50_ms"], got["e2e_mean_ms"]) == (True, None, None)
 
 
-def test_duckdb_installs_and_loads_nothing_by_itself(synth):
-    with Duck(synth) as d:
+def test_duckdb_installs_and_loads_nothing_by_itself(bare):
+    with Duck(bare) as d:
         got = d.rows("select current_setting('autoinstall_known_extensions'), "
                      "current_setting('autoload_known_extensions')")
     assert got == [(False, False)]
 
 
-def test_the_sqlite_extension_is_the_installed_wheel_s(synth):
+def test_the_sqlite_extension_is_the_installed_wheel_s(bare):
     import duckdb
 
-    with Duck(synth) as d:
+    with Duck(bare) as d:
         loaded = d.rows("select extension_name from duckdb_extensions() where loaded")
     assert (extension_path().parent.name, ("sqlite_scanner",) in loaded) == (f"v{duckdb.__version__}", True)
 
 
-def test_the_ledger_is_attached_read_only(synth):
-    with Duck(synth) as d, pytest.raises(Exception, match="(?i)read.only"):
+def test_the_ledger_is_attached_read_only(bare):
+    with Duck(bare) as d, pytest.raises(Exception, match="(?i)read.only"):
         d.rows("insert into l.runs (id) values ('x')")
 
 
@@ -263,14 +273,16 @@ def _others_could_take_the_wal_index(path: Path) -> bool:
 
 
 @pytest.mark.integration
-def test_a_query_leaves_this_process_s_own_sqlite_locks_in_place(synth):
+def test_a_query_leaves_this_process_s_own_sqlite_locks_in_place(synth, tmp_path):
     # DuckDB's copy of SQLite closing its descriptors in this process would drop our connection's
     # locks (POSIX locks are the process's): another process could then reset the WAL index under it
-    with open_ledger(synth, create=False) as db:
+    path = tmp_path / "held.db"
+    copy_ledger(synth, path)
+    with open_ledger(path, create=False) as db:
         run = db.require_run(None)
-        assert not _others_could_take_the_wal_index(synth)
+        assert not _others_could_take_the_wal_index(path)
         db.slice_table(run["id"], None, run.repeats, DECLARED, {})
-        assert not _others_could_take_the_wal_index(synth)
+        assert not _others_could_take_the_wal_index(path)
 
 
 def test_the_query_worker_stops_with_its_ledger(synth):
@@ -301,10 +313,10 @@ def test_a_worker_that_died_is_said_and_the_next_query_starts_another(synth):
 
 @pytest.mark.parametrize("value", [1.1, 0.30000000000000004, 1e-9, 1.4826, 123456789.12345679, 2.5e300, 5e-324, -0.5,
                                    7, "it's", None])
-def test_a_value_bound_into_a_query_reads_back_as_itself(synth, value):
+def test_a_value_bound_into_a_query_reads_back_as_itself(bare, value):
     from evalkit.ledger.duck import literal
 
-    with Duck(synth) as d:
+    with Duck(bare) as d:
         assert d.rows(f"select {literal(value)}") == [(value,)]
 
 
@@ -386,19 +398,19 @@ def test_the_same_ledger_gives_the_same_figures_to_the_last_bit(synth):
     assert runs[0] == runs[1] == runs[2]
 
 
-def test_duckdb_runs_one_thread(synth):
-    with Duck(synth) as d:
+def test_duckdb_runs_one_thread(bare):
+    with Duck(bare) as d:
         assert d.rows("select current_setting('threads')") == [(1,)]
 
 
-def test_duckdb_draws_no_progress_bar_into_the_output(synth):
+def test_duckdb_draws_no_progress_bar_into_the_output(bare):
     """DuckDB draws a bar on stdout for a query over 2 s: it would land inside `report --json`."""
-    with Duck(synth) as d:
+    with Duck(bare) as d:
         assert d.rows("select current_setting('enable_progress_bar')") == [(False,)]
 
 
-def test_duckdb_spills_to_its_own_folder_and_removes_it(synth):
-    d = Duck(synth)
+def test_duckdb_spills_to_its_own_folder_and_removes_it(bare):
+    d = Duck(bare)
     spill = Path(d.rows("select current_setting('temp_directory')")[0][0])
     d.close()
     assert (spill.name.startswith("evalkit-duckdb-spill-"), spill.exists()) == (True, False)
