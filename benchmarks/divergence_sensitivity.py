@@ -29,7 +29,7 @@ from evalkit.grading.registry import available
 from evalkit.host import host_line
 from evalkit.ledger import open_ledger
 from evalkit.reporting.findings import request_rows
-from evalkit.reporting.flips import _floor_repeat, _passes
+from evalkit.reporting.flips import _passes
 from evalkit.reporting.selection import first_level
 from evalkit.reporting.verdicts import grader_values, parse_margins, verdicts
 from evalkit.stats import PairedProportions, SignFlipMean, min_detectable
@@ -57,6 +57,14 @@ def mean_line(name: str, diffs: list[float], above: str, below: str, digits: int
     else:
         v = "within the floor" + (f" (could detect ≥ {mde:.{digits}g})" if mde is not None else "")
     return {"measure": name, "pairs": t.n, "estimate": t.estimate, "ci": ci, "mde": mde, "verdict": v}
+
+
+def _floor_repeat(rows: list[dict[str, Any]], baseline: str) -> int | None:
+    """The baseline's first noise-floor pass (the repeat no candidate sent), if it has one."""
+    mine = {r["repeat"] for r in rows if r["variant"] == baseline}
+    others = {r["repeat"] for r in rows if r["variant"] != baseline}
+    extra = sorted(mine - others)
+    return extra[0] if extra and others else None
 
 
 def flips_line(rows: list[dict[str, Any]], base: str, variant: str, grader: str) -> dict[str, Any] | None:

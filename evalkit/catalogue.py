@@ -11,6 +11,7 @@ May import: nothing from evalkit.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +46,34 @@ class Metric:
         """The one line Datasette and the card show: meaning, then unit."""
         return self.meaning + (f" ({self.unit})" if self.unit and self.unit not in self.meaning else "")
 
+
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class CaseValue:
+    """A grader's per-case value of one margin, declared (issue 48) so the ledger computes it where
+    the grades are instead of handing every grade to `Aggregate.margin_values`: ``source`` is
+    "value", "passed" (1.0 or 0.0) or "detail.KEY" (a number in the grade's detail), its absolute
+    value with ``absolute``, taken from the grades whose detail fields equal ``where``'s texts. A
+    case's value is the mean over its grades with one, or with ``first`` its lowest repeat's (the
+    first sent on a tie). ``by_suite``: that value also counts for the margin `NAME:SUITE` of the
+    grade's suite (its detail's `suite`, else the case id's `suite/<name>/...`, else "?")."""
+
+    source: str
+    first: bool = False
+    absolute: bool = False
+    where: tuple[tuple[str, str], ...] = ()
+    by_suite: bool = False
+
+    def __post_init__(self) -> None:
+        keys = [self.source.removeprefix("detail.")] if self.source.startswith("detail.") else []
+        if self.source not in ("value", "passed") and not keys:
+            raise ValueError(f"CaseValue source {self.source!r}: 'value', 'passed' or 'detail.KEY'")
+        bad = [k for k in keys + [k for k, _ in self.where] if not _NAME.match(k)]
+        if bad:
+            raise ValueError(f"CaseValue detail key {bad[0]!r}: letters, digits and _ only")
 
 def fmt(m: Metric | None, value: Any, digits: int | None = None) -> str:
     """The one number formatter: '-' for missing, thousands separators, the metric's digits, a sign

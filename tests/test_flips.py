@@ -6,15 +6,21 @@ printed interval never disagrees with its verdict."""
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 import pytest
 from scipy.stats import binom, binomtest
+from sqlite_utils import Database
 
+from evalkit.ledger import copy_ledger, open_ledger
 from evalkit.reporting import flips
 from evalkit.reporting.verdicts import hypotheses, parse_margins, verdicts
 from evalkit.stats.binomial import FlipRate, cases_to_show_below
 from evalkit.testing.verdict_sim import _row
+
+from .test_report_scale import _synth
 
 WRONG_AT_MARGIN = {"non-inferior", "superior", "inferior"}
 
@@ -114,15 +120,42 @@ def test_a_flips_margin_is_worsening_upwards():
     assert (m.value, m.unit, m.higher_is_better) == (5.0, "pp", False)
 
 
-def test_the_table_counts_both_directions_and_each_rule():
-    table = flips.flips(flip_rows(12, [i < 4 for i in range(12)], [i < 3 for i in range(12)]), "base")
+@pytest.fixture(scope="module")
+def two_variants(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("flips") / "plain.db"
+    _synth().synthesize(path, 288, ["base", "w8a8"], [1], seed=1)
+    return path
+
+
+def _table(plain: Path, tmp_path: Path, flipped: list[bool], rule_flips: list[bool] | None = None) -> list[dict]:
+    """`flips.flips` of a ledger whose first 12 cases (repeat 0) carry `flip_rows`' grades."""
+    path = copy_ledger(plain, tmp_path / "flips.db")
+    db = Database(path)
+    db.execute("delete from grades")
+    cases = [r[0] for r in db.execute("select distinct case_id from requests order by case_id limit 12")]
+    run_id = db.execute("select id from runs").fetchone()[0]
+    grades = []
+    for r in flip_rows(12, flipped, rule_flips):
+        rid = db.execute("select id from requests where variant = ? and case_id = ? and repeat = 0",
+                         [r["variant"].replace("cand", "w8a8"), cases[int(r["case_id"][1:])]]).fetchone()[0]
+        grades += [{"request_id": rid, "run_id": run_id, "grader": name, "grader_version": "1", "value": g["value"],
+                    "passed": g["passed"], "detail_json": json.dumps(g["detail"])} for name, g in r["grades"].items()]
+    db["grades"].insert_all(grades)
+    db.conn.commit()
+    db.close()
+    with open_ledger(path, create=False) as led:
+        return flips.flips(led, run_id, "base")
+
+
+def test_the_table_counts_both_directions_and_each_rule(two_variants, tmp_path):
+    table = _table(two_variants, tmp_path, [i < 4 for i in range(12)], [i < 3 for i in range(12)])
     schema = next(e for e in table if e["grader"] == "schema")
     rule = next(e for e in table if e["rule"] == "mentions_company")
     assert (schema["gains"], schema["losses"], rule["losses"], rule["flip_pct"]) == (2, 2, 3, 25.0)
 
 
-def test_the_table_has_no_net_change_when_gains_and_losses_cancel():
-    table = flips.flips(flip_rows(12, [i < 4 for i in range(12)]), "base")
+def test_the_table_has_no_net_change_when_gains_and_losses_cancel(two_variants, tmp_path):
+    table = _table(two_variants, tmp_path, [i < 4 for i in range(12)])
     assert next(e for e in table if e["grader"] == "schema")["net_pp"] == 0.0
 
 
@@ -134,6 +167,6 @@ def test_with_no_flip_at_all_72_cases_show_the_rate_below_5pp():
     assert FlipRate(0, 72).interval(0.05)[1] < 5.0
 
 
-def test_the_report_line_names_the_cases_a_margin_needs():
-    table = flips.flips(flip_rows(12, [False] * 12), "base")
+def test_the_report_line_names_the_cases_a_margin_needs(two_variants, tmp_path):
+    table = _table(two_variants, tmp_path, [False] * 12)
     assert any("at least 72 cases" in x for x in flips.lines(table, parse_margins("schema_flips=5pp")))

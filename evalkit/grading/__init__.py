@@ -14,7 +14,7 @@ import functools
 import json
 from typing import Any
 
-from ..catalogue import Metric
+from ..catalogue import CaseValue, Metric
 from ..ledger import Ledger, dumps, utcnow
 from ..spec.dataset import Case
 from ..stats import mean
@@ -33,7 +33,7 @@ from .base import (
 from .registry import add_path, available, can_grade, default_names, make_graders, register, resolve, view_columns
 from .sample import GradeSample, sample_line
 
-__all__ = ["Aggregate", "CannedQuery", "GradeSample", "GradedRequest", "Grader", "GraderContext", "Margin",
+__all__ = ["Aggregate", "CannedQuery", "CaseValue", "GradeSample", "GradedRequest", "Grader", "GraderContext", "Margin",
            "Metric", "Score", "Threshold", "add_path", "available", "default_names", "grade_failures", "grade_run",
            "graded_requests", "make_graders", "mean", "paired_differences", "pass_pct", "refresh_view", "register",
            "resolve", "sample_line"]

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..catalogue import Metric
+from ..catalogue import CaseValue, Metric
 from ..stats import mean
 from ..stats.accuracy import mcnemar_exact, recovery
 from ..suites.checks import INSTRUCTIONS, clean_kwargs
@@ -125,6 +125,10 @@ class AccuracyAggregate(Aggregate):
         for c, g in first.items():
             out.setdefault(f"accuracy:{suite_of(g)}", {})[c] = float(g["value"])
         return out
+
+    @classmethod
+    def case_values(cls, baseline_side: bool) -> dict[str, CaseValue]:
+        return {"accuracy": CaseValue("value", first=True, by_suite=True)}
 
     @classmethod
     def suite_margin_values(cls, grades: list[dict[str, Any]], baseline_side: bool) -> dict[str, dict[str, float]]:

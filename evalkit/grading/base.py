@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from ..catalogue import Metric
+from ..catalogue import CaseValue, Metric
 from ..errors import EvalkitError, PluginError
 from ..spec.dataset import Case
 from ..stats import mean
@@ -137,6 +137,9 @@ class Aggregate:
     canned_queries: ClassVar[tuple[CannedQuery, ...]] = ()
     # plot the newest grade's value against a case field, per variant: (case field, x label, y label)
     scatter: ClassVar[tuple[str, str, str] | None] = None
+    # the detail fields of its newest grade of which one is set (not null, false, 0 or "") on every
+    # row its `notes` can speak of: a report hands `notes` those rows only; None: every row
+    notes_where: ClassVar[tuple[str, ...] | None] = None
 
     @classmethod
     def headline_keys(cls) -> tuple[str, ...]:
@@ -158,6 +161,15 @@ class Aggregate:
         case's first repeat passed (1.0 or 0.0). ``baseline_side``: these are the baseline's grades
         (drift reads its noise floor there)."""
         return {m.name: _per_case(grades, m.unit == "pp") for m in cls.margins}
+
+    @classmethod
+    def case_values(cls, baseline_side: bool) -> dict[str, CaseValue] | None:
+        """`margin_values` declared, margin name -> `CaseValue`, so the ledger computes each side's
+        per-case values where the grades are (quality under load reads no grade); None: not
+        declared, the grades are read and handed to `margin_values`. The default declares the
+        default `margin_values`; an aggregate that overrides `margin_values` declares its own, or
+        is read through it (`declared_case_values`)."""
+        return {m.name: CaseValue("passed", first=True) if m.unit == "pp" else CaseValue("value") for m in cls.margins}
 
     @classmethod
     def notes(cls, rows: list[dict[str, Any]]) -> list[str]:
@@ -251,6 +263,46 @@ def hook(grader: type[Grader], name: str, *args: Any, where: str = "") -> Any:
         msg = (str(e).strip().splitlines() or [""])[0]
         raise PluginError(f"grader '{grader.name}': its {of}hook `{name}` raised {type(e).__name__}"
                           f"{': ' + msg[:200] if msg else ''}{where}") from None
+
+
+def declared_notes_where(grader: type[Grader]) -> tuple[str, ...] | None:
+    """A grader's aggregate's `notes_where` where it declares what its `notes` reads: set by the
+    class that defines `notes` or a subclass of it (one that overrides `notes` alone is handed
+    every row)."""
+    agg = grader.aggregate
+
+    def owner(name: str) -> type | None:
+        return next((k for k in agg.__mro__ if name in k.__dict__), None)
+
+    declares, computes = owner("notes_where"), owner("notes")
+    if declares is None or (computes is not None and not issubclass(declares, computes)):
+        return None
+    got = agg.notes_where
+    if got is not None and (not isinstance(got, tuple) or not got or not all(isinstance(f, str) and f.isidentifier()
+                                                                              for f in got)):
+        raise PluginError(f"grader '{grader.name}': its aggregate's `notes_where` must be a tuple of detail keys "
+                          "(letters, digits and _), or None")
+    return got
+
+
+def declared_case_values(grader: type[Grader], baseline_side: bool) -> dict[str, CaseValue] | None:
+    """A grader's aggregate's `case_values` (through `hook`) where they declare its `margin_values`:
+    the class that declares them is the one that defines `margin_values`, or a subclass of it (a
+    plugin that overrides `margin_values` alone inherits a declaration of something else, and is
+    read through its own)."""
+    agg = grader.aggregate
+
+    def owner(name: str) -> type | None:
+        return next((k for k in agg.__mro__ if name in k.__dict__), None)
+
+    declares, computes = owner("case_values"), owner("margin_values")
+    if declares is None or (computes is not None and not issubclass(declares, computes)):
+        return None
+    got = hook(grader, "case_values", baseline_side)
+    if got is not None and (not isinstance(got, dict) or not all(isinstance(v, CaseValue) for v in got.values())):
+        raise PluginError(f"grader '{grader.name}': its aggregate's hook `case_values` must return a dict of margin "
+                          "name -> CaseValue, or None")
+    return got
 
 
 def paired_differences(agg: type[Aggregate] | type[Grader], grades: list[dict[str, Any]],

@@ -18,7 +18,7 @@ import math
 from collections.abc import Callable
 from typing import Any, cast
 
-from ..catalogue import Metric
+from ..catalogue import CaseValue, Metric
 from ..stats import mean, min_detectable, percentile, robust_mean, verdict
 from .base import Aggregate, CannedQuery, GradedRequest, Grader, GraderContext, Margin, Score, Threshold
 from .text import prose
@@ -62,6 +62,7 @@ class DivergenceAggregate(Aggregate):
                one_sided=True),
     )
     view_columns = (("kl_mean", "value"),)
+    notes_where = ("status",)  # every note reads a scored or refused grade
     canned_queries = (CannedQuery("worst_divergence", "Answers whose next-token distributions diverge most from the "
                                   "baseline's (teacher-forced KL)", "highest", "kl_mean"),)
 
@@ -70,6 +71,12 @@ class DivergenceAggregate(Aggregate):
         kind = "floor" if baseline_side else "candidate"
         return {"kl": _per_case(grades, kind, "kl_mean"), "top1_agreement": _per_case(grades, kind, "top1_pct"),
                 "greedy_drift": _per_case(grades, kind, "greedy_drift")}
+
+    @classmethod
+    def case_values(cls, baseline_side: bool) -> dict[str, CaseValue]:
+        where = (("kind", "floor" if baseline_side else "candidate"), ("status", "ok"))
+        return {m: CaseValue(f"detail.{key}", where=where)
+                for m, key in (("kl", "kl_mean"), ("top1_agreement", "top1_pct"), ("greedy_drift", "greedy_drift"))}
 
     @classmethod
     def summarise(cls, grades: list[dict[str, Any]], base_grades: list[dict[str, Any]] | None) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..catalogue import Metric
+from ..catalogue import CaseValue, Metric
 from ..stats import SignFlipMean, mean, min_detectable, verdict
 from .base import Aggregate, CannedQuery, GradedRequest, Grader, GraderContext, Margin, Score, Threshold
 from .text import json_fields, prose
@@ -84,6 +84,10 @@ class DriftAggregate(Aggregate):
     def margin_values(cls, grades: list[dict[str, Any]], baseline_side: bool) -> dict[str, dict[str, float]]:
         """A candidate's drift per case, set against the baseline's own noise floor per case."""
         return {"drift": _per_case(grades, "noise_floor" if baseline_side else "drift")}
+
+    @classmethod
+    def case_values(cls, baseline_side: bool) -> dict[str, CaseValue]:
+        return {"drift": CaseValue("detail.drift", where=(("kind", "noise_floor" if baseline_side else "drift"),))}
 
     @classmethod
     def summarise(cls, grades: list[dict[str, Any]], base_grades: list[dict[str, Any]] | None) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..catalogue import Metric
+from ..catalogue import CaseValue, Metric
 from ..errors import RubricError
 from ..paths import rubric_file, rubrics_dir
 from ..spec.config import load_yaml_model as _load
@@ -193,6 +193,12 @@ class FormalityAggregate(Aggregate):
             if "error" in g["detail"]:
                 acc.setdefault(g["case_id"], []).append(abs(g["detail"]["error"]))
         return {"formality_mae": {k: sum(v) / len(v) for k, v in acc.items()}}
+
+    notes_where = ("estimators_disagree",)
+
+    @classmethod
+    def case_values(cls, baseline_side: bool) -> dict[str, CaseValue]:
+        return {"formality_mae": CaseValue("detail.error", absolute=True)}
 
     @classmethod
     def notes(cls, rows: list[dict[str, Any]]) -> list[str]:

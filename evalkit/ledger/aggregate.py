@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Collection, Iterator
+import json
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any
 
 from sqlite_utils import Database
@@ -25,15 +26,16 @@ class ReportReads:
 
     def measured_chunks(self, run_id: str, leave_out: Collection[str] = (), size: int = 20_000,
                         variant: str | None = None, level: int | None = None,
-                        seqs: tuple[int, int] | None = None, only: Collection[str] | None = None
-                        ) -> Iterator[tuple[list[str], list[tuple[Any, ...]]]]:
+                        seqs: tuple[int, int] | None = None, only: Collection[str] | None = None,
+                        ids: Sequence[int] | None = None) -> Iterator[tuple[list[str], list[tuple[Any, ...]]]]:
         """The measured rows of `Ledger.iter_measured` (``with_cases=False``: the same rows and order)
         as (column names, a chunk of tuples): no dict per row. ``leave_out``: columns not read (the
         lean read's `HEAVY_FIELDS | UNREPORTED`). ``variant``, ``level``: one slice's rows only
         (``level`` as the report counts it: the concurrency, 1 when none); ``seqs``: those with
-        first <= seq <= last (`seq_ranges`); ``only``: these columns alone (of those not left out)."""
+        first <= seq <= last (`seq_ranges`); ``only``: these columns alone (of those not left out);
+        ``ids``: these requests only (`noted_ids`)."""
         cols = [c for c in self._db["requests"].columns_dict if c not in leave_out and (only is None or c in only)]
-        where, params = _slice_where(run_id, variant, level, seqs)
+        where, params = _slice_where(run_id, variant, level, seqs, ids)
         cur = self._db.execute(
             f"""select {', '.join(f'r.[{c}]' for c in cols)} from measured r join runs u on u.id = r.run_id
                 join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
@@ -43,18 +45,19 @@ class ReportReads:
 
     def latest_grade_chunks(self, run_id: str, size: int = 20_000, variant: str | None = None,
                             level: int | None = None, seqs: tuple[int, int] | None = None,
-                            graders: Collection[str] | None = None) -> Iterator[list[tuple[Any, ...]]]:
+                            graders: Collection[str] | None = None, ids: Sequence[int] | None = None
+                            ) -> Iterator[list[tuple[Any, ...]]]:
         """`Ledger.latest_grades` as chunks of (request id, grader, version, value, passed,
         explanation, detail JSON) tuples: the newest grade without an error per request and grader.
-        ``variant``, ``level``: of one slice's measured requests only; ``graders``: theirs only."""
+        ``variant``, ``level``, ``ids``: of one slice's measured requests only; ``graders``: theirs only."""
         names = sorted(graders) if graders is not None else None
         # unary + keeps the planner off an index on grader (with it, a slice's read scanned every grade)
         which = "" if names is None else f" and +g.grader in ({', '.join('?' * len(names))})"
         cols = "g.request_id, g.grader, g.grader_version, g.value, g.passed, g.explanation, g.detail_json"
-        if variant is None and level is None and seqs is None:
+        if variant is None and level is None and seqs is None and ids is None:
             sql, params = f"select {cols} from grade_latest g where g.run_id = ?{which}", [run_id]
         else:
-            where, params = _slice_where(run_id, variant, level, seqs)
+            where, params = _slice_where(run_id, variant, level, seqs, ids)
             # from the slice's requests to their grades (CROSS JOIN keeps that order): the planner's
             # own choice scanned every grade of the run for each slice, quadratic in a long run
             sql = (f"select {cols} from measured r cross join grade_latest g on g.request_id = r.id where {where} "
@@ -62,6 +65,19 @@ class ReportReads:
         cur = self._db.execute(sql, params + (names or []))
         while chunk := cur.fetchmany(size):
             yield chunk
+
+    def noted_ids(self, run_id: str, grader: str, fields: Sequence[str]) -> list[int]:
+        """The measured requests, in send order, whose newest grade by ``grader`` has one of these
+        detail ``fields`` set (not null, false, 0 or ""): the rows a grader's `notes` can speak of,
+        when it declares them (`Aggregate.notes_where`)."""
+        if not fields or any(not f.isidentifier() for f in fields):
+            raise ValueError(f"notes_where of {grader!r}: detail keys, letters, digits and _ only")
+        cond = " or ".join(f"coalesce(json_extract(g.detail_json, '$.{f}'), 0) not in (0, '')" for f in fields)
+        return [r[0] for r in self._db.execute(
+            f"""select r.id from measured r join runs u on u.id = r.run_id
+                join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
+                join grade_latest g on g.request_id = r.id
+                where r.run_id = ? and g.grader = ? and ({cond}) order by r.seq, r.id""", [run_id, grader])]
 
     def measured_e2e(self, run_id: str) -> tuple[float, int]:
         """(the E2E milliseconds of a run's measured requests added up, its distinct cases), in SQL."""
@@ -208,8 +224,8 @@ class ReportReads:
             self._db.conn.executemany(sql, [tuple(r.get(c) for c in cols) for r in rows])
 
 
-def _slice_where(run_id: str, variant: str | None, level: int | None, seqs: tuple[int, int] | None = None
-                 ) -> tuple[str, list[Any]]:
+def _slice_where(run_id: str, variant: str | None, level: int | None, seqs: tuple[int, int] | None = None,
+                 ids: Sequence[int] | None = None) -> tuple[str, list[Any]]:
     """The conditions on `measured r` that pick one run's slice (``level``: its `load_level`)."""
     where, params = ["r.run_id = ?"], [run_id]  # of the `measured` view
     if variant is not None:
@@ -221,4 +237,7 @@ def _slice_where(run_id: str, variant: str | None, level: int | None, seqs: tupl
     if seqs is not None:
         where.append("r.seq between ? and ?")
         params.extend(seqs)
+    if ids is not None:  # one parameter, however many
+        where.append("r.id in (select value from json_each(?))")
+        params.append(json.dumps([int(i) for i in ids]))
     return " and ".join(where), params

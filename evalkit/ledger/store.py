@@ -21,6 +21,7 @@ from sqlite_utils import Database
 from ..errors import LedgerWriteError, UsageError
 from .aggregate import ReportReads
 from .analysis import AnalysisReads
+from .case_reads import CaseReads
 from .derived import DerivedTables
 from .done import DoneKeys
 from .env import EnvSamples
@@ -108,7 +109,7 @@ class RunRecord(dict):
 
 
 class Ledger(SeriesReads, TokenScoresMixin, DerivedTables, ReviewsMixin, ReportReads, AnalysisReads,  # their own modules
-             LevelReads, EnvSamples):
+             LevelReads, CaseReads, EnvSamples):
     """One ledger file, migrated. Its sqlite-utils connection is private: every read and write the
     rest of evalkit needs is a method here."""
 

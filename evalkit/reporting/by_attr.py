@@ -13,7 +13,6 @@ from typing import Any
 from ..catalogue import Metric, fmt
 from ..grading.registry import summary_columns
 from ..ledger.analysis import REQUEST_KEYS
-from . import flips
 from .report import quality
 
 
@@ -33,9 +32,11 @@ def slice_value(r: dict[str, Any], key: str) -> Any:
     return json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v
 
 
-def by_quality(rows: list[dict[str, Any]], baseline: str | None, by: list[str]) -> list[dict[str, Any]]:
+def by_quality(rows: list[dict[str, Any]], baseline: str | None, by: list[str], flip_table: list[dict[str, Any]]
+               ) -> list[dict[str, Any]]:
     """Per variant x value(s) of ``by``: n, errors, each grader's columns, each pass/fail grader's
-    flips against the baseline (cases, flipped, %). ``rows``: the measured rows (`measured`)."""
+    flips against the baseline (cases, flipped, %). ``rows``: the measured rows (`measured`);
+    ``flip_table``: `flips.flips` of the same rows by ``by``."""
     groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         groups[tuple(slice_value(r, b) for b in by)].append(r)
@@ -43,7 +44,7 @@ def by_quality(rows: list[dict[str, Any]], baseline: str | None, by: list[str]) 
     for key in sorted(groups, key=lambda k: tuple(str(x) for x in k)):
         rs = groups[key]
         base_ok = [r for r in rs if r["variant"] == baseline and r["error_class"] is None]
-        flip = {(e["variant"], e["grader"]): e for e in flips.flips(rs, baseline) if e["rule"] is None}
+        flip = {(e["variant"], e["grader"]): e for e in flip_table if e["group"] == key and e["rule"] is None}
         for v in sorted({r["variant"] for r in rs}):
             mine = [r for r in rs if r["variant"] == v]
             ok = [r for r in mine if r["error_class"] is None]

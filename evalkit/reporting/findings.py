@@ -264,14 +264,15 @@ def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = N
     baseline = ledger.baseline(run_id)
     variants = ledger.variants(run_id)
     lv = level_findings(ledger, run, baseline, variants, by_variant(rows))
-    qul = quality_under_load(rows)
+    qul = quality_under_load(ledger, run_id)
     # the baseline's noise-floor passes are drift's, not cases: not counted in any slice
     cases = measured(first_level(rows), baseline, run.repeats)
     slice_quality(cut := slices(ledger, run, baseline, by or ["complexity"]), cases, by or ["complexity"])
     return {
         "run_id": run_id, "baseline": baseline,
         "slices": cut,
-        "by": by or [], "by_quality": by_quality(cases, baseline, by) if by else [],  # reporting/by_attr.py
+        "by": by or [], "by_quality": by_quality(cases, baseline, by, flips.flips(ledger, run_id, baseline, by, run.repeats))
+        if by else [],  # reporting/by_attr.py
         "paired": report["paired"],
         "multiplicity": report["multiplicity"],
         "verdicts": (vs := verdicts(first_level(rows), baseline, specs,
@@ -288,7 +289,7 @@ def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = N
         "quality_under_load": qul,
         "quality_vs_cost": lv["quality_vs_cost"],
         **(traffic := {k: lv[k] for k in ("trace_fidelity", "prefix_sharing", "conversations")}),
-        "flips": (flip_table := flips.flips(first_level(rows), baseline)),  # pass/fail changes per case
+        "flips": (flip_table := flips.flips(ledger, run_id, baseline)),  # pass/fail changes per case
         "reviews": (revs := review_summary(ledger, run_id, rows, baseline)),  # people's verdicts (browse --review)
         "notes": [line for cls in available().values() for line in hook(cls, "notes", rows)]
         + lv["capacity_statement"] + ul_lines(qul) + traffic_lines(traffic) + flips.lines(flip_table, specs)

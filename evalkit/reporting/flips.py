@@ -15,10 +15,12 @@ own flips between its two passes (its noise floor), and a flips margin is meant 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 from ..grading.margins import flip_metrics as flip_metrics
 from ..grading.margins import is_flips as is_flips
+from ..ledger import Ledger
 from ..stats.binomial import FlipRate, cases_to_show_below
 
 
@@ -56,44 +58,38 @@ def flip_test(rows: list[dict[str, Any]], baseline: str, variant: str, metric: s
     return FlipRate(g + lo, n, margin_pp)
 
 
-def _floor_repeat(rows: list[dict[str, Any]], baseline: str) -> int | None:
-    """The baseline's first noise-floor pass (the repeat no candidate sent), if it has one."""
-    mine = {r["repeat"] for r in rows if r["variant"] == baseline}
-    others = {r["repeat"] for r in rows if r["variant"] != baseline}
-    extra = sorted(mine - others)
-    return extra[0] if extra and others else None
-
-
-def flips(rows: list[dict[str, Any]], baseline: str | None, floor_rep: Any = "rows") -> list[dict[str, Any]]:
-    """Per candidate and pass/fail grader (and persona rule): cases, gains, losses, the flip rate
-    with its exact 95 % interval, the net pass-rate change, and the baseline's own flip rate
-    between its passes (the floor; None without a floor pass)."""
+def flips(ledger: Ledger, run_id: str, baseline: str | None, by: Sequence[str] = (), repeats: int | None = None
+          ) -> list[dict[str, Any]]:
+    """Per candidate and pass/fail grader (and persona rule), at each variant's first level: cases,
+    gains, losses, the flip rate with its exact 95 % interval, the net pass-rate change, and the
+    baseline's own flip rate between its passes (the floor; None without a floor pass), counted in
+    the ledger (`Ledger.flip_counts`). ``by``: per value(s) of these slice keys too (``group``);
+    ``repeats``: the run's, to leave the baseline's noise-floor passes out (then no floor)."""
     if not baseline:
         return []
-    if floor_rep == "rows":  # else the caller's, from every variant (these rows may be two of them)
-        floor_rep = _floor_repeat(rows, baseline)
-    rules: dict[str, set[str]] = defaultdict(set)
-    for r in rows:
-        for name, g in r.get("grades", {}).items():
-            rules[name].update(((g.get("detail") or {}).get("rules") or {}).keys())
+    metrics = flip_metrics()
+    got, floors = ledger.flip_counts(run_id, baseline, list(dict.fromkeys(metrics.values())), by, repeats)
+    floor = {(f["group"], f["grader"], f["rule"]): f for f in floors}
+    at: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
+    for e in got:
+        at[(e["group"], e["variant"], e["grader"])].append(e)
     out = []
-    for variant in sorted({r["variant"] for r in rows} - {baseline}):
-        for metric, grader in flip_metrics().items():
-            for rule in [None, *sorted(rules.get(grader, ()))]:
-                base = _passes(rows, baseline, grader, rule)
-                n, gains, losses = count(base, _passes(rows, variant, grader, rule))
-                if not n:
-                    continue
-                t = FlipRate(gains + losses, n)
+    for group, variant in sorted({(e["group"], e["variant"]) for e in got}, key=lambda k: (_order(k[0]), k[1])):
+        for metric, grader in metrics.items():
+            for e in sorted(at.get((group, variant, grader), []), key=lambda e: (e["rule"] is not None, e["rule"] or "")):
+                t = FlipRate(e["gains"] + e["losses"], e["cases"])
                 ci = t.interval(0.05)
-                fl = None
-                if floor_rep is not None:
-                    fn, fg, flo = count(base, _passes(rows, baseline, grader, rule, floor_rep))
-                    fl = 100.0 * (fg + flo) / fn if fn else None
-                out.append({"variant": variant, "metric": metric, "grader": grader, "rule": rule, "cases": n,
-                            "gains": gains, "losses": losses, "flip_pct": t.estimate, "ci95": list(ci) if ci else None,
-                            "net_pp": 100.0 * (gains - losses) / n, "floor_flip_pct": fl})
+                f = floor.get((group, grader, e["rule"]))
+                out.append({**({"group": group} if by else {}), "variant": variant, "metric": metric, "grader": grader,
+                            "rule": e["rule"], "cases": e["cases"], "gains": e["gains"], "losses": e["losses"],
+                            "flip_pct": t.estimate, "ci95": list(ci) if ci else None,
+                            "net_pp": 100.0 * (e["gains"] - e["losses"]) / e["cases"],
+                            "floor_flip_pct": 100.0 * f["flips"] / f["cases"] if f and f["cases"] else None})
     return out
+
+
+def _order(group: tuple[Any, ...]) -> tuple[str, ...]:
+    return tuple(str(x) for x in group)
 
 
 def lines(table: list[dict[str, Any]], margins: list[Any] | None = None) -> list[str]:

@@ -98,6 +98,24 @@ class RunRows:
         return self._n
 
 
+class NotedRows:
+    """The measured rows a grader's `notes` can speak of (`Ledger.noted_ids`), in send order, read
+    a stretch at a time each time it is iterated: what `RunRows` is for a grader that declares
+    `notes_where`. Iterable (again and again) and sized; not indexable."""
+
+    def __init__(self, ledger: Ledger, run_id: str, grader: str, fields: tuple[str, ...], size: int = 50_000) -> None:
+        self.ledger, self.run_id, self.size = ledger, run_id, size
+        self.ids = ledger.noted_ids(run_id, grader, fields)
+
+    def __iter__(self) -> Iterator[Row]:
+        for i in range(0, len(self.ids), self.size):
+            yield from request_rows(self.ledger, self.run_id, ids=self.ids[i:i + self.size])
+            give_back()
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
 class Column:
     """One column, compact: floats as doubles (NaN: NULL), ints as int64 (`_NULL_INT`: NULL),
     strings as codes (-1: NULL) into their distinct values, narrowed once read (`compact`); a
@@ -229,19 +247,21 @@ class Table:
 
 def request_rows(ledger: Ledger, run_id: str, variant: str | None = None, level: int | None = None,
                  seqs: tuple[int, int] | None = None, only: Collection[str] | None = None,
-                 graders: Collection[str] | None = None) -> Rows:
+                 graders: Collection[str] | None = None, ids: list[int] | None = None) -> Rows:
     """Measured requests joined with their case and latest grades, lean (see `Ledger.iter_measured`),
     read a chunk at a time into columns. ``variant``, ``level``: one slice's rows only (the same
     rows, values and order as the run's, filtered), so a reader holds one slice, not the run;
     ``seqs``: the rows with first <= seq <= last (`Ledger.seq_ranges`: an ordered pass). ``only``,
     ``graders``: those request columns (with the few the rows' own getters read: `NEEDED`) and
-    those graders' grades alone, for a reader that declares what it reads (the charts)."""
+    those graders' grades alone, for a reader that declares what it reads (the charts); ``ids``:
+    these requests only (`NotedRows`)."""
     t = Table()
     enabled = gc.isenabled()
     gc.disable()  # chunks of tuples are acyclic: no collection while they come and go
     try:
         for names, chunk in ledger.measured_chunks(run_id, HEAVY_FIELDS | UNREPORTED, size=CHUNK, variant=variant,
-                                                   level=level, seqs=seqs, only=None if only is None else {*only, *NEEDED}):
+                                                   level=level, seqs=seqs, only=None if only is None else {*only, *NEEDED},
+                                                   ids=ids):
             if not t.columns:
                 t.columns = {name: Column() for name in names}
             for j, c in enumerate(t.columns.values()):
@@ -252,7 +272,7 @@ def request_rows(ledger: Ledger, run_id: str, variant: str | None = None, level:
         for c in t.columns.values():
             c.compact()
         extra = _case_getters(ledger, run_id, t)
-        extra["grades"] = _grade_getter(ledger, run_id, t, variant, level, seqs, graders)
+        extra["grades"] = _grade_getter(ledger, run_id, t, variant, level, seqs, graders, ids)
         extra["attributes"] = _attributes_getter(t, extra)
         extra["out_tps"] = _out_tps_getter(t)
         t.finish(extra)
@@ -309,7 +329,8 @@ def _out_tps_getter(t: Table) -> Any:
 
 
 def _grade_getter(ledger: Ledger, run_id: str, t: Table, variant: str | None = None, level: int | None = None,
-                  seqs: tuple[int, int] | None = None, which: Collection[str] | None = None) -> Any:
+                  seqs: tuple[int, int] | None = None, which: Collection[str] | None = None,
+                  ids: list[int] | None = None) -> Any:
     """Each row's newest grade per grader, as `Ledger.latest_grades` gives them, made when read:
     per grader its columns (version, value, passed, explanation; the detail parsed once per
     distinct text while few are distinct) and each row's place in them."""
@@ -318,7 +339,7 @@ def _grade_getter(ledger: Ledger, run_id: str, t: Table, variant: str | None = N
     sorted_ids = ids[order]
     graders: dict[str, _Graded] = {}
     details: dict[str | None, Any] = {}
-    for chunk in ledger.latest_grade_chunks(run_id, variant=variant, level=level, seqs=seqs, graders=which):
+    for chunk in ledger.latest_grade_chunks(run_id, variant=variant, level=level, seqs=seqs, graders=which, ids=ids):
         rid = np.fromiter((g[0] for g in chunk), dtype=np.int64, count=len(chunk))
         pos = np.minimum(np.searchsorted(sorted_ids, rid), len(sorted_ids) - 1)
         found = (sorted_ids[pos] == rid).tolist()

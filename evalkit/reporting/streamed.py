@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..grading.base import Aggregate, hook
+from ..grading.base import Aggregate, declared_notes_where, hook
 from ..grading.registry import available, use_run
 from ..ledger import Ledger
 from . import flips
@@ -16,12 +16,12 @@ from .by_attr import measured
 from .findings import findings, full_report, level_findings, request_ends, slice_quality, slices, spikes, study_entry
 from .ledger_findings import ledger_findings
 from .report import build_report
-from .rows import Rows, RunRows, big_buffers_apart, give_back, keep_columns, request_rows
+from .rows import NotedRows, Rows, RunRows, big_buffers_apart, give_back, keep_columns, request_rows
 from .rowseq import succeeded
 from .selection import COMPARED, first_level
 from .traffic import traffic_lines
 from .under_load import lines as ul_lines
-from .under_load import load_entry, quality_under_load, seq_values, unloaded
+from .under_load import quality_under_load
 from .verdicts import parse_margins, sentences, verdicts
 
 
@@ -65,70 +65,43 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
     # let go after the first levels; its cases without the noise-floor passes, as every table counts them
     base = {"first": first, "cases_ok": succeeded(measured(first, baseline, run.repeats))}
     del first
-    # the baseline's first noise-floor pass, from every variant's first level (`flips._floor_repeat`)
-    reps = {v: ledger.slice_repeats(run_id, v, min(ls)) for v, ls in levels_of.items()}
-    others = set().union(*(r for v, r in reps.items() if v != baseline))
-    extra = sorted(reps.get(baseline, set()) - others)
-    floor_rep = extra[0] if extra and others else None
     pairs = report["paired"]
     ttft = {(p["variant"], p["complexity"]): p for p in pairs if p["metric"] == "ttft_ms"}
     e2e = {(p["variant"], p["complexity"]): p for p in pairs if p["metric"] == "e2e_ms"}
     part: dict[str, dict[str, Any]] = {}
-    state: dict[str, dict[str, Any]] = {}  # per variant: its first and top level, the concurrency-1 side
 
-    def level(v: str, lv: int | None, rows: Rows) -> None:
-        """One of variant v's levels (None: every level at once); its first with the baseline's beside it."""
-        p, st = part[v], state[v]
-        vfirst = first_level(rows) if lv is None else rows if lv == st["first"] else None
-        if vfirst is not None:  # the comparisons against the baseline: its first level and this one's
-            both = vfirst if v == baseline else Rows.chain(base["first"], vfirst)
-            slice_quality(cut, measured(vfirst, baseline, run.repeats), ["complexity"])
-            p["verdicts"] = [] if v == baseline else verdicts(both, baseline, specs, time=ts)
-            p["flips"] = [] if v == baseline else flips.flips(both, baseline, floor_rep)
-            p["study"] = study_entry(ledger, run_id, v, measured(vfirst, baseline, run.repeats), None, baseline,
-                                     base["cases_ok"], ttft, e2e,
-                                     ends=request_ends(outline["spans"], v)) if baseline else None
-            del both, vfirst
-        if lv is None:  # every level at once (a level label split over concurrencies)
-            p["qul"] = quality_under_load(rows)
-        elif st["top"] > 1 and lv == 1 and outline["ok"].get((v, 1)):
-            one = unloaded(succeeded(rows))  # as `quality_under_load`: none sent one at a time, no entry
-            st["seq"] = seq_values(one) if one else None
-        elif lv == st["top"] and st["seq"] is not None:
-            p["qul"] = [load_entry(v, st["top"], succeeded(rows), st["seq"])]
+    def level(v: str, rows: Rows) -> None:
+        """Variant v's first level (or every level, `_first_rows`) with the baseline's beside it."""
+        p = part[v]
+        vfirst = first_level(rows)
+        both = vfirst if v == baseline else Rows.chain(base["first"], vfirst)
+        slice_quality(cut, measured(vfirst, baseline, run.repeats), ["complexity"])
+        p["verdicts"] = [] if v == baseline else verdicts(both, baseline, specs, time=ts)
+        p["study"] = study_entry(ledger, run_id, v, measured(vfirst, baseline, run.repeats), None, baseline,
+                                 base["cases_ok"], ttft, e2e, ends=request_ends(outline["spans"], v)) if baseline else None
 
-    plan = {v: _level_plan(v, levels_of[v], outline) for v in levels_of}
-    for v in levels_of:
-        part[v] = {"qul": []}
-        state[v] = {"first": min(levels_of[v]), "seq": None,
-                    "top": max((lv for (v2, lv), n in outline["ok"].items() if v2 == v and n), default=1)}
     # every variant's first level while the baseline's is held (its own first, then kept as far as a
-    # comparison reads it), then the levels quality under load compares (concurrency 1 and the top):
-    # what the findings say of every level comes from queries (`level_findings`)
+    # comparison reads it): what the findings say of every level comes from queries
     for v in sorted(levels_of, key=lambda v: v != baseline):
-        lv = plan[v][0]
-        level(v, lv, base["first"] if v == baseline and lv == state[v]["first"] else request_rows(ledger, run_id, v, lv))
+        part[v] = {}
+        whole = _first_rows(v, outline)
+        level(v, base["first"] if v == baseline and not whole
+              else request_rows(ledger, run_id, v, None if whole else min(levels_of[v])))
         if v == baseline:
             keep_columns(base["first"], COMPARED)
         give_back()
     base.clear()
     give_back()
-    for v in levels_of:
-        st = state[v]
-        for lv in plan[v][1:]:
-            if (lv == 1 and st["top"] > 1) or (lv == st["top"] and st["seq"] is not None):
-                level(v, lv, request_rows(ledger, run_id, v, lv))
-                give_back()
     names = sorted(part)
     lvf = level_findings(ledger, run, baseline, variants, levels_of)
-    qul = [e for v in levels_of for e in part[v]["qul"]]
+    qul = quality_under_load(ledger, run_id)
     vs = [e for v in names for e in part[v]["verdicts"]]
     traffic = {k: lvf[k] for k in ("trace_fidelity", "prefix_sharing", "conversations")}
-    flip_table = [e for v in names for e in part[v]["flips"]]
+    flip_table = flips.flips(ledger, run_id, baseline)
     everything = RunRows(ledger, run_id)
     graded = ledger.measured_graders(run_id)
     notes = [line for name, cls in available().items() if _has_notes(cls.aggregate, name, graded)
-             for line in hook(cls, "notes", everything)]
+             for line in hook(cls, "notes", _noted(ledger, run_id, name, cls, everything))]
     return {
         "run_id": run_id, "baseline": baseline,
         "slices": cut,
@@ -155,12 +128,17 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
     }
 
 
-def _level_plan(variant: str, levels: set[int], outline: dict[str, Any]) -> list[int | None]:
-    """A variant's load levels in order, read one at a time; [None] (every row at once) when one of
-    its level labels spans several concurrencies, so no level's reader would see that label whole."""
-    if any(len(ls) > 1 for (v, _), ls in outline["slices"].items() if v == variant):
-        return [None]
-    return sorted(levels)
+def _first_rows(variant: str, outline: dict[str, Any]) -> bool:
+    """Whether a variant's first level is read with every row of it (then cut by `first_level`):
+    when one of its level labels spans several concurrencies, so the first level's reader would
+    not see that label whole."""
+    return any(len(ls) > 1 for (v, _), ls in outline["slices"].items() if v == variant)
+
+
+def _noted(ledger: Ledger, run_id: str, name: str, cls: Any, everything: RunRows) -> RunRows | NotedRows:
+    """The rows a grader's `notes` is handed: those it declares it can speak of, else every row."""
+    fields = declared_notes_where(cls)
+    return everything if fields is None else NotedRows(ledger, run_id, name, fields)
 
 
 def _has_notes(agg: Any, grader: str, graded: set[str]) -> bool:

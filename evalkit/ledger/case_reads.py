@@ -1,0 +1,230 @@
+"""Per-case quality values as ledger queries (issue 48): each side of a grader's margin computed
+from its `CaseValue` declarations by DuckDB over the ledger file (`duck.Duck`), and paired there, so
+Python gets one vector of differences per margin (for its bootstrap) and never a grade. A mixin of
+`Ledger` (`AnalysisReads.query`).
+
+Quality under load pairs a variant's answers at its highest load level with its answers sent one
+at a time (the same case and repeat): the loaded side is its successful requests at the highest
+level it reached, the unloaded side its successful closed-loop requests of concurrency 1, those of
+the level labelled as the reference (a search's `c=1`) where it has one. A variant with no level
+above 1, or none sent one at a time, has no entry.
+
+Flips compare each candidate's pass/fail per case with the baseline's, at each variant's first
+level: a case's pass is its lowest repeat's with one (the first sent on a tie), of the grader or of
+one of its rules (`detail.rules.NAME.passed`); the baseline's noise floor is the same against its own
+first noise-floor pass (a repeat no candidate sent)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from ..catalogue import CaseValue
+from .analysis import _ATTR_FIELDS, _key_sql, _value
+from .duck import literal
+
+_SIDES = """
+with ok as (
+  select r.id, r.seq, r.variant, r.case_id, r.repeat, r.load_level, r.level, r.scheduled_ms
+  from l.measured r join l.runs u on u.id = r.run_id
+  join l.cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
+  where r.run_id = $run and r.ok),
+tops as (select variant, max(load_level) as top from ok group by variant having max(load_level) > 1),
+one as (select o.* from ok o join tops using (variant) where o.load_level = 1 and o.scheduled_ms is null),
+refs as (select distinct variant from one where level = $reference),
+both_sides as (
+  select o.*, false as loaded from one o where o.level = $reference or o.variant not in (select variant from refs)
+  union all
+  select o.*, true from ok o join tops t on t.variant = o.variant and o.load_level = t.top),
+entries as (select variant, max(load_level) as top from both_sides group by variant
+            having bool_or(loaded) and bool_or(not loaded)),
+sides as (select s.* from both_sides s semi join entries using (variant))"""
+
+# the `load_drift` grader's grades of the loaded side: byte-identical answers and their drift
+_ENTRIES = _SIDES + """,
+drift as (select s.variant, count(*) as n, count(*) filter (where coalesce(g.passed, 0) <> 0) as same,
+                 fsum(try_cast(json_extract(g.detail_json, '$.drift') as double)) as total,
+                 count(try_cast(json_extract(g.detail_json, '$.drift') as double)) as counted
+          from sides s join l.grade_latest g on g.request_id = s.id
+          where s.loaded and g.grader = 'load_drift' group by s.variant)
+select e.variant, e.top, coalesce(d.n, 0), coalesce(d.same, 0), d.total, coalesce(d.counted, 0)
+from entries e left join drift d using (variant)"""
+
+# one margin's values on both sides: the rows of `_VALUES` a margin, then each (side, case#repeat)
+# reduced to one value, the value also under NAME:SUITE where declared, paired across the sides
+_PAIRS = """,
+graded as (select s.*, g.grader, g.value, g.passed, g.detail_json from sides s
+           join l.grade_latest g on g.request_id = s.id where g.grader in ({graders})),
+vals as ({values}),
+per as (select variant, loaded, m, o, key, min((seq, id)) as pos,
+               case when bool_or(first) then arg_min(x, (repeat, seq, id)) else avg(x) end as v,
+               arg_min(suite, (repeat, seq, id)) as suite
+        from vals where x is not null group by all),
+named as (select variant, loaded, m, o, 0 as part, key, v, pos from per
+          union all
+          select variant, loaded, m || ':' || suite, o, 1, key, v, pos from per where suite is not null)
+select a.variant, a.m, list(a.v - b.v order by a.key), min(a.o), min(a.part), min(a.pos)
+from named a join named b on a.variant = b.variant and a.m = b.m and a.key = b.key and a.loaded and not b.loaded
+group by a.variant, a.m order by a.variant, 4, 5, 6"""
+
+_VALUES = """select g.variant, g.loaded, {m} as m, {o} as o, g.case_id || '#' || g.repeat as key, g.repeat,
+       g.seq, g.id, {first} as first, case when g.loaded then {mine} else {theirs} end as x, {suite} as suite
+from graded g where g.grader = {grader}"""
+
+_GRADES = _SIDES + """
+select s.variant, s.loaded, g.request_id, g.grader, g.grader_version, g.value, g.passed, g.explanation, g.detail_json,
+       s.case_id || '#' || s.repeat
+from sides s join l.grade_latest g on g.request_id = s.id where g.grader = $grader order by s.variant, s.loaded, s.seq, s.id"""
+
+_SUITE = ("coalesce(nullif(json_extract_string(g.detail_json, '$.suite'), ''), case when g.case_id like 'suite/%/%' "
+          "then split_part(g.case_id, '/', 2) else '?' end)")
+
+
+# each variant's first level, lean, with the slice keys of `_key_sql` ($repeats: the baseline's
+# repeats from there on are noise-floor passes, left out)
+_FLIP_ROWS = """
+with firsts as (select variant, min(load_level) as first from l.measured where run_id = $run group by variant),
+sel0 as (
+  select r.id, r.seq, r.variant, r.case_id, r.repeat, r.replica, r.level, r.concurrency, c.complexity as case_complexity,
+         c.attributes_json, {case_fields}
+  from l.measured r join l.runs u on u.id = r.run_id
+  join l.cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
+  join firsts f on f.variant = r.variant and f.first = r.load_level
+  where r.run_id = $run and (r.variant is distinct from $baseline or r.repeat < $repeats)),
+sel as (select *, {keys} from sel0),
+graded as (select s.id, s.seq, s.variant, s.case_id, s.repeat, {gk}, x.grader, x.passed, x.detail_json
+           from sel s join l.grade_latest x on x.request_id = s.id where x.grader in ({graders})),
+rules as (select *, unnest(map_entries(case when json_type(detail_json, '$.rules') = 'OBJECT' then
+                 json_transform(json_extract(detail_json, '$.rules'), '"MAP(VARCHAR, JSON)"') end)) as e from graded),
+val as (select id, seq, variant, case_id, repeat, {gk}, grader, null::varchar as rule,
+               case when passed is null then null else passed <> 0 end as ok from graded
+        union all
+        select id, seq, variant, case_id, repeat, {gk}, grader, e.key, {truthy} from rules),
+reps as (select distinct {gk}, variant, repeat from sel),
+floor as (select {gk}, min(repeat) as fr from reps b where variant = $baseline
+          and not exists (select 1 from reps o where o.variant <> $baseline and o.repeat = b.repeat and {same_o})
+          and exists (select 1 from reps o where o.variant <> $baseline and {same_o}) group by all),
+p0 as (select {gk}, variant, grader, rule, case_id, arg_min(ok, (repeat, seq, id)) as ok from val
+       where ok is not null group by all),
+pf as (select {v_gk}, v.grader, v.rule, v.case_id, arg_min(v.ok, (v.repeat, v.seq, v.id)) as ok
+       from val v join floor f on {same_vf} where v.variant = $baseline and v.ok is not null and v.repeat >= f.fr
+       group by all)"""
+
+_FLIPS = _FLIP_ROWS + """
+select {c_gk}, c.variant, c.grader, c.rule, count(*), count(*) filter (where c.ok and not b.ok),
+       count(*) filter (where b.ok and not c.ok), null, null
+from p0 c join p0 b on b.variant = $baseline and c.variant <> $baseline and {same_cb} and b.grader = c.grader
+  and b.rule is not distinct from c.rule and b.case_id = c.case_id
+group by all
+union all
+select {b_gk}, null, b.grader, b.rule, null, null, null, count(*), count(*) filter (where b.ok <> f.ok)
+from p0 b join pf f on {same_bf} and b.grader = f.grader and b.rule is not distinct from f.rule
+  and b.case_id = f.case_id
+where b.variant = $baseline group by all"""
+
+# a JSON value's truth as Python's `bool` reads it (`null`: no pass)
+_TRUTHY = ("case when json_extract_string(e.value, '$.passed') is null then null "
+           "else json_extract_string(e.value, '$.passed') not in ('false', '0', '0.0', '', '[]', '{}') end")
+
+
+def _same(a: str, b: str, gk: list[str]) -> str:
+    return " and ".join(f"{a}.{k} is not distinct from {b}.{k}" for k in gk)
+
+
+def value_sql(v: CaseValue) -> str:
+    """A `CaseValue`'s value of one grade ``g`` as SQL: a number, or NULL where the grade has none."""
+    if v.source == "value":
+        x = "g.value"
+    elif v.source == "passed":
+        x = "case when g.passed is null then null when g.passed <> 0 then 1.0 else 0.0 end"
+    else:  # the key's letters are checked where it is declared
+        x = f"try_cast(json_extract(g.detail_json, '$.{v.source.removeprefix('detail.')}') as double)"
+    if v.absolute:
+        x = f"abs({x})"
+    if v.where:
+        cond = " and ".join(f"json_extract_string(g.detail_json, '$.{k}') = {literal(t)}" for k, t in v.where)
+        x = f"case when {cond} then {x} end"
+    return x
+
+
+class CaseReads:
+    """Per-case values of the graders' margins, paired where the grades are."""
+
+    query: Any  # `AnalysisReads.query`
+
+    def load_entries(self, run_id: str, reference: str) -> dict[str, dict[str, Any]]:
+        """variant -> its quality-under-load entry's outline: the highest level (``top``) and its
+        `load_drift` grades: how many (``n``), byte-identical (``same``), the sum and count of their
+        drift (``drift_sum`` by `fsum`, ``drift_n``). Only the variants with both sides."""
+        _, rows = self.query(_ENTRIES, {"run": run_id, "reference": reference})
+        return {v: {"top": int(top), "n": n, "same": same, "drift_sum": total, "drift_n": counted}
+                for v, top, n, same, total, counted in rows}
+
+    def load_pairs(self, run_id: str, reference: str,
+                   margins: Sequence[tuple[str, str, CaseValue, CaseValue]]) -> dict[str, list[tuple[str, list[float]]]]:
+        """variant -> (margin, its differences loaded minus unloaded over the case#repeat keys both
+        sides have, in the keys' sorted order) for each margin with a pair, in ``margins``' order (a
+        `by_suite` margin's suites after it, in the order the loaded side first shows them).
+        ``margins``: (grader, margin, its `CaseValue` on the loaded side, on the unloaded side)."""
+        if not margins:
+            return {}
+        values = " union all ".join(_VALUES.format(
+            m=literal(m), o=i, first=literal(mine.first), mine=value_sql(mine), theirs=value_sql(theirs),
+            suite=_SUITE if mine.by_suite else "null", grader=literal(grader))
+            for i, (grader, m, mine, theirs) in enumerate(margins))
+        graders = ", ".join(dict.fromkeys(literal(g) for g, *_ in margins))
+        _, rows = self.query(_SIDES + _PAIRS.format(graders=graders, values=values), {"run": run_id, "reference": reference})
+        out: dict[str, list[tuple[str, list[float]]]] = {}
+        for v, m, diffs, *_ in rows:
+            out.setdefault(v, []).append((m, diffs))
+        return out
+
+    def flip_counts(self, run_id: str, baseline: str, graders: Sequence[str], by: Sequence[str] = (),
+                    repeats: int | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The pass/fail changes of each candidate against the baseline per case at each variant's
+        first level, per value(s) of ``by`` (slice keys as `distributions` takes them), grader and
+        rule (None: the grader's own pass), where they share a case: (``group``, ``variant``,
+        ``grader``, ``rule``, ``cases``, ``gains``, ``losses``); and the baseline against its first
+        noise-floor pass: (``group``, ``grader``, ``rule``, ``cases``, ``flips``). ``repeats``: the
+        run's, when the baseline's noise-floor passes are no rows here (then it has no floor)."""
+        if not graders:
+            return [], []
+        gk = [f"by{i}" for i in range(len(by))] or ["grp"]
+        keys = ", ".join(_key_sql(k, i) for i, k in enumerate(by)) if by else "0 as grp"
+        sql = _FLIPS.format(
+            case_fields=", ".join(f"c.{f} as case_{f}" for f in _ATTR_FIELDS), keys=keys, gk=", ".join(gk),
+            graders=", ".join(literal(g) for g in graders), truthy=_TRUTHY, same_o=_same("o", "b", gk),
+            v_gk=", ".join(f"v.{k}" for k in gk), same_vf=_same("v", "f", gk), c_gk=", ".join(f"c.{k}" for k in gk),
+            same_cb=_same("c", "b", gk), b_gk=", ".join(f"b.{k}" for k in gk), same_bf=_same("b", "f", gk))
+        _, rows = self.query(sql, {"run": run_id, "baseline": baseline, "repeats": 2**62 if repeats is None else repeats})
+        flips, floors = [], []
+        n = len(gk)
+        for r in rows:
+            group = tuple(_value(k, x) for k, x in zip(by, r[:n], strict=True)) if by else ()
+            variant, grader, rule, cases, gains, losses, fn, ff = r[n:]
+            if variant is None:
+                floors.append({"group": group, "grader": grader, "rule": rule, "cases": fn, "flips": ff})
+            else:
+                flips.append({"group": group, "variant": variant, "grader": grader, "rule": rule, "cases": cases,
+                              "gains": gains, "losses": losses})
+        return flips, floors
+
+    def load_side_grades(self, run_id: str, reference: str, grader: str
+                         ) -> Iterator[tuple[str, bool, list[dict[str, Any]]]]:
+        """(variant, loaded, its newest grades by ``grader``) of each side, as `Ledger.latest_grades`
+        gives them with ``case_id`` the request's case#repeat, in send order: what a grader whose
+        `margin_values` is not declared is handed."""
+        _, rows = self.query(_GRADES, {"run": run_id, "reference": reference, "grader": grader})
+        side: tuple[str, bool] | None = None
+        grades: list[dict[str, Any]] = []
+        for v, loaded, rid, name, version, value, passed, expl, detail, key in rows:
+            if side is not None and side != (v, bool(loaded)):
+                yield *side, grades
+                grades = []
+            side = (v, bool(loaded))
+            grades.append({"request_id": rid, "grader": name, "grader_version": version, "value": value,
+                           "passed": passed, "explanation": expl, "detail": json.loads(detail or "{}"),
+                           "case_id": key})
+        if side is not None:
+            yield *side, grades
