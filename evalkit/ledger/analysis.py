@@ -51,14 +51,16 @@ def _source(m: Metric) -> str:
     return _SQL_OF.get(name, f'"{name}"')
 
 
-def _agg(m: Metric, pcts: dict[tuple[str, bool], list[float]]) -> str:
+def _agg(m: Metric, pcts: dict[tuple[str, bool], list[float]], alias: dict[str, str] | None = None) -> str:
     """One declared metric's SQL. A column's percentiles are one `quantile_cont` over the list of
-    them (one sort; DuckDB computes an aggregate written twice once), indexed."""
+    them (one sort; DuckDB computes an aggregate written twice once), indexed. ``alias``: each
+    source's column where the rows were made into a table first (`slice_table`)."""
     if m.agg == "count":
         return "count(*)"
     if m.agg == "errors":
         return "count(*) filter (where not ok)"
     src, only = _source(m), " filter (where ok)" if m.ok_only else ""
+    src = alias[src] if alias else src
     if m.agg == "mean":
         return f"avg({src}){only}"
     if m.agg == "max":
@@ -74,15 +76,24 @@ def _agg(m: Metric, pcts: dict[tuple[str, bool], list[float]]) -> str:
     raise ValueError(f"metric {m.key}: unknown aggregate {m.agg!r}")
 
 
-def aggregates(metrics: Sequence[Metric]) -> list[str]:
-    """The SQL of each declared metric over a group of `sel`'s rows."""
+def _percentiles(metrics: Sequence[Metric]) -> dict[tuple[str, bool], list[float]]:
+    """(source, successful only) -> the percentiles the metrics ask of it, as fractions."""
     pcts: dict[tuple[str, bool], list[float]] = {}
     for m in metrics:
         if (p := _P.match(m.agg or "")) is not None:
             qs = pcts.setdefault((_source(m), m.ok_only), [])
             if (q := float(p.group(1)) / 100) not in qs:
                 qs.append(q)
+    return pcts
+
+
+def aggregates(metrics: Sequence[Metric]) -> list[str]:
+    """The SQL of each declared metric over a group of `sel`'s rows."""
+    pcts = _percentiles(metrics)
     return [_agg(m, pcts) for m in metrics]
+
+
+_SLICES = "grouping sets ((variant, case_complexity), (variant))"
 
 
 class AnalysisReads:
@@ -96,11 +107,19 @@ class AnalysisReads:
 
     def query(self, sql: str, params: dict[str, Any] | None = None) -> tuple[list[str], list[tuple[Any, ...]]]:
         """(column names, rows) of one analysis query over this ledger (`duck.Duck`: ``l.`` names its tables)."""
+        return self._worker_of().columns(sql, params)  # type: ignore[no-any-return]
+
+    def queries(self, sqls: list[str], params: dict[str, Any] | None = None) -> list[tuple[list[str], list[tuple[Any, ...]]]]:
+        """`query` of each statement in order on one DuckDB connection: a temp table the first makes
+        (in DuckDB's own storage, spilled to disk past its memory limit) the later ones read."""
+        return self._worker_of().columns(sqls, params)  # type: ignore[no-any-return]
+
+    def _worker_of(self) -> Any:
         if self._worker is None:
             from .duck_worker import QueryWorker  # here: `python -m` runs the module not yet imported
 
             self._worker = QueryWorker(self.path)
-        return self._worker.columns(sql, params)
+        return self._worker
 
     def close_worker(self) -> None:
         """Stop the query worker, if one was started (`Ledger.close`)."""
@@ -120,24 +139,47 @@ class AnalysisReads:
                     slo: dict[str, float]) -> dict[tuple[str, str], dict[str, Any]]:
         """(variant, complexity or "all") -> every metric of ``metrics`` (the catalogue's `REPORT`
         ones with an `agg`), the goodput under ``slo`` (None without one) and the server's timing
-        methods, over each variant's first level."""
-        cols = [f"{e} as {_ident(m.key)}" for e, m in zip(aggregates(metrics), metrics, strict=True)]
-        meets = " and ".join(f'"{k}_ms" <= {literal(float(v))}' for k, v in slo.items())
+        methods, over each variant's first level. The rows' columns are read from the ledger once,
+        into a DuckDB table (its storage, spilled to disk past the memory limit); the percentiles
+        are then taken a column at a time, so only one column's values are held at once (an exact
+        percentile holds every value of its group)."""
+        pcts = _percentiles(metrics)
+        sources = dict.fromkeys(_source(m) for m in metrics if m.agg not in ("count", "errors"))
+        alias = {src: f"s{i}" for i, src in enumerate(sources)}
+        kept = [f"{src} as {a}" for src, a in alias.items()] + [_ident(f"{k}_ms") for k in slo
+                                                              if _ident(f"{k}_ms") not in sources]
+        make = (f"create temp table x as {_first_level_sql()} select variant, case_complexity, ok, srv_method"
+                + "".join(f", {c}" for c in kept) + " from sel")
+        plain = [m for m in metrics if _P.match(m.agg or "") is None]
+        cols = [f"{_agg(m, pcts, alias)} as {_ident(m.key)}" for m in plain]
+        meets = " and ".join(f'{alias.get(_ident(f"{k}_ms"), _ident(f"{k}_ms"))} <= {literal(float(v))}'
+                             for k, v in slo.items())
         cols.append(f"100.0::double * count(*) filter (where ok and {meets}) / count(*) as goodput_pct" if slo
                     else "null as goodput_pct")
         cols.append("list_sort(list(distinct srv_method) filter (where srv_method is not null "
                     "and srv_method <> '')) as srv_methods")
-        names, rows = self._first_level(run_id, baseline, repeats, [],
-                                        ["variant", "case_complexity", "grouping(case_complexity) as whole", *cols],
-                                        "grouping sets ((variant, case_complexity), (variant))")
-        out = {}
+        head = "select variant, case_complexity, grouping(case_complexity) as whole"
+        sqls = [make, f"{head}, {', '.join(cols)} from x group by {_SLICES}"]
+        for (src, only), qs in pcts.items():
+            where = " filter (where ok)" if only else ""
+            sqls.append(f"{head}, quantile_cont({alias[src]}, {qs!r}){where} from x group by {_SLICES}")
+        _, (names, rows), *quantiles = self.queries(sqls, {"run": run_id, "baseline": baseline, "repeats": repeats})
+        out: dict[tuple[str, str], dict[str, Any]] = {}
         for row in rows:
             got = dict(zip(names, row, strict=True))
             key = (got.pop("variant"), "all" if got.pop("whole") else got.pop("case_complexity"))
             got.pop("case_complexity", None)
             got["srv_methods"] = got["srv_methods"] or []
             out[key] = got
-        return out
+        for ((src, only), qs), (_, qrows) in zip(pcts.items(), quantiles, strict=True):
+            values = {(v, "all" if whole else c): q for v, c, whole, q in qrows}
+            for m in metrics:
+                if (p := _P.match(m.agg or "")) is not None and (_source(m), m.ok_only) == (src, only):
+                    for key, got in out.items():
+                        q = values.get(key)
+                        got[m.key] = None if q is None else q[qs.index(float(p.group(1)) / 100)]
+        return {k: {m.key: got.get(m.key) for m in metrics} | {x: got[x] for x in ("goodput_pct", "srv_methods")}
+                for k, got in out.items()}
 
     def slice_keys(self, run_id: str, baseline: str | None, repeats: int) -> list[str]:
         """The case attributes a first-level row carries (what `--by` may name besides `REQUEST_KEYS`)."""

@@ -111,8 +111,11 @@ class Duck:
         return self.columns(sql, params)[1]
 
     def columns(self, sql: str, params: dict[str, Any] | None = None) -> tuple[list[str], list[tuple]]:
-        """(column names, rows) of ``sql``, its ``$name``s replaced by ``params``' values as literals."""
+        """(column names, rows) of ``sql``, its ``$name``s replaced by ``params``' values as literals
+        (none of either for a statement that returns no rows, e.g. one that makes a temp table)."""
         cur = self.con.execute(bind(sql, params or {}))
+        if cur.description is None:
+            return [], []
         return [d[0] for d in cur.description], cur.fetchall()
 
     def close(self) -> None:

@@ -61,8 +61,10 @@ class QueryWorker:
         self.err: IO[bytes] | None = None
         self.peak_kb = 0
 
-    def columns(self, sql: str, params: dict[str, Any] | None = None) -> tuple[list[str], list[tuple[Any, ...]]]:
-        """(column names, rows) of ``sql`` (`duck.Duck.columns`), run by the worker."""
+    def columns(self, sql: str | list[str], params: dict[str, Any] | None = None) -> Any:
+        """(column names, rows) of ``sql`` (`duck.Duck.columns`), run by the worker; for a list of
+        statements, theirs in a list, run in order on one connection (a temp table the first makes
+        is the later ones' to read)."""
         if self.proc is None:
             self._start()
         assert self.proc is not None and self.proc.stdin is not None and self.proc.stdout is not None
@@ -124,7 +126,8 @@ def serve(path: str) -> None:
         sql, params = request
         try:
             with Duck(path) as duck:
-                reply: tuple[str, Any] = ("ok", duck.columns(sql, params))
+                got = [duck.columns(s, params) for s in sql] if isinstance(sql, list) else duck.columns(sql, params)
+                reply: tuple[str, Any] = ("ok", got)
         except Exception as e:  # the caller raises it, naming the ledger
             reply = ("error", f"{type(e).__name__}: {e}".splitlines()[0])
         _send(out, (*reply, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))

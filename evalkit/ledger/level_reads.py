@@ -50,16 +50,16 @@ rel as (select r.*, {slowdowns} from rows r
 
 # requests in flight at once, counted per server (each server's clock is its sender's) and summed:
 # at a tie the end comes first, so a closed loop's next request is no overlap
-_IN_FLIGHT = """,
-events as (select variant, label, replica, mono_start_ms as t, 1 as d from rows where mono_start_ms is not null
-           union all
-           select variant, label, replica, mono_start_ms + coalesce(e2e_ms, 0.0), -1 from rows
-           where mono_start_ms is not null),
+_IN_FLIGHT = """
+with events as (select variant, label, replica, mono_start_ms as t, 1 as d from lv where mono_start_ms is not null
+                union all
+                select variant, label, replica, mono_start_ms + coalesce(e2e_ms, 0.0), -1 from lv
+                where mono_start_ms is not null),
 running as (select variant, label, replica,
                    sum(d) over (partition by variant, label, replica order by t, d rows unbounded preceding) as now
-            from events),
-peaks as (select variant, label, sum(top)::bigint as in_flight_peak
-          from (select variant, label, replica, max(now) as top from running group by all) group by all)"""
+            from events)
+select variant, label, sum(top)::bigint as in_flight_peak
+from (select variant, label, replica, max(now) as top from running group by all) group by all"""
 
 
 class LevelReads:
@@ -67,6 +67,7 @@ class LevelReads:
 
     _db: Database
     query: Any  # `AnalysisReads.query`
+    queries: Any  # `AnalysisReads.queries`
 
     def level_table(self, run_id: str, absolute: dict[str, float], relative: dict[str, float],
                     quality_graders: tuple[str, ...], reference: str = "c=1") -> list[dict[str, Any]]:
@@ -84,11 +85,14 @@ class LevelReads:
                 f"case when r.ok and r.{k}_ms is not null then r.{k}_ms / nullif(case when a.case_id is not null "
                 f"then a.{k}_ms else z.{k}_ms end, 0) end as slow_{k}" for k in relative))
             source = "rel"
-        sql += _IN_FLIGHT
         graders = ", ".join(literal(g) for g in quality_graders) or "null"
-        sql += f""",
+        # the levels' rows read from the ledger once, into a DuckDB table (its storage, spilled to disk
+        # past the memory limit, where a CTE read several times is held whole); each figure from there,
+        # a percentile's column at a time (an exact percentile holds every value of its group)
+        make = "create temp table lv as " + sql + f""",
 quality as (select g.request_id, bool_and(g.passed::boolean) as pass from l.grade_latest g
-            where g.run_id = $run and g.grader in ({graders}) and g.passed is not null group by g.request_id)"""
+            where g.run_id = $run and g.grader in ({graders}) and g.passed is not null group by g.request_id)
+select s.*, q.pass from {source} s left join quality q on q.request_id = s.id"""
         meets = ["s.ok", *(f"s.{k}_ms is not null and s.{k}_ms <= {literal(float(v))}" for k, v in absolute.items()),
                  *(f"s.slow_{k} is not null and s.slow_{k} <= {literal(float(f))}" for k, f in relative.items())]
         cols = ["s.variant", "s.label", "count(*) as n", "count(*) filter (where not s.ok) as errors",
@@ -98,24 +102,26 @@ quality as (select g.request_id, bool_and(g.passed::boolean) as pass from l.grad
                 "max(s.srv_kv_cache_usage_peak) as kv_peak", "max(s.srv_running_peak) as running_peak",
                 "max(s.srv_waiting_peak) as waiting_peak",
                 "sum(coalesce(s.e2e_ms, 0.0)) filter (where s.mono_start_ms is not null) as busy_ms",
-                *(f"quantile_cont(s.{k}_ms, 0.99) filter (where s.ok) as p99_{k}" for k in absolute),
-                *(f"quantile_cont(s.slow_{k}, 0.99) as slow_p99_{k}" for k in relative),
                 f"count(*) filter (where {' and '.join(meets)}) as good",
-                "count(q.pass) filter (where s.ok) as quality_n",
-                "count(*) filter (where s.ok and q.pass) as quality_pass",
+                "count(s.pass) filter (where s.ok) as quality_n",
+                "count(*) filter (where s.ok and s.pass) as quality_pass",
                 "avg(s.out_tps) filter (where s.ok) as tps_per_user",
                 "min(s.seq) as first_seq", "min(s.id) as first_id"]
-        names, rows = self.query(
-            sql + f""" select {', '.join(cols)} from {source} s left join quality q on q.request_id = s.id
-                      group by s.variant, s.label""",
+        p99 = {**{f"p99_{k}": f"quantile_cont({k}_ms, 0.99) filter (where ok)" for k in absolute},
+               **{f"slow_p99_{k}": f"quantile_cont(slow_{k}, 0.99)" for k in relative}}
+        _, (names, rows), peaks, *quantiles = self.queries(
+            [make, f"select {', '.join(cols)} from lv s group by s.variant, s.label", _IN_FLIGHT,
+             *(f"select variant, label, {q} from lv group by all" for q in p99.values())],
             {"run": run_id, "reference": reference})
-        _, peaks = self.query(sql + " select variant, label, in_flight_peak from peaks", {
-            "run": run_id, "reference": reference}) if rows else ([], [])
-        peak = {(v, lab): p for v, lab, p in peaks}
+        peak = {(v, lab): p for v, lab, p in peaks[1]}
+        at = [{(v, lab): x for v, lab, x in q[1]} for q in quantiles]
         out = []
         for row in sorted(rows, key=lambda r: (r[-2], r[-1])):
             got = dict(zip(names, row, strict=True))
-            got["in_flight_peak"] = peak.get((got["variant"], got["label"]), 0)
+            key = (got["variant"], got["label"])
+            for name, values in zip(p99, at, strict=True):
+                got[name] = values.get(key)
+            got["in_flight_peak"] = peak.get(key, 0)
             out.append(got)
         return out
 
