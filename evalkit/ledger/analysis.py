@@ -116,7 +116,7 @@ class AnalysisReads:
 
     def _worker_of(self) -> Any:
         if self._worker is None:
-            from .duck_worker import QueryWorker  # here: `python -m` runs the module not yet imported
+            from .duck_worker import QueryWorker  # here: only a query needs it
 
             self._worker = QueryWorker(self.path)
         return self._worker

@@ -24,13 +24,16 @@ from ..catalogue import CaseValue
 from .analysis import _ATTR_FIELDS, _key_sql, _value
 from .duck import literal
 
+# the run's successful requests, a table the steps after it read (a CTE read several times is held
+# whole; a table spills to disk past DuckDB's memory limit)
+_OK = """create temp table ok as
+select r.id, r.seq, r.variant, r.case_id, r.repeat, r.load_level, r.level, r.scheduled_ms
+from l.measured r join l.runs u on u.id = r.run_id
+join l.cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
+where r.run_id = $run and r.ok"""
+
 _SIDES = """
-with ok as (
-  select r.id, r.seq, r.variant, r.case_id, r.repeat, r.load_level, r.level, r.scheduled_ms
-  from l.measured r join l.runs u on u.id = r.run_id
-  join l.cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
-  where r.run_id = $run and r.ok),
-tops as (select variant, max(load_level) as top from ok group by variant having max(load_level) > 1),
+with tops as (select variant, max(load_level) as top from ok group by variant having max(load_level) > 1),
 one as (select o.* from ok o join tops using (variant) where o.load_level = 1 and o.scheduled_ms is null),
 refs as (select distinct variant from one where level = $reference),
 both_sides as (
@@ -51,39 +54,51 @@ drift as (select s.variant, count(*) as n, count(*) filter (where coalesce(g.pas
 select e.variant, e.top, coalesce(d.n, 0), coalesce(d.same, 0), d.total, coalesce(d.counted, 0)
 from entries e left join drift d using (variant)"""
 
-# one margin's values on both sides: the rows of `_VALUES` a margin, then each (side, case#repeat)
-# reduced to one value, the value also under NAME:SUITE where declared, paired across the sides
-_PAIRS = """,
-graded as (select s.*, g.grader, g.value, g.passed, g.detail_json from sides s
-           join l.grade_latest g on g.request_id = s.id where g.grader in ({graders})),
-vals as ({values}),
-per as (select variant, loaded, m, o, key, min((seq, id)) as pos,
-               case when bool_or(first) then arg_min(x, (repeat, seq, id)) else avg(x) end as v,
-               arg_min(suite, (repeat, seq, id)) as suite
-        from vals where x is not null group by all),
-named as (select variant, loaded, m, o, 0 as part, key, v, pos from per
-          union all
-          select variant, loaded, m || ':' || suite, o, 1, key, v, pos from per where suite is not null)
-select a.variant, a.m, list(a.v - b.v order by a.key), min(a.o), min(a.part), min(a.pos)
+# Each step below is a table in DuckDB's own storage, spilled to disk past its memory limit (a CTE
+# read twice is held whole, and at a million rows the pairs' did not fit): the two sides' requests;
+# each margin's value of each of their grades (`mm`: the margins, numbered); each (side, case#repeat)
+# reduced to one value; that value also under NAME:SUITE where declared; the sides paired.
+_PAIR_STEPS = [
+    _OK,
+    "create temp table sd as " + _SIDES + " select id, seq, variant, loaded, case_id, repeat from sides",
+    "create temp table mm as select * from (values {margins}) t(o, grader, m, first)",
+    """create temp table gv as select * from (
+  select s.variant, s.loaded, s.case_id || '#' || s.repeat as key, s.repeat, s.seq, s.id, mm.o, mm.first,
+         case mm.o {values} end as x, case mm.o {suites} end as suite
+  from sd s join l.grade_latest g on g.request_id = s.id join mm on mm.grader = g.grader) where x is not null""",
+    # a first-repeat margin's value is its first grade's (by repeat, then as sent; a window, which
+    # spills, where `arg_min` over a million keys did not); a mean margin's the mean
+    """create temp table per as
+select variant, loaded, o, key, seq, id, x as v, suite from (
+  select *, row_number() over (partition by variant, loaded, o, key order by repeat, seq, id) as k from gv where first)
+where k = 1
+union all
+select variant, loaded, o, key, min(seq), min(id), avg(x), null from gv where not first group by variant, loaded, o, key""",
+    """create temp table named as
+select p.variant, p.loaded, mm.m, p.o, 0 as part, p.key, p.v, p.seq, p.id from per p join mm using (o)
+union all
+select p.variant, p.loaded, mm.m || ':' || p.suite, p.o, 1, p.key, p.v, p.seq, p.id from per p join mm using (o)
+where p.suite is not null""",
+    """select a.variant, a.m, list(a.v - b.v order by a.key), min(a.o), min(a.part), min(a.seq), min(a.id)
 from named a join named b on a.variant = b.variant and a.m = b.m and a.key = b.key and a.loaded and not b.loaded
-group by a.variant, a.m order by a.variant, 4, 5, 6"""
-
-_VALUES = """select g.variant, g.loaded, {m} as m, {o} as o, g.case_id || '#' || g.repeat as key, g.repeat,
-       g.seq, g.id, {first} as first, case when g.loaded then {mine} else {theirs} end as x, {suite} as suite
-from graded g where g.grader = {grader}"""
+group by a.variant, a.m order by a.variant, 4, 5, 6, 7""",
+]
 
 _GRADES = _SIDES + """
 select s.variant, s.loaded, g.request_id, g.grader, g.grader_version, g.value, g.passed, g.explanation, g.detail_json,
        s.case_id || '#' || s.repeat
 from sides s join l.grade_latest g on g.request_id = s.id where g.grader = $grader order by s.variant, s.loaded, s.seq, s.id"""
 
-_SUITE = ("coalesce(nullif(json_extract_string(g.detail_json, '$.suite'), ''), case when g.case_id like 'suite/%/%' "
-          "then split_part(g.case_id, '/', 2) else '?' end)")
+_SUITE = ("coalesce(nullif(json_extract_string(g.detail_json, '$.suite'), ''), case when s.case_id like 'suite/%/%' "
+          "then split_part(s.case_id, '/', 2) else '?' end)")
 
 
-# each variant's first level, lean, with the slice keys of `_key_sql` ($repeats: the baseline's
-# repeats from there on are noise-floor passes, left out)
-_FLIP_ROWS = """
+# Flips, step by step as the pairs are: each variant's first level, lean, with the slice keys of
+# `_key_sql` ($repeats: the baseline's repeats from there on are noise-floor passes, left out); their
+# grades' passes and rules' passes; each case's first pass per variant, grader and rule, and the
+# baseline's from its first noise-floor pass on; the counts.
+_FLIP_STEPS = [
+    """create temp table sel as
 with firsts as (select variant, min(load_level) as first from l.measured where run_id = $run group by variant),
 sel0 as (
   select r.id, r.seq, r.variant, r.case_id, r.repeat, r.replica, r.level, r.concurrency, c.complexity as case_complexity,
@@ -91,28 +106,29 @@ sel0 as (
   from l.measured r join l.runs u on u.id = r.run_id
   join l.cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
   join firsts f on f.variant = r.variant and f.first = r.load_level
-  where r.run_id = $run and (r.variant is distinct from $baseline or r.repeat < $repeats)),
-sel as (select *, {keys} from sel0),
-graded as (select s.id, s.seq, s.variant, s.case_id, s.repeat, {gk}, x.grader, x.passed, x.detail_json
-           from sel s join l.grade_latest x on x.request_id = s.id where x.grader in ({graders})),
-rules as (select *, unnest(map_entries(case when json_type(detail_json, '$.rules') = 'OBJECT' then
-                 json_transform(json_extract(detail_json, '$.rules'), '"MAP(VARCHAR, JSON)"') end)) as e from graded),
-val as (select id, seq, variant, case_id, repeat, {gk}, grader, null::varchar as rule,
-               case when passed is null then null else passed <> 0 end as ok from graded
-        union all
-        select id, seq, variant, case_id, repeat, {gk}, grader, e.key, {truthy} from rules),
-reps as (select distinct {gk}, variant, repeat from sel),
-floor as (select {gk}, min(repeat) as fr from reps b where variant = $baseline
-          and not exists (select 1 from reps o where o.variant <> $baseline and o.repeat = b.repeat and {same_o})
-          and exists (select 1 from reps o where o.variant <> $baseline and {same_o}) group by all),
-p0 as (select {gk}, variant, grader, rule, case_id, arg_min(ok, (repeat, seq, id)) as ok from val
-       where ok is not null group by all),
-pf as (select {v_gk}, v.grader, v.rule, v.case_id, arg_min(v.ok, (v.repeat, v.seq, v.id)) as ok
-       from val v join floor f on {same_vf} where v.variant = $baseline and v.ok is not null and v.repeat >= f.fr
-       group by all)"""
-
-_FLIPS = _FLIP_ROWS + """
-select {c_gk}, c.variant, c.grader, c.rule, count(*), count(*) filter (where c.ok and not b.ok),
+  where r.run_id = $run and (r.variant is distinct from $baseline or r.repeat < $repeats))
+select id, seq, variant, case_id, repeat, {keys} from sel0""",
+    """create temp table graded as select s.id, s.seq, s.variant, s.case_id, s.repeat, {s_gk}, x.grader, x.passed,
+       case when json_type(x.detail_json, '$.rules') = 'OBJECT' then json_extract(x.detail_json, '$.rules') end as rules
+from sel s join l.grade_latest x on x.request_id = s.id where x.grader in ({graders})""",
+    """create temp table val as
+select id, seq, variant, case_id, repeat, {gk}, grader, null::varchar as rule,
+       case when passed is null then null else passed <> 0 end as ok from graded
+union all
+select id, seq, variant, case_id, repeat, {gk}, grader, e.key, {truthy} from (
+  select *, unnest(map_entries(json_transform(rules, '"MAP(VARCHAR, JSON)"'))) as e from graded where rules is not null)""",
+    """create temp table reps as select distinct {gk}, variant, repeat from sel""",
+    """create temp table floor as select {gk}, min(repeat) as fr from reps b where variant = $baseline
+  and not exists (select 1 from reps o where o.variant <> $baseline and o.repeat = b.repeat and {same_o})
+  and exists (select 1 from reps o where o.variant <> $baseline and {same_o}) group by all""",
+    """create temp table p0 as select {gk}, variant, grader, rule, case_id, ok from (
+  select *, row_number() over (partition by {gk}, variant, grader, rule, case_id order by repeat, seq, id) as k
+  from val where ok is not null) where k = 1""",
+    """create temp table pf as select {gk}, grader, rule, case_id, ok from (
+  select v.*, row_number() over (partition by {v_gk}, v.grader, v.rule, v.case_id order by v.repeat, v.seq, v.id) as k
+  from val v join floor f on {same_vf} where v.variant = $baseline and v.ok is not null and v.repeat >= f.fr)
+where k = 1""",
+    """select {c_gk}, c.variant, c.grader, c.rule, count(*), count(*) filter (where c.ok and not b.ok),
        count(*) filter (where b.ok and not c.ok), null, null
 from p0 c join p0 b on b.variant = $baseline and c.variant <> $baseline and {same_cb} and b.grader = c.grader
   and b.rule is not distinct from c.rule and b.case_id = c.case_id
@@ -121,7 +137,8 @@ union all
 select {b_gk}, null, b.grader, b.rule, null, null, null, count(*), count(*) filter (where b.ok <> f.ok)
 from p0 b join pf f on {same_bf} and b.grader = f.grader and b.rule is not distinct from f.rule
   and b.case_id = f.case_id
-where b.variant = $baseline group by all"""
+where b.variant = $baseline group by all""",
+]
 
 # a JSON value's truth as Python's `bool` reads it (`null`: no pass)
 _TRUTHY = ("case when json_extract_string(e.value, '$.passed') is null then null "
@@ -152,12 +169,13 @@ class CaseReads:
     """Per-case values of the graders' margins, paired where the grades are."""
 
     query: Any  # `AnalysisReads.query`
+    queries: Any  # `AnalysisReads.queries`
 
     def load_entries(self, run_id: str, reference: str) -> dict[str, dict[str, Any]]:
         """variant -> its quality-under-load entry's outline: the highest level (``top``) and its
         `load_drift` grades: how many (``n``), byte-identical (``same``), the sum and count of their
         drift (``drift_sum`` by `fsum`, ``drift_n``). Only the variants with both sides."""
-        _, rows = self.query(_ENTRIES, {"run": run_id, "reference": reference})
+        _, (_, rows) = self.queries([_OK, _ENTRIES], {"run": run_id, "reference": reference})
         return {v: {"top": int(top), "n": n, "same": same, "drift_sum": total, "drift_n": counted}
                 for v, top, n, same, total, counted in rows}
 
@@ -169,12 +187,14 @@ class CaseReads:
         ``margins``: (grader, margin, its `CaseValue` on the loaded side, on the unloaded side)."""
         if not margins:
             return {}
-        values = " union all ".join(_VALUES.format(
-            m=literal(m), o=i, first=literal(mine.first), mine=value_sql(mine), theirs=value_sql(theirs),
-            suite=_SUITE if mine.by_suite else "null", grader=literal(grader))
-            for i, (grader, m, mine, theirs) in enumerate(margins))
-        graders = ", ".join(dict.fromkeys(literal(g) for g, *_ in margins))
-        _, rows = self.query(_SIDES + _PAIRS.format(graders=graders, values=values), {"run": run_id, "reference": reference})
+        mm = ", ".join(f"({i}, {literal(grader)}, {literal(m)}, {literal(mine.first)})"
+                       for i, (grader, m, mine, _) in enumerate(margins))
+        values = " ".join(f"when {i} then case when s.loaded then {value_sql(mine)} else {value_sql(theirs)} end"
+                          for i, (_, _, mine, theirs) in enumerate(margins))
+        suites = " ".join(f"when {i} then {_SUITE}" for i, (_, _, mine, _) in enumerate(margins) if mine.by_suite)
+        steps = [*_PAIR_STEPS[:2], _PAIR_STEPS[2].format(margins=mm),
+                 _PAIR_STEPS[3].format(values=values, suites=suites or "when -1 then null"), *_PAIR_STEPS[4:]]
+        *_, (_, rows) = self.queries(steps, {"run": run_id, "reference": reference})
         out: dict[str, list[tuple[str, list[float]]]] = {}
         for v, m, diffs, *_ in rows:
             out.setdefault(v, []).append((m, diffs))
@@ -192,12 +212,13 @@ class CaseReads:
             return [], []
         gk = [f"by{i}" for i in range(len(by))] or ["grp"]
         keys = ", ".join(_key_sql(k, i) for i, k in enumerate(by)) if by else "0 as grp"
-        sql = _FLIPS.format(
-            case_fields=", ".join(f"c.{f} as case_{f}" for f in _ATTR_FIELDS), keys=keys, gk=", ".join(gk),
-            graders=", ".join(literal(g) for g in graders), truthy=_TRUTHY, same_o=_same("o", "b", gk),
-            v_gk=", ".join(f"v.{k}" for k in gk), same_vf=_same("v", "f", gk), c_gk=", ".join(f"c.{k}" for k in gk),
-            same_cb=_same("c", "b", gk), b_gk=", ".join(f"b.{k}" for k in gk), same_bf=_same("b", "f", gk))
-        _, rows = self.query(sql, {"run": run_id, "baseline": baseline, "repeats": 2**62 if repeats is None else repeats})
+        fill = {"case_fields": ", ".join(f"c.{f} as case_{f}" for f in _ATTR_FIELDS), "keys": keys, "gk": ", ".join(gk),
+                "s_gk": ", ".join(f"s.{k}" for k in gk), "graders": ", ".join(literal(g) for g in graders),
+                "truthy": _TRUTHY, "same_o": _same("o", "b", gk), "v_gk": ", ".join(f"v.{k}" for k in gk),
+                "same_vf": _same("v", "f", gk), "c_gk": ", ".join(f"c.{k}" for k in gk), "same_cb": _same("c", "b", gk),
+                "b_gk": ", ".join(f"b.{k}" for k in gk), "same_bf": _same("b", "f", gk)}
+        *_, (_, rows) = self.queries([step.format(**fill) for step in _FLIP_STEPS], {
+            "run": run_id, "baseline": baseline, "repeats": 2**62 if repeats is None else repeats})
         flips, floors = [], []
         n = len(gk)
         for r in rows:
@@ -215,7 +236,7 @@ class CaseReads:
         """(variant, loaded, its newest grades by ``grader``) of each side, as `Ledger.latest_grades`
         gives them with ``case_id`` the request's case#repeat, in send order: what a grader whose
         `margin_values` is not declared is handed."""
-        _, rows = self.query(_GRADES, {"run": run_id, "reference": reference, "grader": grader})
+        _, (_, rows) = self.queries([_OK, _GRADES], {"run": run_id, "reference": reference, "grader": grader})
         side: tuple[str, bool] | None = None
         grades: list[dict[str, Any]] = []
         for v, loaded, rid, name, version, value, passed, expl, detail, key in rows:

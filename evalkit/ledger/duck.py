@@ -22,9 +22,11 @@ from typing import Any
 from ..errors import EvalkitError
 
 EXTENSION = "sqlite_scanner.duckdb_extension"
-# DuckDB's buffer pool: a join or sort past it spills to disk (a per-case join at 10 M rows: 1.5 GB
-# peak without it, 377 MB with). Percentile states are not in the pool: they hold their values.
-MEMORY_LIMIT = "256MB"
+# DuckDB's buffer pool: a join, sort, window or temp table past it spills to disk (a per-case join at
+# 10 M rows: 1.5 GB peak without it, 377 MB with 256 MB). Percentile states and ordered lists are
+# not in the pool: they hold their values. 128 MB: quality under load's pairs at 1 M rows peaked at
+# 295 MB in the worker (399 MB with 256 MB), in about the same time.
+MEMORY_LIMIT = "128MB"
 
 
 @cache

@@ -26,14 +26,14 @@ _COLUMNS = ("variant", "case_id", "repeat", "seq", "id", "ok", "load_level", "co
             "tpot_ms", "e2e_ms", "prompt_tokens", "completion_tokens", "srv_kv_cache_usage_peak", "srv_running_peak",
             "srv_waiting_peak", "srv_preemptions", "mono_start_ms", "replica", "designed_shared_tokens",
             "cached_prompt_tokens", "conversation_id")
-_ROWS = """
-with rows as (
+_ROWS_SELECT = """
   select {columns}, coalesce(nullif(r.level, ''), 'main') as label, c.complexity as case_complexity,
          {out_tps} as out_tps
   from l.measured r join l.runs u on u.id = r.run_id
   join l.cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
   where r.run_id = $run
-)""".format(columns=", ".join(f"r.{c}" for c in _COLUMNS), out_tps=next(m.sql for m in DERIVED if m.key == "out_tps"))
+""".format(columns=", ".join(f"r.{c}" for c in _COLUMNS), out_tps=next(m.sql for m in DERIVED if m.key == "out_tps"))
+_ROWS = f"\nwith rows as ({_ROWS_SELECT})"
 
 # the concurrency-1 closed-loop level of each variant a relative SLO divides by, and its latencies
 _REFERENCE = """,
@@ -79,7 +79,7 @@ class LevelReads:
         (successful requests with a pass/fail grade of ``quality_graders``), ``quality_pass`` (those
         passing every one they have) and ``tps_per_user`` (the mean output tokens/s of one request).
         ``reference``: the label of the level a relative SLO prefers to divide by (a search's)."""
-        sql, source = _ROWS, "rows"
+        sql, source = "", "rows"
         if relative:  # a request's latency over its reference's (none where that is missing or 0)
             sql += _REFERENCE.format(slowdowns=", ".join(
                 f"case when r.ok and r.{k}_ms is not null then r.{k}_ms / nullif(case when a.case_id is not null "
@@ -89,7 +89,7 @@ class LevelReads:
         # the levels' rows read from the ledger once, into a DuckDB table (its storage, spilled to disk
         # past the memory limit, where a CTE read several times is held whole); each figure from there,
         # a percentile's column at a time (an exact percentile holds every value of its group)
-        make = "create temp table lv as " + sql + f""",
+        make = "create temp table lv as with " + sql.removeprefix(",").lstrip() + ("," if sql else "") + f"""
 quality as (select g.request_id, bool_and(g.passed::boolean) as pass from l.grade_latest g
             where g.run_id = $run and g.grader in ({graders}) and g.passed is not null group by g.request_id)
 select s.*, q.pass from {source} s left join quality q on q.request_id = s.id"""
@@ -109,8 +109,9 @@ select s.*, q.pass from {source} s left join quality q on q.request_id = s.id"""
                 "min(s.seq) as first_seq", "min(s.id) as first_id"]
         p99 = {**{f"p99_{k}": f"quantile_cont({k}_ms, 0.99) filter (where ok)" for k in absolute},
                **{f"slow_p99_{k}": f"quantile_cont(slow_{k}, 0.99)" for k in relative}}
-        _, (names, rows), peaks, *quantiles = self.queries(
-            [make, f"select {', '.join(cols)} from lv s group by s.variant, s.label", _IN_FLIGHT,
+        _, _, (names, rows), peaks, *quantiles = self.queries(
+            ["create temp table rows as" + _ROWS_SELECT, make, f"select {', '.join(cols)} from lv s group by s.variant, s.label",
+             _IN_FLIGHT,
              *(f"select variant, label, {q} from lv group by all" for q in p99.values())],
             {"run": run_id, "reference": reference})
         peak = {(v, lab): p for v, lab, p in peaks[1]}
