@@ -1,4 +1,5 @@
-"""The report's named ledger queries (`evalkit/ledger/analysis.py`, issue 48) timed at any size: each
+"""The report's named ledger queries (`evalkit/ledger/analysis.py`, `level_reads.py`, `case_reads.py`;
+issue 48) timed at any size: each
 query in a fresh process (its wall time, and the peak RSS of the ledger's query worker, where DuckDB
 runs, and of the calling process), on synthesized ledgers
 (`benchmarks/synth_ledger.py`: two variants at concurrency 1 and 4). The ratio column is each
@@ -33,6 +34,9 @@ QUERIES = {
     "level_table": "db.level_table(rid, {'ttft': 2000.0}, {'e2e': 2.0}, ('schema', 'persona', 'formality'))",
     "level_usage": "db.level_usage(rid, 0.9)",
     "traffic_sums": "db.traffic_sums(rid)",
+    "load_pairs (quality under load)": "db.load_pairs(rid, 'c=1', margins())",
+    "flip_counts": "db.flip_counts(rid, base, ['schema', 'persona', 'accuracy'])[0]",
+    "flip_counts --by persona": "db.flip_counts(rid, base, ['schema', 'persona', 'accuracy'], ['persona'], run.repeats)[0]",
 }
 CHILD = """
 import json, resource, sys, time
@@ -41,6 +45,15 @@ from evalkit.ledger import open_ledger
 db = open_ledger(sys.argv[1], create=False)
 run = db.require_run(None)
 rid, base = run["id"], db.baseline(run["id"])
+
+
+def margins():
+    from evalkit.grading.base import declared_case_values
+    from evalkit.grading.registry import available
+    return [(n, m, v, declared_case_values(c, True)[m]) for n, c in available().items() if c.aggregate.margins
+            for m, v in declared_case_values(c, False).items()]
+
+
 t0, c0 = time.perf_counter(), time.process_time()
 got = {expr}
 wall, cpu = time.perf_counter() - t0, time.process_time() - c0

@@ -12,6 +12,7 @@ from ..catalogue import Metric
 from ..errors import UsageError
 from ..grading.base import Threshold
 from ..grading.registry import thresholds as registry_thresholds
+from ..grading.registry import use_run
 from ..ledger import Ledger
 from .findings import parse_targets, request_rows
 from .report import build_report
@@ -105,15 +106,17 @@ def run_checks(ledger: Ledger, run_id: str | None, spec: GateSpec) -> tuple[str,
     level (the report's rows); margins compare the variants level by level, so a sweep's gate never
     sets one variant's high level against another's low one. With no margins given, the matrix's
     own `margins:` are checked."""
-    rid = ledger.require_run(run_id)["id"]
+    run = ledger.require_run(run_id)
+    rid = run["id"]
+    use_run(run)  # its graders' margins parse like a built-in's
+    if not spec.margins:
+        spec = replace(spec, margins=parse_margins(run.margins, "matrix margins"))
+    if spec.empty():  # before any row is read: a usage error costs nothing
+        raise UsageError("check: give at least one threshold (e.g. --threshold schema_pass=0.9, --margins "
+                         "drift=0.05, --target ttft_p99=2000, --max-error-rate 0), or margins in the matrix")
     reqs = request_rows(ledger, rid)
     rep = build_report(ledger, rid, rows=reqs)
     base = rep["baseline"]
-    if not spec.margins:
-        spec = replace(spec, margins=parse_margins(rep["matrix_margins"], "matrix margins"))
-    if spec.empty():
-        raise UsageError("check: give at least one threshold (e.g. --threshold schema_pass=0.9, --margins "
-                         "drift=0.05, --target ttft_p99=2000, --max-error-rate 0), or margins in the matrix")
     rows = {r["variant"]: r for r in rep["rows"] if r["complexity"] == "all"}
     # the percentile targets over each variant's cases at its first level, as the report's tables count them
     targets = ledger.slice_table(rid, base, ledger.require_run(rid).repeats,
