@@ -36,17 +36,20 @@ _ROWS_SELECT = """
 _ROWS = f"\nwith rows as ({_ROWS_SELECT})"
 
 # the concurrency-1 closed-loop level of each variant a relative SLO divides by, and its latencies
-_REFERENCE = """,
-closed as (select variant, label, min(seq) as s, min(id) as i from rows group by all
-           having max(load_level) = 1 and count(scheduled_ms) = 0),
-ref_level as (select variant, arg_min(label, (label <> $reference, s, i)) as label from closed group by variant),
-ref as (select variant, case_id, repeat, ttft_ms, tpot_ms, e2e_ms from (
-          select r.*, row_number() over (partition by r.variant, r.case_id, r.repeat order by r.seq desc, r.id desc) as k
-          from rows r join ref_level f using (variant, label) where r.ok)
-        where k = 1 and coalesce(ttft_ms, tpot_ms, e2e_ms) is not null),
-rel as (select r.*, {slowdowns} from rows r
-        left join ref a on a.variant = r.variant and a.case_id = r.case_id and a.repeat = r.repeat
-        left join ref z on z.variant = r.variant and z.case_id = r.case_id and z.repeat = 0)"""
+# (a table: the rows join it twice)
+_REFERENCE = """create temp table ref as
+with closed as (select variant, label, min(seq) as s, min(id) as i from rows group by all
+                having max(load_level) = 1 and count(scheduled_ms) = 0),
+ref_level as (select variant, arg_min(label, (label <> $reference, s, i)) as label from closed group by variant)
+select variant, case_id, repeat, ttft_ms, tpot_ms, e2e_ms from (
+  select r.*, row_number() over (partition by r.variant, r.case_id, r.repeat order by r.seq desc, r.id desc) as k
+  from rows r join ref_level f using (variant, label) where r.ok)
+where k = 1 and coalesce(ttft_ms, tpot_ms, e2e_ms) is not null"""
+
+# each request's pass of the quality score (every pass/fail grade it has)
+_QUALITY = """create temp table quality as
+select g.request_id, bool_and(g.passed::boolean) as pass from l.grade_latest g
+where g.run_id = $run and g.grader in ({graders}) and g.passed is not null group by g.request_id"""
 
 # requests in flight at once, counted per server (each server's clock is its sender's) and summed:
 # at a tie the end comes first, so a closed loop's next request is no overlap
@@ -79,20 +82,24 @@ class LevelReads:
         (successful requests with a pass/fail grade of ``quality_graders``), ``quality_pass`` (those
         passing every one they have) and ``tps_per_user`` (the mean output tokens/s of one request).
         ``reference``: the label of the level a relative SLO prefers to divide by (a search's)."""
-        sql, source = "", "rows"
-        if relative:  # a request's latency over its reference's (none where that is missing or 0)
-            sql += _REFERENCE.format(slowdowns=", ".join(
-                f"case when r.ok and r.{k}_ms is not null then r.{k}_ms / nullif(case when a.case_id is not null "
-                f"then a.{k}_ms else z.{k}_ms end, 0) end as slow_{k}" for k in relative))
-            source = "rel"
-        graders = ", ".join(literal(g) for g in quality_graders) or "null"
-        # the levels' rows read from the ledger once, into a DuckDB table (its storage, spilled to disk
-        # past the memory limit, where a CTE read several times is held whole); each figure from there,
-        # a percentile's column at a time (an exact percentile holds every value of its group)
-        make = "create temp table lv as with " + sql.removeprefix(",").lstrip() + ("," if sql else "") + f"""
-quality as (select g.request_id, bool_and(g.passed::boolean) as pass from l.grade_latest g
-            where g.run_id = $run and g.grader in ({graders}) and g.passed is not null group by g.request_id)
-select s.*, q.pass from {source} s left join quality q on q.request_id = s.id"""
+        # the levels' rows read from the ledger once, step by step into DuckDB tables (its storage,
+        # spilled to disk past the memory limit, where a CTE read several times is held whole); each
+        # figure from there, a percentile's column at a time (an exact percentile holds every value
+        # of its group). A relative SLO: a request's latency over its reference's (none where that is
+        # missing or 0).
+        slow = ", ".join(f"case when r.ok and r.{k}_ms is not null then r.{k}_ms / nullif(case when r.has_a then "
+                         f"r.a_{k}_ms else z.{k}_ms end, 0) end as slow_{k}" for k in relative)
+        # one join a step: three hash tables in one pipeline ran past the memory limit at 1 M rows
+        with_ref = [
+            "create temp table ra as select r.*, a.case_id is not null as has_a"
+            + "".join(f", a.{k}_ms as a_{k}_ms" for k in relative) + " from rows r left join ref a "
+            "on a.variant = r.variant and a.case_id = r.case_id and a.repeat = r.repeat",
+            f"create temp table rz as select r.* exclude (has_a{''.join(f', a_{k}_ms' for k in relative)}), {slow} "
+            "from ra r left join ref z on z.variant = r.variant and z.case_id = r.case_id and z.repeat = 0"]
+        steps = ["create temp table rows as" + _ROWS_SELECT, *([_REFERENCE, *with_ref] if relative else []),
+                 _QUALITY.format(graders=", ".join(literal(g) for g in quality_graders) or "null"),
+                 f"create temp table lv as select r.*, q.pass from {'rz' if relative else 'rows'} r "
+                 "left join quality q on q.request_id = r.id"]
         meets = ["s.ok", *(f"s.{k}_ms is not null and s.{k}_ms <= {literal(float(v))}" for k, v in absolute.items()),
                  *(f"s.slow_{k} is not null and s.slow_{k} <= {literal(float(f))}" for k, f in relative.items())]
         cols = ["s.variant", "s.label", "count(*) as n", "count(*) filter (where not s.ok) as errors",
@@ -109,21 +116,20 @@ select s.*, q.pass from {source} s left join quality q on q.request_id = s.id"""
                 "min(s.seq) as first_seq", "min(s.id) as first_id"]
         p99 = {**{f"p99_{k}": f"quantile_cont({k}_ms, 0.99) filter (where ok)" for k in absolute},
                **{f"slow_p99_{k}": f"quantile_cont(slow_{k}, 0.99)" for k in relative}}
-        _, _, (names, rows), peaks, *quantiles = self.queries(
-            ["create temp table rows as" + _ROWS_SELECT, make, f"select {', '.join(cols)} from lv s group by s.variant, s.label",
-             _IN_FLIGHT,
-             *(f"select variant, label, {q} from lv group by all" for q in p99.values())],
-            {"run": run_id, "reference": reference})
+        got = self.queries([*steps, f"select {', '.join(cols)} from lv s group by s.variant, s.label", _IN_FLIGHT,
+                            *(f"select variant, label, {q} from lv group by all" for q in p99.values())],
+                           {"run": run_id, "reference": reference})[len(steps):]
+        (names, rows), peaks, *quantiles = got
         peak = {(v, lab): p for v, lab, p in peaks[1]}
         at = [{(v, lab): x for v, lab, x in q[1]} for q in quantiles]
         out = []
         for row in sorted(rows, key=lambda r: (r[-2], r[-1])):
-            got = dict(zip(names, row, strict=True))
-            key = (got["variant"], got["label"])
+            entry = dict(zip(names, row, strict=True))
+            key = (entry["variant"], entry["label"])
             for name, values in zip(p99, at, strict=True):
-                got[name] = values.get(key)
-            got["in_flight_peak"] = peak.get(key, 0)
-            out.append(got)
+                entry[name] = values.get(key)
+            entry["in_flight_peak"] = peak.get(key, 0)
+            out.append(entry)
         return out
 
     def level_usage(self, run_id: str, stop_kv: float) -> dict[str, dict[str, Any]]:
