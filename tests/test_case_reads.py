@@ -26,6 +26,7 @@ from evalkit.reporting import flips, under_load
 from evalkit.reporting.by_attr import slice_value
 from evalkit.stats import bootstrap_ci, mean
 
+from .test_level_reads import shaped_copy
 from .test_report_scale import _synth
 
 
@@ -75,11 +76,8 @@ SHAPE = [
 def swept(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("qul") / "synth.db"
     _synth().synthesize(base, 2400, ["base", "w8a8"], [1, 4], seed=11)
-    path = base.with_name("swept.db")
-    copy_ledger(base, path)
+    path = shaped_copy(base, base.with_name("swept.db"), SHAPE)
     db = Database(path)
-    for sql in SHAPE:
-        db.execute(sql)
     rng = random.Random(3)
     run_id = db.execute("select id from runs").fetchone()[0]
     ids = [r[0] for r in db.execute("select id from requests where run_id = ?", [run_id]).fetchall()]

@@ -37,10 +37,14 @@ SHAPE = [
 def shaped(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("levels") / "synth.db"
     _synth().synthesize(base, 3000, ["base", "w8a8"], [1, 4], seed=5)
-    path = base.with_name("shaped.db")
+    return shaped_copy(base, base.with_name("shaped.db"), SHAPE)
+
+
+def shaped_copy(base: Path, path: Path, statements: list[str]) -> Path:
+    """A copy of the ledger ``base`` changed by ``statements``."""
     copy_ledger(base, path)
     db = Database(path)
-    for sql in SHAPE:
+    for sql in statements:
         db.execute(sql)
     db.conn.commit()
     db.close()
@@ -194,12 +198,7 @@ def test_two_servers_clocks_are_counted_apart_and_summed(shaped):
 
 def _reshaped(shaped: Path, path: Path, sql: str) -> Path:
     """A copy of the shaped ledger with one more change."""
-    copy_ledger(shaped, path)
-    db = Database(path)
-    db.execute(sql)
-    db.conn.commit()
-    db.close()
-    return path
+    return shaped_copy(shaped, path, [sql])
 
 
 def test_a_relative_slo_falls_back_to_the_first_closed_loop_level_of_one(shaped, tmp_path):

@@ -265,17 +265,22 @@ def hook(grader: type[Grader], name: str, *args: Any, where: str = "") -> Any:
                           f"{': ' + msg[:200] if msg else ''}{where}") from None
 
 
+def _declared_beside(agg: type, declaration: str, computed_by: str) -> bool:
+    """Whether ``agg``'s ``declaration`` is set by the class that defines its hook ``computed_by``
+    or a subclass of it: one that overrides the hook alone inherits a declaration of something else."""
+    def owner(name: str) -> type | None:
+        return next((k for k in agg.__mro__ if name in k.__dict__), None)
+
+    declares, computes = owner(declaration), owner(computed_by)
+    return declares is not None and (computes is None or issubclass(declares, computes))
+
+
 def declared_notes_where(grader: type[Grader]) -> tuple[str, ...] | None:
     """A grader's aggregate's `notes_where` where it declares what its `notes` reads: set by the
     class that defines `notes` or a subclass of it (one that overrides `notes` alone is handed
     every row)."""
     agg = grader.aggregate
-
-    def owner(name: str) -> type | None:
-        return next((k for k in agg.__mro__ if name in k.__dict__), None)
-
-    declares, computes = owner("notes_where"), owner("notes")
-    if declares is None or (computes is not None and not issubclass(declares, computes)):
+    if not _declared_beside(agg, "notes_where", "notes"):
         return None
     got = agg.notes_where
     if got is not None and (not isinstance(got, tuple) or not got or not all(isinstance(f, str) and f.isidentifier()
@@ -290,13 +295,7 @@ def declared_case_values(grader: type[Grader], baseline_side: bool) -> dict[str,
     the class that declares them is the one that defines `margin_values`, or a subclass of it (a
     plugin that overrides `margin_values` alone inherits a declaration of something else, and is
     read through its own)."""
-    agg = grader.aggregate
-
-    def owner(name: str) -> type | None:
-        return next((k for k in agg.__mro__ if name in k.__dict__), None)
-
-    declares, computes = owner("case_values"), owner("margin_values")
-    if declares is None or (computes is not None and not issubclass(declares, computes)):
+    if not _declared_beside(grader.aggregate, "case_values", "margin_values"):
         return None
     got = hook(grader, "case_values", baseline_side)
     if got is not None and (not isinstance(got, dict) or not all(isinstance(v, CaseValue) for v in got.values())):
