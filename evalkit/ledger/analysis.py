@@ -265,7 +265,7 @@ left join b using (variant, case_id) order by m.variant, m.case_id""", {"run": r
         """`_SPIKES` of ``metric``: few rows, each attributed in Python (`findings.attribute_spike`)."""
         if metric not in ("ttft_ms", "e2e_ms"):
             raise ValueError(f"no spikes of {metric!r}")
-        _, rows = self.query(_SPIKES.format(rows=_SLICE_ROWS.format(metric=metric)), {
+        *_, (_, rows) = self.queries([_SPIKE_STEPS[0].format(metric=metric), *_SPIKE_STEPS[1:], _SPIKES], {
             "run": run_id, "k": float(k), "c": 1.4826, "low": 0.01, "rel": 1 + SPIKE_MIN_EXCESS[0],
             "abs": SPIKE_MIN_EXCESS[1]})
         return [dict(zip(SPIKE_FIELDS, r, strict=True)) for r in rows]
@@ -307,26 +307,28 @@ SPIKE_FIELDS = ("id", "variant", "load_level", "complexity", "case_id", "seq", "
 # Requests far above their slice (variant x level x complexity) over every level: above the median
 # + k x the robust scale (1.4826 MAD, floored at 1 % of the median) and the absolute floor, in slices
 # of at least 5 successful requests; with what `attribute_spike` weighs them by.
-_SLICE_ROWS = """(
-  select r.id, r.variant, r.load_level, coalesce(nullif(c.complexity, ''), 'all') as complexity, r.case_id, r.seq,
-         r."{metric}" as value, r.srv_preemptions, r.srv_queue_ms, r.srv_waiting_start, r.srv_prefill_ms,
-         r.srv_running_start, r.srv_method
-  from l.measured r join l.runs u on u.id = r.run_id
-  join l.cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
-  where r.run_id = $run and r.ok and r."{metric}" is not null
-)"""
-# The rows are read three times (medians, MADs, spikes) rather than held once: a CTE used three times
-# is materialized, every level's rows at once (and DuckDB 1.5 cannot inline it over the sqlite scan).
+# Step by step, each a table in DuckDB's own storage (spilled past its memory limit): the slices' rows
+# read from the ledger once, their medians, their MADs, the spikes.
+_SPIKE_STEPS = [
+    """create temp table sr as
+select r.id, r.variant, r.load_level, coalesce(nullif(c.complexity, ''), 'all') as complexity, r.case_id, r.seq,
+       r."{metric}" as value, r.srv_preemptions, r.srv_queue_ms, r.srv_waiting_start, r.srv_prefill_ms,
+       r.srv_running_start, r.srv_method
+from l.measured r join l.runs u on u.id = r.run_id
+join l.cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
+where r.run_id = $run and r.ok and r."{metric}" is not null""",
+    """create temp table med as select variant, load_level, complexity, count(*) as n,
+       quantile_cont(value, 0.5) as median, quantile_cont(srv_prefill_ms, 0.5) as prefill_median from sr group by all""",
+    """create temp table mad as select s.variant, s.load_level, s.complexity,
+       quantile_cont(abs(s.value - m.median), 0.5) as mad from sr s join med m using (variant, load_level, complexity)
+group by all""",
+]
 _SPIKES = """
-with med as (select variant, load_level, complexity, count(*) as n, quantile_cont(value, 0.5) as median,
-                    quantile_cont(srv_prefill_ms, 0.5) as prefill_median from {rows} s group by all),
-mad as (select s.variant, s.load_level, s.complexity, quantile_cont(abs(s.value - m.median), 0.5) as mad
-        from {rows} s join med m using (variant, load_level, complexity) group by all),
-firsts as (select variant, min(seq) as first_seq from l.measured where run_id = $run group by variant)
+with firsts as (select variant, min(seq) as first_seq from l.measured where run_id = $run group by variant)
 select s.id, s.variant, s.load_level, s.complexity, s.case_id, s.seq, s.value, m.median,
        greatest($c * d.mad, $low * abs(m.median), 1e-9) as scale, m.prefill_median, f.first_seq,
        s.srv_preemptions, s.srv_queue_ms, s.srv_waiting_start, s.srv_prefill_ms, s.srv_running_start, s.srv_method
-from {rows} s join med m using (variant, load_level, complexity) join mad d using (variant, load_level, complexity)
+from sr s join med m using (variant, load_level, complexity) join mad d using (variant, load_level, complexity)
 join firsts f using (variant)
 where m.n >= 5 and s.value > m.median + $k * greatest($c * d.mad, $low * abs(m.median), 1e-9)
   and s.value >= greatest(m.median * $rel, m.median + $abs)
