@@ -414,3 +414,44 @@ def test_duckdb_spills_to_its_own_folder_and_removes_it(bare):
     spill = Path(d.rows("select current_setting('temp_directory')")[0][0])
     d.close()
     assert (spill.name.startswith("evalkit-duckdb-spill-"), spill.exists()) == (True, False)
+
+
+@pytest.mark.parametrize(("fails", "limits", "kind"), [
+    (1, ["128MB", "512MB"], "ok"), (3, ["128MB", "512MB", "2GB"], "error"), (0, ["128MB"], "ok")])
+def test_a_statement_out_of_memory_is_retried_with_a_larger_pool(monkeypatch, fails, limits, kind):
+    """The query worker's loop, in this process: DuckDB stood in for by one that runs out of memory
+    ``fails`` times, then answers."""
+    import io
+    import types
+
+    from evalkit.ledger import duck, duck_worker
+
+    class OutOfMemoryException(Exception):  # DuckDB's own is matched by name
+        pass
+
+    seen: list[str] = []
+
+    class Tight:
+        def __init__(self, path, limit):
+            seen.append(limit)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+        def columns(self, sql, params):
+            if len(seen) <= fails:
+                raise OutOfMemoryException("could not allocate block")
+            return ["n"], [(1,)]
+
+    monkeypatch.setattr(duck, "Duck", Tight)
+    inp, out = io.BytesIO(), io.BytesIO()
+    duck_worker._send(inp, ("select 1", {}))
+    inp.seek(0)
+    monkeypatch.setattr(duck_worker.sys, "stdin", types.SimpleNamespace(buffer=inp))
+    monkeypatch.setattr(duck_worker.sys, "stdout", types.SimpleNamespace(buffer=out))
+    duck_worker.serve("ledger.db")
+    out.seek(0)
+    assert (duck_worker._receive(out)[0], seen) == (kind, limits)

@@ -124,18 +124,22 @@ def serve(path: str) -> None:
     """The worker: a query a frame, each on a DuckDB connection of its own, until end of input."""
     import resource
 
-    from .duck import Duck
+    from .duck import MEMORY_LIMIT, RETRY_LIMITS, Duck
 
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but frames on the pipe
     while (request := _receive(inp)) is not None:
         sql, params = request
-        try:
-            with Duck(path) as duck:
-                got = [duck.columns(s, params) for s in sql] if isinstance(sql, list) else duck.columns(sql, params)
-                reply: tuple[str, Any] = ("ok", got)
-        except Exception as e:  # the caller raises it, naming the ledger
-            reply = ("error", f"{type(e).__name__}: {e}".splitlines()[0])
+        for limit in (MEMORY_LIMIT, *RETRY_LIMITS):  # a larger pool only for what did not fit
+            try:
+                with Duck(path, limit) as duck:
+                    got = [duck.columns(s, params) for s in sql] if isinstance(sql, list) else duck.columns(sql, params)
+                    reply: tuple[str, Any] = ("ok", got)
+                break
+            except Exception as e:  # the caller raises it, naming the ledger
+                reply = ("error", f"{type(e).__name__}: {e}".splitlines()[0])
+                if type(e).__name__ != "OutOfMemoryException":
+                    break
         _send(out, (*reply, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
 
 
