@@ -23,8 +23,6 @@ from evalkit.errors import UsageError
 from evalkit.grading import GraderContext, grade_run, make_graders
 from evalkit.ledger import open_ledger
 from evalkit.reporting.flips import flips
-from evalkit.reporting.rows import request_rows
-from evalkit.reporting.selection import first_level
 from evalkit.sharing.browse import browse
 from evalkit.sharing.compare import Filters, case_list, case_view, heat, submit_review, word_diff
 from evalkit.sharing.compare_html import case_page
@@ -98,8 +96,8 @@ def test_after_the_flips_the_largest_kl_comes_first(compared):
 
 @pytest.mark.integration
 def test_the_flip_count_matches_the_reports_flip_table(compared):
-    db = open_ledger(compared[0])
-    table = flips(first_level(request_rows(db, compared[1])), db.baseline(compared[1]))
+    with open_ledger(compared[0]) as db:
+        table = flips(db, compared[1], db.baseline(compared[1]))
     schema = next(e for e in table if e["grader"] == "schema" and e["rule"] is None)
     assert listing(compared)["counts"]["flips"] == schema["gains"] + schema["losses"]
 
