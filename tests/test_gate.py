@@ -175,6 +175,7 @@ def test_a_check_with_nothing_to_check_reads_no_row(stub_ledger, monkeypatch):
     from evalkit.ledger import open_ledger
     from evalkit.reporting import gate
 
-    monkeypatch.setattr(gate, "request_rows", lambda *a, **k: pytest.fail("a row was read"))
+    for reader in ("build_report", "ledger_verdicts"):  # what reads the rows
+        monkeypatch.setattr(gate, reader, lambda *a, **k: pytest.fail("a row was read"))
     with open_ledger(stub_ledger, create=False) as db, pytest.raises(UsageError, match="give at least one threshold"):
         gate.run_checks(db, None, gate.GateSpec())

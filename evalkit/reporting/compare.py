@@ -15,9 +15,7 @@ from ..errors import UsageError
 from ..host import hosts_differ
 from ..ledger import Ledger
 from ..stats import PairedTest, mean
-from .findings import request_rows
-from .selection import first_level
-from .verdicts import known_metrics, paired_test, parse_margins
+from .verdicts import known_metrics, ledger_tests, parse_margins
 
 
 def _se(t: PairedTest) -> float | None:
@@ -61,12 +59,9 @@ def compare(ledger: Ledger, run_ids: list[str] | None, metrics: list[str] | None
     specs = parse_margins({m: zero.get(known.get(m, ("abs",))[0], "0") for m in (metrics or default_metrics())},
                           "--metric")
     rows = []
-    for r in runs:
-        reqs = first_level(request_rows(ledger, r["id"]))
-        base = ledger.baseline(r["id"])
-        for v in sorted({x["variant"] for x in reqs} - {base}):
-            for ms in specs:
-                t = paired_test(reqs, base, v, ms)
+    for r in runs:  # each candidate's first level beside the baseline's, a variant at a time
+        for v, tests in ledger_tests(ledger, r["id"], ledger.baseline(r["id"]), specs).items():
+            for _, _, ms, t in tests:
                 iv = t.interval(0.05) if t.n >= 2 else None
                 se = _se(t)
                 rows.append({"run": r["id"], "variant": v, "metric": ms.metric, "pairs": t.n,

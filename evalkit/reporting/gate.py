@@ -14,11 +14,10 @@ from ..grading.base import Threshold
 from ..grading.registry import thresholds as registry_thresholds
 from ..grading.registry import use_run
 from ..ledger import Ledger
-from .findings import parse_targets, request_rows
+from .findings import parse_targets
 from .report import build_report
-from .selection import by_level, first_level, is_swept
 from .timeshare import timeshare
-from .verdicts import MarginSpec, counts_text, fmt_estimate, level_text, parse_margins, verdicts
+from .verdicts import MarginSpec, counts_text, fmt_estimate, ledger_verdicts, level_text, parse_margins
 
 
 @dataclass
@@ -114,15 +113,13 @@ def run_checks(ledger: Ledger, run_id: str | None, spec: GateSpec) -> tuple[str,
     if spec.empty():  # before any row is read: a usage error costs nothing
         raise UsageError("check: give at least one threshold (e.g. --threshold schema_pass=0.9, --margins "
                          "drift=0.05, --target ttft_p99=2000, --max-error-rate 0), or margins in the matrix")
-    reqs = request_rows(ledger, rid)
-    rep = build_report(ledger, rid, rows=reqs)
+    rep = build_report(ledger, rid)  # a slice at a time, as `report` builds it: the run's rows are never held
     base = rep["baseline"]
     rows = {r["variant"]: r for r in rep["rows"] if r["complexity"] == "all"}
     # the percentile targets over each variant's cases at its first level, as the report's tables count them
     targets = ledger.slice_table(rid, base, ledger.require_run(rid).repeats,
                                  [Metric(f"{m}:p{q:g}", "", source=m, agg=f"p{q:g}") for m, q in spec.targets],
                                  {}) if spec.targets else {}
-    first = first_level(reqs)
     known = registry_thresholds()
     out: list[Check] = []
     for v, r in rows.items():
@@ -150,9 +147,9 @@ def run_checks(ledger: Ledger, run_id: str | None, spec: GateSpec) -> tuple[str,
                               f"client event-loop lag p99 {p99 or 0:,.1f} ms over its requests (max "
                               f"{spec.max_client_lag_ms:g} ms; {'kernel' if kernel else 'user-space'} stamps)"))
     # a sweep's levels share one Holm family per variant: four levels are not four chances to be wrong
-    swept = is_swept(reqs)
     time = timeshare(ledger, rid, base, spec.margins) if base else None
-    for e in verdicts(first, base, spec.margins, levels=by_level(reqs, base) if swept else None, time=time):
+    swept, vs = ledger_verdicts(ledger, rid, base, spec.margins, time)
+    for e in vs:
         out.append(margin_check(e, swept, spec.require_decided))
     return rid, out
 

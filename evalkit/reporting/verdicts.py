@@ -35,10 +35,12 @@ from ..grading.margins import pairs_needed as pairs_needed
 from ..grading.margins import parse_margins as parse_margins
 from ..grading.registry import available
 from ..grading.registry import margins as grader_margins
+from ..ledger import Ledger
 from ..stats import PairedProportions, PairedTest, holm, holm_level, robust_mean, robust_ratio
 from . import flips
 from .pairing import blocked, grade_strata, latency_pairs, weights_text
-from .selection import level_of
+from .rows import Rows, give_back, request_rows
+from .selection import COMPARED, level_of
 
 
 def case_means(rows: list[dict[str, Any]], variant: str, field: str, repeats: set[int] | None = None
@@ -103,6 +105,12 @@ def paired_test(rows: list[dict[str, Any]], baseline: str, variant: str, ms: Mar
     return t
 
 
+def graders_read(specs: list[MarginSpec]) -> set[str]:
+    """The graders whose grades the margins' tests read (a grader's margin, a flips margin)."""
+    return {flips.flip_metrics()[ms.metric] if flips.is_flips(ms.metric) else
+            grader_margins()[qualified(ms.metric) or ms.metric][0] for ms in specs if ms.metric not in LATENCY}
+
+
 def decides(t: PairedTest, ms: MarginSpec) -> bool:
     """Whether a test's pairs are enough to read a verdict from: 2, or the margin's own floor."""
     return t.n >= max(2, ms.min_pairs)
@@ -127,65 +135,117 @@ def _decide(iv: tuple[float, float], ms: MarginSpec) -> tuple[str, str]:
     return "inconclusive", "the interval reaches across the margin"
 
 
+# one test of a variant's family: (the sweep level it is at, or None; its concurrency; margin; test)
+Cell = tuple[int | None, int | None, MarginSpec, PairedTest]
+
+
+def cells(rows: list[dict[str, Any]], baseline: str, variant: str, specs: list[MarginSpec],
+          level: int | None = None) -> list[Cell]:
+    """The test of each margin of one variant, on rows holding its and the baseline's (``level``:
+    a sweep's level, every row at it; else each one's first level). The rows can go once these
+    are made: a test keeps its per-case values, nothing of the rows."""
+    conc = level if level is not None else min((level_of(r) for r in rows if r["variant"] == variant), default=None)
+    return [(level, conc, ms, paired_test(rows, baseline, variant, ms)) for ms in specs]
+
+
 def verdicts(rows: list[dict[str, Any]], baseline: str | None, specs: list[MarginSpec], alpha: float = ALPHA,
              levels: list[tuple[int, list[dict[str, Any]]]] | None = None, time: dict[str, Any] | None = None
              ) -> list[dict[str, Any]]:
-    """One entry per candidate variant and margin: estimate, the interval at the level Holm's last
-    step used, the p-values at the margin and at 0 (raw and Holm-adjusted), and the verdict.
-    ``levels`` ((level, rows) of a sweep) puts every level's margins of a variant in its one
-    family, so a sweep of many levels is not many chances to be wrong; ``rows`` is then unused.
-    ``time`` (`timeshare.timeshare`): a variant whose sides ran under measurably different machine
-    load has its latency verdicts *undecided*, the cause in its line; one sent one after the other
-    (or on another machine) says so in each latency verdict."""
+    """One entry per candidate variant and margin (`family`). ``levels`` ((level, rows) of a sweep)
+    puts every level's margins of a variant in its one family, so a sweep of many levels is not
+    many chances to be wrong; ``rows`` is then unused. `ledger_verdicts` reads a run's rows a
+    variant and level at a time instead."""
     if not baseline or not specs:
         return []
     groups = levels if levels is not None else [(None, rows)]
-    out: list[dict[str, Any]] = []
     names = sorted({r["variant"] for _, rs in groups for r in rs} - {baseline})
-    for variant in names:
-        cells = [(lv, rs, ms, paired_test(rs, baseline, variant, ms)) for lv, rs in groups
-                 if any(r["variant"] == variant for r in rs) for ms in specs]
-        hyp = [(k, d) for k, (_, _, ms, _) in enumerate(cells) for d in tested_values(ms)]
-        pvals = [cells[k][3].p(d) if decides(cells[k][3], cells[k][2]) else None for k, d in hyp]
-        _, level = holm_level(pvals, alpha)
-        adj = holm(pvals)
-        m = max(1, sum(p is not None for p in pvals))  # hypotheses with data: Holm's family
-        need = pairs_needed(specs, m, alpha)
-        for k, (lv, rs, ms, t) in enumerate(cells):
-            p_of = {d: (p, a) for (kk, d), p, a in zip(hyp, pvals, adj, strict=True) if kk == k}
-            iv = t.interval(level, tuple(p_of)) if decides(t, ms) else None
-            e: dict[str, Any] = {
-                "variant": variant, "metric": ms.metric, "margin": ms.value, "margin_text": ms.describe(),
-                "unit": ms.unit, "higher_is_better": ms.higher_is_better, "pairs": t.n, "estimate": t.estimate,
-                "ci": list(iv) if iv else None, "ci_level": 1 - level, "method": t.method,
-                "statistic": statistic(ms), "failures": getattr(t, "failures", None),
-                "paired_by": getattr(t, "paired_by", "case"),
-                "weights": getattr(t, "weights", None),
-                "p_margin": p_of[ms.value][0], "p_margin_holm": p_of[ms.value][1],
-                "p_zero": p_of.get(0.0, (None, None))[0], "p_zero_holm": p_of.get(0.0, (None, None))[1],
-                "hypotheses": m, "need_pairs": need, "level": lv,
-                "concurrency": lv if lv is not None else min((level_of(r) for r in rs if r["variant"] == variant),
-                                                             default=None)}
-            if iv is None:
-                e["verdict"], e["why"] = "inconclusive", (
-                    "too few pairs" if t.n < 2 else
-                    f"a {ms.metric} verdict needs at least {ms.min_pairs} pairs: its per-case values are too skewed "
-                    f"for fewer (docs/verdicts.md)" if t.n < ms.min_pairs else
-                    f"{t.n} pairs cannot bound the difference at this level")
-            else:
-                e["verdict"], e["why"] = _decide(iv, ms)
-                if flips.is_flips(ms.metric) and e["verdict"] == "non-inferior":
-                    e["why"] = "the flip rate's whole interval lies below the margin"
-            if e["verdict"] == "inconclusive" and decides(t, ms) and t.min_p() > alpha / m:
-                e["why"] = (f"{t.n} pairs cannot decide: the smallest p they allow is {t.min_p():.3f}, and Holm "
-                            f"over {m} hypotheses needs {alpha / m:.4f} or less: at least {need} pairs")
-            if e["paired_by"] == "block" and e["verdict"] == "inconclusive" and t.n < need:
-                e["why"] += ("; the pairs are the alternation's blocks (the cases of one block ran under one state "
-                             "of the machine): more cases make more blocks")
-            if ms.metric in LATENCY and time:
-                timed(e, (time.get("machine") or {}).get(variant), (time.get("notes") or {}).get(variant))
-            out.append(e)
+    return [e for v in names for e in family(v, [c for lv, rs in groups if any(r["variant"] == v for r in rs)
+                                                 for c in cells(rs, baseline, v, specs, lv)], specs, alpha, time)]
+
+
+def family(variant: str, tests: list[Cell], specs: list[MarginSpec], alpha: float = ALPHA,
+           time: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """A variant's verdicts from its tests, one Holm family: estimate, the interval at the level
+    Holm's last step used, the p-values at the margin and at 0 (raw and Holm-adjusted), and the
+    verdict. ``time`` (`timeshare.timeshare`): a variant whose sides ran under measurably
+    different machine load has its latency verdicts *undecided*, the cause in its line; one sent
+    one after the other (or on another machine) says so in each latency verdict."""
+    out: list[dict[str, Any]] = []
+    hyp = [(k, d) for k, (_, _, ms, _) in enumerate(tests) for d in tested_values(ms)]
+    pvals = [tests[k][3].p(d) if decides(tests[k][3], tests[k][2]) else None for k, d in hyp]
+    _, level = holm_level(pvals, alpha)
+    adj = holm(pvals)
+    m = max(1, sum(p is not None for p in pvals))  # hypotheses with data: Holm's family
+    need = pairs_needed(specs, m, alpha)
+    for k, (lv, conc, ms, t) in enumerate(tests):
+        p_of = {d: (p, a) for (kk, d), p, a in zip(hyp, pvals, adj, strict=True) if kk == k}
+        iv = t.interval(level, tuple(p_of)) if decides(t, ms) else None
+        e: dict[str, Any] = {
+            "variant": variant, "metric": ms.metric, "margin": ms.value, "margin_text": ms.describe(),
+            "unit": ms.unit, "higher_is_better": ms.higher_is_better, "pairs": t.n, "estimate": t.estimate,
+            "ci": list(iv) if iv else None, "ci_level": 1 - level, "method": t.method,
+            "statistic": statistic(ms), "failures": getattr(t, "failures", None),
+            "paired_by": getattr(t, "paired_by", "case"),
+            "weights": getattr(t, "weights", None),
+            "p_margin": p_of[ms.value][0], "p_margin_holm": p_of[ms.value][1],
+            "p_zero": p_of.get(0.0, (None, None))[0], "p_zero_holm": p_of.get(0.0, (None, None))[1],
+            "hypotheses": m, "need_pairs": need, "level": lv, "concurrency": conc}
+        if iv is None:
+            e["verdict"], e["why"] = "inconclusive", (
+                "too few pairs" if t.n < 2 else
+                f"a {ms.metric} verdict needs at least {ms.min_pairs} pairs: its per-case values are too skewed "
+                f"for fewer (docs/verdicts.md)" if t.n < ms.min_pairs else
+                f"{t.n} pairs cannot bound the difference at this level")
+        else:
+            e["verdict"], e["why"] = _decide(iv, ms)
+            if flips.is_flips(ms.metric) and e["verdict"] == "non-inferior":
+                e["why"] = "the flip rate's whole interval lies below the margin"
+        if e["verdict"] == "inconclusive" and decides(t, ms) and t.min_p() > alpha / m:
+            e["why"] = (f"{t.n} pairs cannot decide: the smallest p they allow is {t.min_p():.3f}, and Holm "
+                        f"over {m} hypotheses needs {alpha / m:.4f} or less: at least {need} pairs")
+        if e["paired_by"] == "block" and e["verdict"] == "inconclusive" and t.n < need:
+            e["why"] += ("; the pairs are the alternation's blocks (the cases of one block ran under one state "
+                         "of the machine): more cases make more blocks")
+        if ms.metric in LATENCY and time:
+            timed(e, (time.get("machine") or {}).get(variant), (time.get("notes") or {}).get(variant))
+        out.append(e)
     return out
+
+
+def ledger_tests(ledger: Ledger, run_id: str, baseline: str | None, specs: list[MarginSpec],
+                 by_level: bool = False) -> dict[str, list[Cell]]:
+    """Each candidate's tests (`cells`), its rows read a variant and level at a time: its first
+    level beside the baseline's, or (``by_level``) every level both reached. Holds the baseline's
+    rows at one level and one candidate's, and of them what a test reads (`COMPARED`, the margins'
+    graders)."""
+    levels = ledger.slice_levels(run_id)
+    if not baseline or not specs or baseline not in levels:
+        return {}
+    plan = ([(lv, [v for v in sorted(levels) if v != baseline and lv in levels[v]]) for lv in sorted(levels[baseline])]
+            if by_level else [(None, sorted(set(levels) - {baseline}))])
+    tests: dict[str, list[Cell]] = defaultdict(list)
+    read = {"only": COMPARED, "graders": graders_read(specs)}
+    for lv, names in plan:
+        if not names:
+            continue
+        base = request_rows(ledger, run_id, baseline, min(levels[baseline]) if lv is None else lv, **read)
+        for v in names:
+            mine = request_rows(ledger, run_id, v, min(levels[v]) if lv is None else lv, **read)
+            tests[v] += cells(Rows.chain(base, mine), baseline, v, specs, lv)
+            del mine
+            give_back()
+        del base
+    return dict(sorted(tests.items()))
+
+
+def ledger_verdicts(ledger: Ledger, run_id: str, baseline: str | None, specs: list[MarginSpec],
+                    time: dict[str, Any] | None = None, alpha: float = ALPHA) -> tuple[bool, list[dict[str, Any]]]:
+    """(whether the run swept levels, its verdicts) from `ledger_tests`: each candidate's first
+    level against the baseline's, or for a sweep every level both reached, each variant's levels
+    one family (as `verdicts` with ``levels``)."""
+    swept = any(len(ls) > 1 for ls in ledger.slice_levels(run_id).values())
+    tests = ledger_tests(ledger, run_id, baseline, specs, by_level=swept)
+    return swept, [e for v, cs in tests.items() for e in family(v, cs, specs, alpha, time)]
 
 
 def timed(e: dict[str, Any], cause: str | None, note: str | None) -> None:

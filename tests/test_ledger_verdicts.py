@@ -1,0 +1,117 @@
+"""`check`'s verdicts read a variant and level at a time (`verdicts.ledger_verdicts`): equal to
+the verdicts over the whole run's rows (`verdicts` with each variant's first level, or a sweep's
+levels: the definition), on ledgers shaped at the margins: three variants, a sweep where one
+candidate skips a level, alternation blocks, failed requests, re-grades and failed grades, and
+margins of every kind (latency as % and ms, pass rates, a grader's mean, flips)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlite_utils import Database
+
+from evalkit.grading.registry import use_run
+from evalkit.ledger import open_ledger
+from evalkit.reporting.rows import request_rows
+from evalkit.reporting.selection import by_level, first_level, is_swept
+from evalkit.reporting.verdicts import family, graders_read, ledger_verdicts, parse_margins, verdicts
+
+from .test_case_reads import _detail
+from .test_level_reads import shaped_copy
+from .test_report_scale import _synth
+
+MARGINS = ("e2e_mean=+5%,ttft_mean=+10%,tpot_mean=2ms,out_tps_mean=-5%,schema_pass=-2pp,persona_pass=-5pp,"
+           "drift=0.05,formality_mae=0.2,judge=-0.1,kl=0.02,accuracy=-3pp,flips_max=5pp")
+GRADERS = ("persona", "judge", "drift", "divergence", "accuracy", "formality")
+SHAPE = [
+    # the alternation's blocks: a case's block, the same for every variant
+    "update requests set order_block = length(case_id) % 4 + 10 * (concurrency > 1)",
+    # failed requests on both sides
+    "update requests set error_class = 'ReadTimeout', ttft_ms = null, e2e_ms = null where id % 17 = 0",
+    # the third variant never reached the sweep's top level
+    "delete from requests where variant = 'int4' and concurrency = 4",
+]
+
+
+def _ledger(base: Path, levels: list[int], seed: int) -> Path:
+    _synth().synthesize(base, 2400, ["base", "w8a8", "int4"], levels, seed=seed)
+    path = shaped_copy(base, base.with_name(f"shaped-{len(levels)}.db"), SHAPE)
+    db = Database(path)
+    rng = random.Random(seed)
+    run_id = db.execute("select id from runs").fetchone()[0]
+    grades = []
+    for (rid,) in db.execute("select id from requests where run_id = ?", [run_id]).fetchall():
+        for g in GRADERS:
+            for attempt in range(rng.choice([1, 1, 2])):  # a re-grade: the newest counts
+                value, passed, detail = _detail(g, rng)
+                grades.append({"request_id": rid, "run_id": run_id, "grader": g, "grader_version": "1",
+                               "value": value, "passed": passed, "detail_json": json.dumps(detail),
+                               "error_class": "Boom" if attempt == 0 and rng.random() < 0.03 else None})
+    db["grades"].insert_all(grades)
+    db.conn.commit()
+    db.close()
+    return path
+
+
+@pytest.fixture(scope="module", params=[[1], [1, 4]], ids=["one-level", "swept"])
+def shaped(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _ledger(tmp_path_factory.mktemp("verdicts") / "synth.db", request.param, seed=len(request.param))
+
+
+def _both(path: Path) -> tuple[list[dict[str, Any]], tuple[bool, list[dict[str, Any]]]]:
+    """(the verdicts by the definition over every row, `ledger_verdicts`'), the run's graders registered."""
+    with open_ledger(path, create=False) as db:
+        run = db.require_run(None)
+        use_run(run)
+        specs = parse_margins(MARGINS)
+        base = db.baseline(run["id"])
+        rows = request_rows(db, run["id"])
+        swept = is_swept(rows)
+        whole = verdicts(first_level(rows), base, specs, levels=by_level(rows, base) if swept else None)
+        return whole, ledger_verdicts(db, run["id"], base, specs)
+
+
+def test_ledger_verdicts_equal_the_verdicts_over_every_row(shaped: Path) -> None:
+    whole, (_, got) = _both(shaped)
+    assert json.dumps(got, sort_keys=True) == json.dumps(whole, sort_keys=True)
+
+
+def test_every_kind_of_margin_is_decided_on_pairs(shaped: Path) -> None:
+    """The shapes reach every test: each margin of each candidate has pairs (else the equality
+    above would hold of empty verdicts); the accuracy grades made here carry a value, no pass,
+    so they have no flips."""
+    _, (_, got) = _both(shaped)
+    assert {e["metric"] for e in got if not e["pairs"]} == {"accuracy_flips"}
+
+
+def test_block_pairs_are_read(shaped: Path) -> None:
+    _, (_, got) = _both(shaped)
+    assert {e["paired_by"] for e in got if e["metric"] == "e2e_mean"} == {"block"}
+
+
+def test_a_sweep_family_holds_every_level_both_reached(shaped: Path) -> None:
+    _, (swept, got) = _both(shaped)
+    levels = {(e["variant"], e["level"]) for e in got}
+    assert levels == ({("w8a8", 1), ("w8a8", 4), ("int4", 1)} if swept else {("w8a8", None), ("int4", None)})
+
+
+def test_a_sweep_is_said(shaped: Path) -> None:
+    _, (swept, _) = _both(shaped)
+    assert swept is shaped.name.endswith("-2.db")
+
+
+@pytest.mark.parametrize(("margins", "graders"), [
+    ("e2e_mean=+5%", set()),
+    ("schema_pass=-2pp,drift=0.05", {"schema", "drift"}),
+    ("flips_max=5pp", {"schema", "persona", "accuracy"}),
+])
+def test_only_the_margins_graders_are_read(margins: str, graders: set[str]) -> None:
+    assert graders_read(parse_margins(margins)) == graders
+
+
+def test_a_variant_without_tests_has_no_verdicts() -> None:
+    assert family("w8a8", [], parse_margins("e2e_mean=+5%")) == []
