@@ -2,7 +2,9 @@
 the verdicts over the whole run's rows (`verdicts` with each variant's first level, or a sweep's
 levels: the definition), on ledgers shaped at the margins: three variants, a sweep where one
 candidate skips a level, alternation blocks, failed requests, re-grades and failed grades, and
-margins of every kind (latency as % and ms, pass rates, a grader's mean, flips)."""
+margins of every kind (latency as % and ms, pass rates, a grader's mean, flips). Also the
+comparison view's answers (`Ledger.first_answers`), read on the same ledgers: the rows its
+definition (`sharing.compare._first`) picks from the whole run."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from evalkit.ledger import open_ledger
 from evalkit.reporting.rows import request_rows
 from evalkit.reporting.selection import by_level, first_level, is_swept
 from evalkit.reporting.verdicts import family, graders_read, ledger_verdicts, parse_margins, verdicts
+from evalkit.sharing.compare import _first
 
 from .test_case_reads import _detail
 from .test_level_reads import shaped_copy
@@ -115,3 +118,24 @@ def test_only_the_margins_graders_are_read(margins: str, graders: set[str]) -> N
 
 def test_a_variant_without_tests_has_no_verdicts() -> None:
     assert family("w8a8", [], parse_margins("e2e_mean=+5%")) == []
+
+
+def test_the_comparison_view_reads_the_answers_its_definition_picks(shaped: Path) -> None:
+    with open_ledger(shaped, create=False) as db:
+        run_id = db.require_run(None)["id"]
+        picked = sorted(r["id"] for r in _first(request_rows(db, run_id)).values())
+        assert db.first_answers(run_id) == picked
+
+
+def test_a_repeat_sent_first_is_not_the_answer_when_a_lower_one_exists(tmp_path: Path) -> None:
+    """The lowest repeat wins over the first sent: a case whose repeat 1 went out before its repeat 0."""
+    path = _ledger(tmp_path / "synth.db", [1], seed=7)
+    db = Database(path)
+    case, variant = db.execute("select case_id, variant from requests where repeat = 0 limit 1").fetchone()
+    db.execute("update requests set repeat = 9 where case_id = ? and variant = ? and repeat = 0", [case, variant])
+    db.conn.commit()
+    want = db.execute("select min(id) from requests where case_id = ? and variant = ? and repeat = 1 and is_warmup = 0",
+                      [case, variant]).fetchone()[0]
+    db.close()
+    with open_ledger(path, create=False) as led:
+        assert want in led.first_answers(led.require_run(None)["id"])

@@ -137,7 +137,11 @@ class ReportReads:
                 join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash where {where}""", params)}
 
     def measured_graders(self, run_id: str) -> set[str]:
-        """The graders with a grade (no error) of at least one measured request."""
+        """The graders with a grade (no error) of at least one measured request (the report's
+        tables and its findings both ask: 1.9 s at 1 M rows)."""
+        return self._unchanged(("measured_graders", run_id), lambda: self._measured_graders(run_id))  # type: ignore[no-any-return]
+
+    def _measured_graders(self, run_id: str) -> set[str]:
         return {g for (g,) in self._db.execute(
             """select distinct g.grader from grades g join measured r on r.id = g.request_id
                join runs u on u.id = r.run_id join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash

@@ -114,6 +114,19 @@ class AnalysisReads:
         (in DuckDB's own storage, spilled to disk past its memory limit) the later ones read."""
         return self._worker_of().columns(sqls, params)  # type: ignore[no-any-return]
 
+    def first_answers(self, run_id: str) -> list[int]:
+        """The answer each (variant, case) pair compares, in id order: at the variant's first load
+        level, its lowest repeat, the first sent of it (lowest id), as the divergence grader picks
+        them; the comparison view reads these rows, not the run's."""
+        _, got = self.query("""
+with m as (select r.variant, r.case_id, r.load_level, coalesce(r.repeat, 0) as rep, r.id from l.measured r
+           join l.runs u on u.id = r.run_id join l.cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
+           where r.run_id = $run),
+     p as (select variant, case_id, load_level, arg_min(id, (rep, id)) as id from m group by all)
+select id from p where load_level = (select min(load_level) from p q where q.variant = p.variant) order by id""",
+                            {"run": run_id})
+        return [int(i) for (i,) in got]
+
     def _worker_of(self) -> Any:
         if self._worker is None:
             from .duck_worker import QueryWorker  # here: only a query needs it

@@ -61,7 +61,8 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
     levels_of = ledger.slice_levels(run_id)  # variants in the order the rows first show them
     outline = ledger.level_outline(run_id)
     cut = slices(ledger, run, baseline, ["complexity"])  # in SQL; each variant's graders' columns added below
-    first = request_rows(ledger, run_id, baseline, min(levels_of[baseline])) if baseline in levels_of else Rows()
+    first = (request_rows(ledger, run_id, baseline, min(levels_of[baseline]), only=COMPARED) if baseline in levels_of
+             else Rows())
     # let go after the first levels; its cases without the noise-floor passes, as every table counts them
     base = {"first": first, "cases_ok": succeeded(measured(first, baseline, run.repeats))}
     del first
@@ -86,7 +87,7 @@ def streamed_findings(ledger: Ledger, run: Any, specs: list[Any], k: float, repo
         part[v] = {}
         whole = _first_rows(v, outline)
         level(v, base["first"] if v == baseline and not whole
-              else request_rows(ledger, run_id, v, None if whole else min(levels_of[v])))
+              else request_rows(ledger, run_id, v, None if whole else min(levels_of[v]), only=COMPARED))
         if v == baseline:
             keep_columns(base["first"], COMPARED)
         give_back()

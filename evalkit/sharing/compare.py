@@ -44,7 +44,7 @@ class Filters:
 
 def _first(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
     """(variant, case) -> the answer a pair compares: first level, first repeat, first sent (as the
-    divergence grader picks it)."""
+    divergence grader picks it; `Ledger.first_answers` reads just those)."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
     for r in sorted(first_level(rows), key=lambda r: (r.get("repeat") or 0, r["id"])):
         out.setdefault((r["variant"], r["case_id"]), r)
@@ -99,12 +99,16 @@ def case_list(ledger: Ledger, run_id: str | None, filters: Filters | None = None
     if baseline is None:
         raise UsageError(f"run {run_id} has no baseline variant: nothing to compare against")
     f = filters or Filters()
-    rows = request_rows(ledger, run_id)
-    firsts = _first(rows)
+    firsts = _first(request_rows(ledger, run_id, ids=ledger.first_answers(run_id)))
     reviews: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in ledger.reviews(run_id):
         reviews.setdefault((r["case_id"], r["candidate"]), []).append(r)
-    base_ids = {r["id"]: r for r in rows if r["variant"] == baseline}
+    # the baseline's answers the candidates were teacher-forced on, where one is not its first
+    forced = {i for (v, _), r in firsts.items() if v != baseline
+              and type(i := _kl(r).get("answer_request_id")) is int}
+    base_ids = {r["id"]: r for r in firsts.values() if r["variant"] == baseline}
+    if extra := sorted(forced - set(base_ids)):
+        base_ids.update({r["id"]: r for r in request_rows(ledger, run_id, baseline, ids=extra)})
     # the baseline answer a candidate was teacher-forced on, where it was: its tokens are the heat's
     pairs = [_pair(base_ids.get(_kl(r).get("answer_request_id"), firsts[(baseline, case)]), r, reviews)
              for (v, case), r in firsts.items() if v != baseline and (baseline, case) in firsts]
