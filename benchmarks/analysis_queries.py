@@ -37,6 +37,7 @@ QUERIES = {
     "load_pairs (quality under load)": "db.load_pairs(rid, 'c=1', margins())",
     "flip_counts": "db.flip_counts(rid, base, ['schema', 'persona', 'accuracy'])[0]",
     "flip_counts --by persona": "db.flip_counts(rid, base, ['schema', 'persona', 'accuracy'], ['persona'], run.repeats)[0]",
+    "first_answers (comparison view)": "db.first_answers(rid)",
 }
 CHILD = """
 import json, resource, sys, time
@@ -78,6 +79,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="", help="comma-separated row counts to synthesize into --dir")
     ap.add_argument("--dir", type=Path, default=Path("/tmp/evalkit-analysis-bench"))
     ap.add_argument("--json", type=Path, default=None, help="also write the results as JSON")
+    ap.add_argument("--only", default="", help="the queries whose name contains this text")
     args = ap.parse_args()
     ledgers = [Path(p) for p in args.ledgers.split(",") if p]
     for n in [int(x) for x in args.sizes.split(",") if x]:
@@ -95,6 +97,8 @@ def main() -> None:
     for path in ledgers:
         n = rows_of(path)
         for name, expr in QUERIES.items():
+            if args.only not in name:
+                continue
             out = subprocess.run([sys.executable, "-c", CHILD.format(expr=expr), str(path)], capture_output=True,
                                  text=True, cwd=ROOT)
             if out.returncode:

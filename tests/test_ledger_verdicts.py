@@ -139,3 +139,15 @@ def test_a_repeat_sent_first_is_not_the_answer_when_a_lower_one_exists(tmp_path:
     db.close()
     with open_ledger(path, create=False) as led:
         assert want in led.first_answers(led.require_run(None)["id"])
+
+
+def test_a_third_variant_never_enters_a_pair(shaped: Path, tmp_path: Path) -> None:
+    """A candidate's pairs are its rows and the baseline's alone: a third variant that ran without
+    alternation blocks leaves another candidate's block pairs as they are, in every command."""
+    path = shaped_copy(shaped, tmp_path / "unblocked.db", ["update requests set order_block = null where variant = 'int4'"])
+    whole, (_, got) = _both(path)
+    mine = {e["paired_by"] for e in whole if e["variant"] == "w8a8" and e["metric"] == "e2e_mean"}
+    theirs = {e["paired_by"] for e in whole if e["variant"] == "int4" and e["metric"] == "e2e_mean"}
+    assert mine == {"block"}
+    assert theirs == {"case"}
+    assert json.dumps(got, sort_keys=True) == json.dumps(whole, sort_keys=True)

@@ -40,6 +40,7 @@ from ..stats import PairedProportions, PairedTest, holm, holm_level, robust_mean
 from . import flips
 from .pairing import blocked, grade_strata, latency_pairs, weights_text
 from .rows import Rows, give_back, request_rows
+from .rowseq import where
 from .selection import COMPARED, level_of
 
 
@@ -157,10 +158,16 @@ def verdicts(rows: list[dict[str, Any]], baseline: str | None, specs: list[Margi
     variant and level at a time instead."""
     if not baseline or not specs:
         return []
-    groups = levels if levels is not None else [(None, rows)]
-    names = sorted({r["variant"] for _, rs in groups for r in rs} - {baseline})
-    return [e for v in names for e in family(v, [c for lv, rs in groups if any(r["variant"] == v for r in rs)
-                                                 for c in cells(rs, baseline, v, specs, lv)], specs, alpha, time)]
+    groups = [(lv, rs, {r["variant"] for r in rs}) for lv, rs in (levels if levels is not None else [(None, rows)])]
+    names = sorted(set().union(*(vs for _, _, vs in groups)) - {baseline})
+
+    def pair(rs: list[dict[str, Any]], vs: set[str], v: str) -> list[dict[str, Any]]:
+        """The candidate beside the baseline alone: a third variant's rows never enter its pairs."""
+        return rs if vs <= {baseline, v} else where(rs, (r["variant"] in (baseline, v) for r in rs))
+
+    return [e for v in names for e in family(v, [c for lv, rs, vs in groups if v in vs
+                                                 for c in cells(pair(rs, vs, v), baseline, v, specs, lv)],
+                                             specs, alpha, time)]
 
 
 def family(variant: str, tests: list[Cell], specs: list[MarginSpec], alpha: float = ALPHA,
