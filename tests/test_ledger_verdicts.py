@@ -151,3 +151,13 @@ def test_a_third_variant_never_enters_a_pair(shaped: Path, tmp_path: Path) -> No
     assert mine == {"block"}
     assert theirs == {"case"}
     assert json.dumps(got, sort_keys=True) == json.dumps(whole, sort_keys=True)
+
+
+def test_a_baseline_without_rows_leaves_its_margins_undecided(shaped: Path, tmp_path: Path) -> None:
+    """No baseline row: each candidate's margins are still there, with no pairs (a gate counts them
+    undecided, never passed), as the verdicts over every row have them; a sweep's levels need the
+    baseline's, so a sweep has none."""
+    path = shaped_copy(shaped, tmp_path / "no-base.db", ["delete from requests where variant = 'base'"])
+    whole, (swept, got) = _both(path)
+    assert json.dumps(got, sort_keys=True) == json.dumps(whole, sort_keys=True)
+    assert {(e["pairs"], e["verdict"]) for e in got} == (set() if swept else {(0, "inconclusive")})

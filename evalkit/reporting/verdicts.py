@@ -226,16 +226,19 @@ def ledger_tests(ledger: Ledger, run_id: str, baseline: str | None, specs: list[
     rows at one level and one candidate's, and of them what a test reads (`COMPARED`, the margins'
     graders)."""
     levels = ledger.slice_levels(run_id)
-    if not baseline or not specs or baseline not in levels:
+    if not baseline or not specs:
         return {}
-    plan = ([(lv, [v for v in sorted(levels) if v != baseline and lv in levels[v]]) for lv in sorted(levels[baseline])]
-            if by_level else [(None, sorted(set(levels) - {baseline}))])
+    # a baseline without a measured row still leaves each candidate's first-level margins, undecided
+    # for want of pairs (a gate must not pass them); a sweep's levels need the baseline's
+    plan = ([(lv, [v for v in sorted(levels) if v != baseline and lv in levels[v]])
+             for lv in sorted(levels.get(baseline, ()))] if by_level else [(None, sorted(set(levels) - {baseline}))])
     tests: dict[str, list[Cell]] = defaultdict(list)
     read = {"only": COMPARED, "graders": graders_read(specs)}
     for lv, names in plan:
         if not names:
             continue
-        base = request_rows(ledger, run_id, baseline, min(levels[baseline]) if lv is None else lv, **read)
+        base = (request_rows(ledger, run_id, baseline, min(levels[baseline]) if lv is None else lv, **read)
+                if baseline in levels else Rows())
         for v in names:
             mine = request_rows(ledger, run_id, v, min(levels[v]) if lv is None else lv, **read)
             tests[v] += cells(Rows.chain(base, mine), baseline, v, specs, lv)
