@@ -75,6 +75,18 @@ class CaseValue:
         if bad:
             raise ValueError(f"CaseValue detail key {bad[0]!r}: letters, digits and _ only")
 
+def detail_sql(key: str) -> str:
+    """A grade's detail key as a number in a `summary_sql` expression (NULL where it has none)."""
+    if not _NAME.match(key):
+        raise ValueError(f"detail key {key!r}: letters, digits and _ only")
+    return f"try_cast(json_extract(detail_json, '$.{key}') as double)"
+
+
+def pct_sql(cond: str, of: str) -> str:
+    """100 x the share of ``of``'s non-NULL values meeting ``cond``, NULL over none: a `summary_sql` share."""
+    return f"case when count({of}) > 0 then 100.0::double * count({of}) filter (where {cond}) / count({of}) end"
+
+
 def fmt(m: Metric | None, value: Any, digits: int | None = None) -> str:
     """The one number formatter: '-' for missing, thousands separators, the metric's digits, a sign
     for differences, [lo, hi] for an interval, text as it is."""

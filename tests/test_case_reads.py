@@ -1,6 +1,6 @@
 """Quality under load and flips as ledger queries (issue 48, `ledger/case_reads.py`): every
 entry equal to the definition computed in plain Python over the rows (each grader's own
-`margin_values`; the verdicts' own `flips._passes`), on a sweep shaped at the margins (every built-in margin grader with grades of
+`margin_values`; the verdicts' own `flips.passes`), on a sweep shaped at the margins (every built-in margin grader with grades of
 every shape it reads, re-grades and failed grades, failed requests, an open-loop and an unlabelled
 concurrency-1 level beside the reference), and a grader that declares nothing read through its
 `margin_values` to the same numbers."""
@@ -262,7 +262,7 @@ def test_a_case_value_names_only_what_a_grade_has(kw):
 
 def _flip_reference(path: Path, by: tuple[str, ...], repeats: int | None) -> list[dict[str, Any]]:
     """The flip table by its definition (docs in `reporting/flips.py`), over each variant's first
-    level as rows, with the verdicts' own `_passes` and `count`."""
+    level as rows, with the verdicts' own `passes` and `count`."""
     db = Database(path)
     run_id = db.execute("select id from runs").fetchone()[0]
     rows = list(db.query(
@@ -294,13 +294,13 @@ def _flip_reference(path: Path, by: tuple[str, ...], repeats: int | None) -> lis
         for variant in sorted({r["variant"] for r in rs} - {"base"}):
             for metric, grader in flips.flip_metrics().items():
                 for rule in [None, *sorted(rules.get(grader, ()))]:
-                    base = flips._passes(rs, "base", grader, rule)
-                    n, gains, losses = flips.count(base, flips._passes(rs, variant, grader, rule))
+                    base = flips.passes(rs, "base", grader, rule)
+                    n, gains, losses = flips.count(base, flips.passes(rs, variant, grader, rule))
                     if not n:
                         continue
                     fl = None
                     if floor_rep is not None:
-                        fn, fg, flo = flips.count(base, flips._passes(rs, "base", grader, rule, floor_rep))
+                        fn, fg, flo = flips.count(base, flips.passes(rs, "base", grader, rule, floor_rep))
                         fl = 100.0 * (fg + flo) / fn if fn else None
                     out.append({**({"group": key} if by else {}), "variant": variant, "metric": metric,
                                 "grader": grader, "rule": rule, "cases": n, "gains": gains, "losses": losses,

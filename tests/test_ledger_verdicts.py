@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from sqlite_utils import Database
 
-from evalkit.grading.registry import use_run
+from evalkit.grading.registry import available, use_run
 from evalkit.ledger import open_ledger
 from evalkit.reporting.rows import request_rows
 from evalkit.reporting.selection import by_level, first_level, is_swept
-from evalkit.reporting.verdicts import family, graders_read, ledger_verdicts, parse_margins, verdicts
+from evalkit.reporting.verdicts import _reads, family, graders_read, ledger_verdicts, parse_margins, verdicts
 from evalkit.sharing.compare import _first
 
 from .test_case_reads import _detail
@@ -78,9 +78,20 @@ def _both(path: Path) -> tuple[list[dict[str, Any]], tuple[bool, list[dict[str, 
         return whole, ledger_verdicts(db, run["id"], base, specs)
 
 
+def same(a: Any, b: Any, rel: float = 1e-9) -> bool:
+    """Equal, numbers within ``rel`` (the ledger sums a case's values in its own order)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or abs(a - b) <= rel * max(abs(a), abs(b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k], rel) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y, rel) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and a == b
+
+
 def test_ledger_verdicts_equal_the_verdicts_over_every_row(shaped: Path) -> None:
     whole, (_, got) = _both(shaped)
-    assert json.dumps(got, sort_keys=True) == json.dumps(whole, sort_keys=True)
+    assert same(got, whole)
 
 
 def test_every_kind_of_margin_is_decided_on_pairs(shaped: Path) -> None:
@@ -150,7 +161,7 @@ def test_a_third_variant_never_enters_a_pair(shaped: Path, tmp_path: Path) -> No
     theirs = {e["paired_by"] for e in whole if e["variant"] == "int4" and e["metric"] == "e2e_mean"}
     assert mine == {"block"}
     assert theirs == {"case"}
-    assert json.dumps(got, sort_keys=True) == json.dumps(whole, sort_keys=True)
+    assert same(got, whole)
 
 
 def test_a_baseline_without_rows_leaves_its_margins_undecided(shaped: Path, tmp_path: Path) -> None:
@@ -159,5 +170,62 @@ def test_a_baseline_without_rows_leaves_its_margins_undecided(shaped: Path, tmp_
     baseline's, so a sweep has none."""
     path = shaped_copy(shaped, tmp_path / "no-base.db", ["delete from requests where variant = 'base'"])
     whole, (swept, got) = _both(path)
-    assert json.dumps(got, sort_keys=True) == json.dumps(whole, sort_keys=True)
+    assert same(got, whole)
     assert {(e["pairs"], e["verdict"]) for e in got} == (set() if swept else {(0, "inconclusive")})
+
+
+def test_a_grader_read_through_its_margin_values_is_handed_its_grades(shaped: Path, monkeypatch) -> None:
+    """A grader whose aggregate overrides `margin_values` alone declares no per-case values: the
+    ledger hands it each side's grades of the pair, and its verdicts equal those over every row."""
+    grader = available()["formality"]
+
+    class Own(grader.aggregate):  # type: ignore[misc,name-defined]
+        @classmethod
+        def margin_values(cls, grades: list[dict[str, Any]], baseline_side: bool) -> dict[str, dict[str, float]]:
+            return super().margin_values(grades, baseline_side)
+
+    monkeypatch.setattr(grader, "aggregate", Own)
+    assert _reads(parse_margins("formality_mae=0.2"))["grades"] == ["formality"]
+    whole, (_, got) = _both(shaped)
+    assert same(got, whole)
+    assert all(e["pairs"] for e in got if e["metric"] == "formality_mae")
+
+
+def _reports(path: Path) -> tuple[Any, Any]:
+    """(the report's tables from every row, from the ledger's queries), as JSON."""
+    from evalkit.reporting.report import build_report
+    from evalkit.reporting.report import to_json as report_json
+
+    with open_ledger(path, create=False) as db:
+        run_id = db.require_run(None)["id"]
+        use_run(db.require_run(run_id))
+        whole = json.loads(report_json(build_report(db, run_id, rows=request_rows(db, run_id))))
+        return whole, json.loads(report_json(build_report(db, run_id)))
+
+
+def test_the_graders_summaries_the_ledger_computes_equal_their_summarise(shaped: Path) -> None:
+    """Every built-in grader's quality columns, from the grades by `summarise` and from the ledger
+    by the declared `summary_sql` where there is one (schema, persona, formality, judge): the same
+    tables, on grades of every grader, re-grades and failed grades."""
+    whole, got = _reports(shaped)
+    assert same(got["rows"], whole["rows"])
+    assert same(got["notes"], whole["notes"])
+
+
+def test_the_quality_table_has_every_declared_column(shaped: Path) -> None:
+    _, got = _reports(shaped)
+    row = next(r for r in got["rows"] if r["variant"] == "w8a8" and r["complexity"] == "all")
+    assert [row[k] is not None for k in ("schema_pass_pct", "persona_score", "formality_mae", "judge_mean")] \
+        == [True] * 4
+
+
+def test_no_row_is_read_when_every_grader_declares_its_summary(shaped: Path, tmp_path: Path, monkeypatch) -> None:
+    from evalkit.reporting import report
+
+    path = shaped_copy(shaped, tmp_path / "declared.db",
+                       ["delete from grades where grader not in ('schema', 'persona', 'formality', 'judge')"])
+    monkeypatch.setattr(report, "request_rows", lambda *a, **k: pytest.fail("rows read"))
+    with open_ledger(path, create=False) as db:
+        run_id = db.require_run(None)["id"]
+        use_run(db.require_run(run_id))
+        assert report.build_report(db, run_id)["rows"]

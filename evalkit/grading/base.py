@@ -155,6 +155,15 @@ class Aggregate:
         return {cls.columns[0].key: mean([g["value"] for g in grades if g["value"] is not None])}
 
     @classmethod
+    def summary_sql(cls) -> dict[str, str] | None:
+        """`summarise` declared: column key -> a DuckDB aggregate over one slice's newest grades
+        (columns ``value``, ``passed``, ``detail_json``; `catalogue.detail_sql`, `pct_sql` help),
+        so the ledger computes the quality table where the grades are. It cannot read the
+        baseline's grades. None: not declared, the grades are read and handed to `summarise`. The
+        default declares the default `summarise` (`declared_summary`)."""
+        return {cls.columns[0].key: "avg(value)"} if cls.columns else {}
+
+    @classmethod
     def margin_values(cls, grades: list[dict[str, Any]], baseline_side: bool) -> dict[str, dict[str, float]]:
         """margin name -> case -> one side's per-case value, from the newest grades of that side.
         The default: the mean `value` over the case's repeats, or for a "pp" margin whether the
@@ -287,6 +296,19 @@ def declared_notes_where(grader: type[Grader]) -> tuple[str, ...] | None:
                                                                               for f in got)):
         raise PluginError(f"grader '{grader.name}': its aggregate's `notes_where` must be a tuple of detail keys "
                           "(letters, digits and _), or None")
+    return got
+
+
+def declared_summary(grader: type[Grader]) -> dict[str, str] | None:
+    """A grader's aggregate's `summary_sql` where it declares its `summarise` (set beside it, as
+    `declared_case_values`), else None: its grades are handed to `summarise`."""
+    if not _declared_beside(grader.aggregate, "summary_sql", "summarise"):
+        return None
+    got = hook(grader, "summary_sql")
+    if got is not None and (not isinstance(got, dict) or not all(isinstance(k, str) and k.isidentifier()
+                                                                 and isinstance(v, str) for k, v in got.items())):
+        raise PluginError(f"grader '{grader.name}': its aggregate's hook `summary_sql` must return a dict of column "
+                          "key -> SQL, or None")
     return got
 
 

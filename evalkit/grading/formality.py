@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..catalogue import CaseValue, Metric
+from ..catalogue import CaseValue, Metric, detail_sql, pct_sql
 from ..errors import RubricError
 from ..paths import rubric_file, rubrics_dir
 from ..spec.config import load_yaml_model as _load
@@ -221,6 +221,15 @@ class FormalityAggregate(Aggregate):
                 "formality_agree_pct": 100.0 * sum(d["embed_level"] == d["predicted"] for d in emb) / len(emb)
                 if emb else None,
                 "formality_disagree_n": sum(abs(d["embed_level"] - d["predicted"]) >= 2 for d in emb) if emb else None}
+
+    @classmethod
+    def summary_sql(cls) -> dict[str, str]:
+        err, emb = f"abs({detail_sql('error')})", detail_sql("embed_level")
+        gap, off = f"abs({emb} - {detail_sql('predicted')})", f"abs({emb} - {detail_sql('requested')})"
+        return {"formality_mae": f"avg({err})", "formality_within1_pct": pct_sql(f"{err} <= 1", err),
+                "formality_n": f"count({err})", "formality_embed_mae": f"avg({off})",
+                "formality_agree_pct": pct_sql(f"{emb} = {detail_sql('predicted')}", emb),
+                "formality_disagree_n": f"case when count({emb}) > 0 then count(*) filter (where {gap} >= 2) end"}
 
 
 class FormalityGrader(Grader):

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..catalogue import Metric
+from ..catalogue import Metric, pct_sql
 from ..paths import rubric_file, rubrics_dir
 from ..spec.dataset import Case
 from ..stats import mean
@@ -188,6 +188,10 @@ class PersonaAggregate(Aggregate):
     @classmethod
     def summarise(cls, grades: list[dict[str, Any]], base_grades: list[dict[str, Any]] | None) -> dict[str, Any]:
         return {"persona_score": mean([g["value"] for g in grades]), "persona_pass_pct": pass_pct(grades)}
+
+    @classmethod
+    def summary_sql(cls) -> dict[str, str]:
+        return {"persona_score": "avg(value)", "persona_pass_pct": pct_sql("passed <> 0", "passed")}
 
 
 class PersonaGrader(Grader):

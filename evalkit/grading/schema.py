@@ -8,7 +8,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from ..catalogue import Metric
+from ..catalogue import Metric, pct_sql
 from ..spec.output_schemas import load_schema
 from .base import Aggregate, CannedQuery, GradedRequest, Grader, Margin, Score, Threshold, pass_pct
 
@@ -28,6 +28,10 @@ class SchemaAggregate(Aggregate):
     @classmethod
     def summarise(cls, grades: list[dict[str, Any]], base_grades: list[dict[str, Any]] | None) -> dict[str, Any]:
         return {"schema_pass_pct": pass_pct(grades), "schema_graded": len(grades)}
+
+    @classmethod
+    def summary_sql(cls) -> dict[str, str]:
+        return {"schema_pass_pct": pct_sql("passed <> 0", "passed"), "schema_graded": "count(*)"}
 
 
 class SchemaGrader(Grader):

@@ -244,6 +244,29 @@ select id from p where load_level = (select min(load_level) from p q where q.var
         return [got.get((g, v)) or {"group": g, "variant": v, "n": 0, "errors": 0, **{m: [] for m in metrics}}
                 for g in groups for v in variants]
 
+    def grader_summaries(self, run_id: str, baseline: str | None, repeats: int, declared: dict[str, dict[str, str]]
+                         ) -> tuple[dict[tuple[str, str], dict[str, dict[str, Any]]], int]:
+        """((variant, complexity or "all") -> grader -> its declared summary (`Aggregate.summary_sql`)
+        over the newest grades of each variant's first level, the baseline's noise-floor passes
+        out; the baseline's noise-floor requests there): the quality table where the grades are.
+        A slice without a grader's grades has no entry for it."""
+        steps = [f"create temp table fl as {_first_level_sql()} select id, variant, case_complexity from sel",
+                 """select count(*) from l.measured where run_id = $run and variant = $baseline and repeat >= $repeats
+  and load_level = (select min(load_level) from l.measured where run_id = $run and variant = $baseline)"""]
+        for g, exprs in declared.items():
+            cols = ", ".join(f"{sql} as {_ident(k)}" for k, sql in exprs.items())
+            steps.append(f"""select s.variant, s.case_complexity, grouping(s.case_complexity) as whole{', ' if cols else ''}{cols}
+from fl s join l.grades g on g.request_id = s.id
+where g.id in (select max(id) from l.grades where error_class is null and grader = {literal(g)} group by request_id)
+group by grouping sets ((s.variant, s.case_complexity), (s.variant))""")
+        got = self.queries(steps, {"run": run_id, "baseline": baseline, "repeats": repeats})
+        out: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+        for g, (names, rows) in zip(declared, got[2:], strict=True):
+            for v, cx, whole, *vals in rows:
+                if whole or cx is not None:
+                    out.setdefault((v, "all" if whole else cx), {})[g] = dict(zip(names[3:], vals, strict=True))
+        return out, int(got[1][1][0][0])
+
     def case_pairs(self, run_id: str, baseline: str, repeats: int, metric: str) -> list[tuple[str, str, Any, float, float]]:
         """(candidate, case, complexity, its mean, the baseline's mean) of ``metric`` per case over each
         variant's first level, for the report's paired tests: a case of a candidate's whose (case,

@@ -10,6 +10,7 @@ and a sample that several of the variant's requests overlap counts once.
 
 from __future__ import annotations
 
+from array import array
 from typing import Any
 
 from ..errors import UsageError
@@ -136,19 +137,55 @@ class EnvSamples:
                                "order by concurrency, seq limit 1", [run_id]).fetchone()
         return row[0] if row else None
 
-    def case_values(self, run_id: str, field: str, level: str | None = None, variant: str | None = None
-                    ) -> list[dict[str, Any]]:
-        """Per variant (or of ``variant`` alone), case and repeat of a level (the first by default):
-        the successful final measured request's value of one request column, its send order and its
-        place in the alternation. What the A/A control and the position effect read (reporting/timeshare.py)."""
+    def series_values(self, run_id: str, field: str, variant: str) -> array[float]:
+        """One variant's successful final measured values of a request column at the run's first
+        level, in send order, as doubles: the change-point test's series (`machine.BaseSeries`)."""
+        col = self._column(field)
+        cur = self._db.execute(
+            f"select {col} from measured where run_id = ? and ok and coalesce(level, 'main') = ? and {col} is not null "
+            "and variant = ? order by seq", [run_id, self.first_level(run_id), variant])
+        out = array("d")
+        while chunk := cur.fetchmany(65536):
+            out.extend(x for (x,) in chunk)
+        return out
+
+    def aa_cases(self, run_id: str, field: str, variant: str, repeats: int
+                 ) -> tuple[bool, bool, list[tuple[str, float, float, Any]]]:
+        """The A/A control's pairs of one variant (the baseline) at the run's first level, of its
+        successful requests' ``field``: whether it has a noise-floor pass (a repeat from ``repeats``
+        on); whether its requests are blocked (`pairing.blocked`: every one in an alternation
+        block, some block holding several cases); per case it sent in both (in case order) the
+        mean over its noise-floor passes, over its measured repeats, and its first request's block."""
+        rows = f"""create temp table m as select case_id, repeat, seq, order_block, {self._column(field)} as value
+from l.measured where run_id = $run and ok and coalesce(level, 'main') = $level and {self._column(field)} is not null
+  and variant = $variant"""
+        (_, floor), (_, blocked), (_, cases) = self.queries([  # type: ignore[attr-defined]
+            rows, "select count(*) filter (where repeat >= $reps) > 0 from m",
+            """select coalesce(bool_and(order_block is not null), false)
+  and exists (select 1 from m group by order_block having count(distinct case_id) > 1) from m""",
+            """select case_id, avg(value) filter (where repeat >= $reps), avg(value) filter (where repeat < $reps),
+       arg_min(order_block, seq) from m group by case_id
+having count(*) filter (where repeat >= $reps) > 0 and count(*) filter (where repeat < $reps) > 0 order by case_id"""],
+            {"run": run_id, "level": self.first_level(run_id), "variant": variant, "reps": repeats})[1:]
+        return bool(floor[0][0]), bool(blocked[0][0]), cases
+
+    def position_groups(self, run_id: str) -> list[tuple[float, float]]:
+        """Per alternation group at the run's first level (in the order of its first send), the mean
+        log E2E of its successful requests sent first in it and of those sent later; the groups
+        with both. What the position effect tests (reporting/timeshare.py)."""
+        _, got = self.query(  # type: ignore[attr-defined]
+            """select avg(ln(e2e_ms)) filter (where order_position = 0), avg(ln(e2e_ms)) filter (where order_position <> 0)
+from l.measured where run_id = $run and ok and coalesce(level, 'main') = $level and e2e_ms > 0
+  and order_block is not null and order_position is not null
+group by order_block
+having count(*) filter (where order_position = 0) > 0 and count(*) filter (where order_position <> 0) > 0
+order by min(seq)""", {"run": run_id, "level": self.first_level(run_id)})
+        return got
+
+    def _column(self, field: str) -> str:
         if field not in self._db["requests"].columns_dict:
             raise UsageError(f"no request column {field!r}")
-        level = level if level is not None else self.first_level(run_id)
-        return list(self._db.query(
-            f"select variant, case_id, repeat, seq, order_block, order_position, [{field}] as value from measured "
-            f"where run_id = :run and ok and coalesce(level, 'main') = :level and [{field}] is not null "
-            f"and (:variant is null or variant = :variant) order by seq",
-            {"run": run_id, "level": level, "variant": variant}))
+        return f'"{field}"'
 
     def grade_details(self, run_id: str, grader: str, level: str | None = None) -> list[dict[str, Any]]:
         """A grader's newest grade of each successful final measured request of a level (the first by

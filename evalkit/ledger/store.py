@@ -31,6 +31,7 @@ from .register import is_open, track, untrack
 from .reviews import ReviewsMixin
 from .series import SeriesReads
 from .token_scores import TokenScoresMixin
+from .verdict_reads import VerdictReads
 from .writes import _write, utcnow
 
 
@@ -109,7 +110,7 @@ class RunRecord(dict):
 
 
 class Ledger(SeriesReads, TokenScoresMixin, DerivedTables, ReviewsMixin, ReportReads, AnalysisReads,  # their own modules
-             LevelReads, CaseReads, EnvSamples):
+             LevelReads, CaseReads, VerdictReads, EnvSamples):
     """One ledger file, migrated. Its sqlite-utils connection is private: every read and write the
     rest of evalkit needs is a method here."""
 

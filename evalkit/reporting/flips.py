@@ -24,7 +24,7 @@ from ..ledger import Ledger
 from ..stats.binomial import FlipRate, cases_to_show_below
 
 
-def _passes(rows: list[dict[str, Any]], variant: str, grader: str, rule: str | None, repeat: int = 0
+def passes(rows: list[dict[str, Any]], variant: str, grader: str, rule: str | None, repeat: int = 0
             ) -> dict[str, bool]:
     """case -> pass/fail of one repeat (the lowest at or above ``repeat``) of a variant."""
     best: dict[str, tuple[int, bool]] = {}
@@ -49,13 +49,6 @@ def count(base: dict[str, bool], cand: dict[str, bool]) -> tuple[int, int, int]:
     gains = sum(1 for c in cases if cand[c] and not base[c])
     losses = sum(1 for c in cases if base[c] and not cand[c])
     return len(cases), gains, losses
-
-
-def flip_test(rows: list[dict[str, Any]], baseline: str, variant: str, metric: str, margin_pp: float) -> FlipRate:
-    """The test that decides a flips margin for one variant."""
-    n, g, lo = count(_passes(rows, baseline, flip_metrics()[metric], None),
-                     _passes(rows, variant, flip_metrics()[metric], None))
-    return FlipRate(g + lo, n, margin_pp)
 
 
 def flips(ledger: Ledger, run_id: str, baseline: str | None, by: Sequence[str] = (), repeats: int | None = None

@@ -69,13 +69,26 @@ def latency_pairs(rows: list[dict[str, Any]], baseline: str, variant: str, field
         b.append(sum(worst if x is None else x for x in cb) / len(cb))
     if blocks is None or not blocked(rows):
         return a, b, fails
+    return (*by_blocks(a, b, [unit[c] for c in cases], blocks), fails)
+
+
+def by_blocks(a: list[float], b: list[float], units: list[tuple[Any, Any]], blocks: str
+              ) -> tuple[list[float], list[float]]:
+    """Per-case values (each case's (level, block) in ``units``) as one value per block: its cases'
+    values summed (``blocks`` "sum") or averaged ("mean"), the blocks in a fixed order."""
     groups: dict[tuple[Any, Any], list[int]] = defaultdict(list)
-    for i, c in enumerate(cases):
-        groups[unit[c]].append(i)
+    for i, u in enumerate(units):
+        groups[u].append(i)
     div = (lambda ix: 1) if blocks == "sum" else len
     keys = sorted(groups, key=str)
     return ([sum(a[i] for i in groups[k]) / div(groups[k]) for k in keys],
-            [sum(b[i] for i in groups[k]) / div(groups[k]) for k in keys], fails)
+            [sum(b[i] for i in groups[k]) / div(groups[k]) for k in keys])
+
+
+def imputed_means(sides: list[tuple[float, int, int]], worst: float) -> list[float]:
+    """Each case's mean from (sum of its successful values, their count, its failed requests), a
+    failed request at ``worst`` (what `latency_pairs` averages, reduced by the ledger)."""
+    return [(s + f * worst) / (n + f) for s, n, f in sides]
 
 
 def stratum(r: dict[str, Any]) -> str:
@@ -97,11 +110,17 @@ def grade_strata(rows: list[dict[str, Any]], baseline: str, variant: str, cases:
     for c, vs in answered.items():
         if len(vs) == 2:
             pop[of[c]].add(c)
+    return weighted(of, {h: len(cs) for h, cs in pop.items()}, cases)
+
+
+def weighted(of: dict[str, str], pop: dict[str, int], cases: list[str]
+             ) -> tuple[list[str], dict[str, float], dict[str, int]] | None:
+    """`grade_strata` from each answered case's slice (``of``) and each slice's population."""
     labels = [of.get(c, "-") for c in cases]
     kept: dict[str, int] = defaultdict(int)
     for h in labels:
         kept[h] += 1
-    sizes = {h: max(len(pop.get(h, ())), kept[h]) for h in kept}
+    sizes = {h: max(pop.get(h, 0), kept[h]) for h in kept}
     shares = {kept[h] / sizes[h] for h in kept}
     if len(shares) <= 1:
         return None

@@ -12,7 +12,7 @@ from .. import catalogue
 from ..catalogue import KEYS, Metric, fmt
 from ..execution.resume import run_state
 from ..grading import grade_failures
-from ..grading.base import hook
+from ..grading.base import declared_summary, hook
 from ..grading.registry import available, summary_columns, use_run
 from ..grading.sample import sample_line
 from ..host import hosts_differ
@@ -41,14 +41,20 @@ def _grades_by_grader(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, An
     return out
 
 
-def quality(rows: list[dict[str, Any]], base_rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def quality(rows: list[dict[str, Any]], base_rows: list[dict[str, Any]] | None = None,
+            computed: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Quality aggregates over rows carrying their newest grades (failed requests have none): each
     registered grader summarises its own grades. ``base_rows``: the baseline's same slice, for
-    per-pair graders (None when these rows are the baseline's own)."""
+    per-pair graders (None when these rows are the baseline's own). ``computed``: the summaries
+    the ledger computed of the graders that declare them (`Ledger.grader_summaries`), whose grades
+    the rows do not carry (a grader without grades in the slice: its summary of none)."""
     out: dict[str, Any] = {}
     mine = _grades_by_grader(rows)
     base = None if base_rows is None else _grades_by_grader(base_rows)
     for name, cls in available().items():
+        if computed and name in computed:
+            out.update(computed[name])
+            continue
         out.update(hook(cls, "summarise", mine.get(name, []), None if base is None else base.get(name, [])))
     return out
 
@@ -116,13 +122,16 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
         graders = sorted({g for r in rows for g in r["grades"]})
     else:
         levels = ledger.slice_levels(run_id)
-        # the latencies are SQL's (`slice_table`, `case_pairs`): of the rows only the graders' quality
-        # per slice is left, which reads the grades, the case and the repeat
-        first_of = lambda v: (request_rows(ledger, run_id, v, min(levels[v]), only={"variant", "repeat"})  # noqa: E731
-                              if v in levels else [])
+        graders = sorted(ledger.measured_graders(run_id))
+        # the latencies are SQL's (`slice_table`, `case_pairs`), and so is the quality of each grader
+        # that declares its summary; the rows are read for the others' grades alone, where they have any
+        declared = {g: sql for g in graders if (sql := declared_summary(available()[g])) is not None}
+        summaries, floor_n = ledger.grader_summaries(run_id, baseline, run.repeats, declared)
+        read = [g for g in graders if g not in declared]
+        first_of = lambda v: (request_rows(ledger, run_id, v, min(levels[v]), only={"variant", "repeat"},  # noqa: E731
+                                           graders=read) if v in levels and read else [])
         arr = streamed_arrivals(ledger, run_id, run.load)
         client = client_check(ledger.client_lag(run_id), _streamed_level_marks(ledger, run_id), threshold)
-        graders = sorted(ledger.measured_graders(run_id))
     swept = any(len(v) > 1 for v in levels.values())
     # the baseline's noise-floor passes (repeats past the run's own) serve drift's floor: they are
     # not cases, so the tables count the measured repeats only
@@ -130,7 +139,8 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
     base_first = first_of(baseline) if baseline else []
     base_cases = where(base_first, (r["repeat"] < repeats for r in base_first))
     base_groups = {"cases": base_cases, "index": _slices(base_cases)}
-    floor_n = len(base_first) - len(base_cases)
+    if rows is not None:
+        summaries, floor_n = {}, len(base_first) - len(base_cases)
     entries: dict[str, list[dict[str, Any]]] = {}
     names = list(dict.fromkeys([*(v["name"] for v in variants), *sorted(levels)]))
     # every declared metric per variant x slice, in SQL over each variant's first level
@@ -142,7 +152,7 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
             vfirst = first_of(name)
             vcases = vfirst
         if name in {v["name"] for v in variants}:
-            entries[name] = _variant_table(ledger, run_id, name, vcases, baseline, base_groups, metrics)
+            entries[name] = _variant_table(ledger, run_id, name, vcases, baseline, base_groups, metrics, summaries)
         if name == baseline and rows is None:  # read here: keep what a comparison reads of it
             keep_columns(base_first, COMPARED)
         del vfirst, vcases  # one candidate's slice at a time: gone before the next is read
@@ -198,9 +208,12 @@ def _slices(cases: list[dict[str, Any]]) -> dict[str, array[int]]:
 
 
 def _variant_table(ledger: Ledger, run_id: str, variant: str, cases: list[dict[str, Any]], baseline: str | None,
-                   base: dict[str, Any], metrics: dict[tuple[str, str], dict[str, Any]]) -> list[dict[str, Any]]:
+                   base: dict[str, Any], metrics: dict[tuple[str, str], dict[str, Any]],
+                   summaries: dict[tuple[str, str], dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
     """One variant's rows of the tables: per slice its metrics (``metrics``: `Ledger.slice_table`'s)
-    and quality (against the baseline's same slice), from that variant's cases only."""
+    and quality (against the baseline's same slice), from that variant's cases only; ``summaries``:
+    the declared graders' quality, computed in the ledger (`Ledger.grader_summaries`; their grades
+    are not in ``cases``)."""
     index = _slices(cases)
     out = []
     for s in SLICES:
@@ -211,7 +224,7 @@ def _variant_table(ledger: Ledger, run_id: str, variant: str, cases: list[dict[s
         entry["preemptions"] = ledger.series_delta(run_id, variant, "num_preemptions_total") if s == "all" else None
         mine = take(cases, index[s])  # views made when read, as the slice's are
         theirs = None if variant == baseline else take(base["cases"], base["index"].get(s, ()))
-        entry.update(quality(mine, theirs))
+        entry.update(quality(mine, theirs, summaries.get((variant, s))))
         out.append(entry)
     return out
 

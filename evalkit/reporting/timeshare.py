@@ -21,7 +21,7 @@ from ..grading.margins import LATENCY, MarginSpec
 from ..ledger import Ledger
 from ..stats import robust_mean, robust_ratio
 from .machine import BaseSeries, SideLoad, block_moved, machine_moved
-from .pairing import blocked, latency_pairs
+from .pairing import by_blocks
 
 AA_DEFAULT = ("e2e_mean", "tpot_mean")  # the A/A metrics when no latency margin is given
 LEVEL = 0.95
@@ -67,7 +67,7 @@ def machine_time(ledger: Ledger, run_id: str, baseline: str) -> dict[str, Any]:
     cores = ledger.env_cpus(run_id) or host.get("threads") or host.get("cores")  # the CPUs the load was read on
     env = ledger.env_load(run_id)
     series = BaseSeries(foreign_cpu=[v for _, v in ledger.env_series(run_id, baseline)],
-                        latency_ms=[r["value"] for r in ledger.case_values(run_id, "e2e_ms", variant=baseline)])
+                        latency_ms=ledger.series_values(run_id, "e2e_ms", baseline))
     blocks = ledger.env_by_block(run_id) if kind == "blocks" else []
     out: dict[str, Any] = {"machine": {}, "notes": {}}
     for v in [x["name"] for x in ledger.variants(run_id) if x["name"] != baseline]:
@@ -100,13 +100,14 @@ def aa_control(ledger: Ledger, run_id: str, baseline: str, repeats: int, metric:
     """The baseline against itself on one latency metric: its noise-floor pass(es) against its
     measured repeats, paired as the verdicts pair (by case, or by block where the variants
     alternated in blocks: `pairing`), at 95 %; None when the baseline was sent once."""
-    field, hib = LATENCY[metric]
-    rows = ledger.case_values(run_id, field, variant=baseline)
-    if not any(r["repeat"] >= repeats for r in rows):
+    field, _ = LATENCY[metric]
+    floor, by_block, cases = ledger.aa_cases(run_id, field, baseline, repeats)
+    if not floor:
         return None
     unit = next((s.unit for s in specs if s.metric == metric), "%")
-    sides = [{**r, "variant": "again" if r["repeat"] >= repeats else "main", "error_class": None} for r in rows]
-    again, main, _ = latency_pairs(sides, "main", "again", "value", hib, blocks="sum" if unit == "%" else "mean")
+    again, main = [a for _, a, _, _ in cases], [m for _, _, m, _ in cases]
+    if by_block:  # a case's block is its first request's (its level is not read here)
+        again, main = by_blocks(again, main, [(None, b) for *_, b in cases], "sum" if unit == "%" else "mean")
     if len(main) < 2:
         return {"metric": metric, "unit": unit, "pairs": len(main), "estimate": None, "ci": None}
     t = robust_ratio(again, main) if unit == "%" else robust_mean([x - y for x, y in zip(again, main, strict=True)])
@@ -115,20 +116,13 @@ def aa_control(ledger: Ledger, run_id: str, baseline: str, repeats: int, metric:
     inside = bool(margin and iv and min(iv) <= margin.value <= max(iv))
     return {"metric": metric, "unit": unit, "pairs": t.n, "estimate": t.estimate, "ci": list(iv) if iv else None,
             "level": LEVEL, "margin": margin.value if margin else None, "margin_inside": inside,
-            "paired_by": "block" if blocked(sides) else "case"}
+            "paired_by": "block" if by_block else "case"}
 
 
 def position_effect(ledger: Ledger, run_id: str) -> dict[str, Any] | None:
     """Later in a group against first, E2E on the log scale per group, as a % with its 95 %
     interval; None without alternated groups (a loaded level's chunk is a group too)."""
-    by: dict[int, dict[str, list[float]]] = {}
-    for r in ledger.case_values(run_id, "e2e_ms"):
-        if r["order_block"] is None or r["order_position"] is None or r["value"] <= 0:
-            continue
-        g = by.setdefault(r["order_block"], {"first": [], "later": []})
-        g["first" if r["order_position"] == 0 else "later"].append(math.log(r["value"]))
-    diffs = [sum(g["later"]) / len(g["later"]) - sum(g["first"]) / len(g["first"])
-             for g in by.values() if g["first"] and g["later"]]
+    diffs = [later - first for first, later in ledger.position_groups(run_id)]
     if len(diffs) < 2:
         return None
     t = robust_mean(diffs)

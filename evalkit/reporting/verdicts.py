@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from ..grading.base import hook
+from ..grading.base import declared_case_values, hook
 from ..grading.margins import ALPHA, LATENCY, UNIT, MarginSpec, qualified, tested_values
 from ..grading.margins import hypotheses as hypotheses
 from ..grading.margins import known_metrics as known_metrics
@@ -36,12 +36,13 @@ from ..grading.margins import parse_margins as parse_margins
 from ..grading.registry import available
 from ..grading.registry import margins as grader_margins
 from ..ledger import Ledger
+from ..ledger.verdict_reads import PairInputs
 from ..stats import PairedProportions, PairedTest, holm, holm_level, robust_mean, robust_ratio
+from ..stats.binomial import FlipRate
 from . import flips
-from .pairing import blocked, grade_strata, latency_pairs, weights_text
-from .rows import Rows, give_back, request_rows
+from .pairing import blocked, by_blocks, grade_strata, imputed_means, latency_pairs, weighted, weights_text
 from .rowseq import where
-from .selection import COMPARED, level_of
+from .selection import level_of
 
 
 def case_means(rows: list[dict[str, Any]], variant: str, field: str, repeats: set[int] | None = None
@@ -77,33 +78,77 @@ def grader_values(rows: list[dict[str, Any]], variant: str, grader: str) -> list
 def paired_test(rows: list[dict[str, Any]], baseline: str, variant: str, ms: MarginSpec) -> PairedTest:
     """The test that decides one margin, on the cases both variants have. The test carries
     ``failures`` (failed requests per side, imputed: `pairing`) and ``weights`` (how a graded
-    sample was weighted, or None)."""
-    fails: dict[str, int] = {"candidate": 0, "baseline": 0}
-    strata, by_block = None, False
+    sample was weighted, or None). `input_test` is the same test from the ledger's reduction."""
     if flips.is_flips(ms.metric):
-        t = flips.flip_test(rows, baseline, variant, ms.metric, ms.value)
-    elif ms.metric in LATENCY:
+        grader = flips.flip_metrics()[ms.metric]
+        return _flip_test(ms, flips.passes(rows, baseline, grader, None), flips.passes(rows, variant, grader, None))
+    if ms.metric in LATENCY:
         field, hib = LATENCY[ms.metric]
         a, b, fails = latency_pairs(rows, baseline, variant, field, hib, shared_repeats(rows, baseline, variant),
                                     blocks="sum" if ms.unit == "%" else "mean")
-        by_block = blocked(rows)
-        t = robust_ratio(a, b) if ms.unit == "%" else robust_mean([x - y for x, y in zip(a, b, strict=True)])
-    else:
-        grader, _ = grader_margins()[qualified(ms.metric) or ms.metric]
+        return _latency_test(ms, a, b, fails, blocked(rows))
+    grader, _ = grader_margins()[qualified(ms.metric) or ms.metric]
+    cls = available()[grader]
+    a = hook(cls, "margin_values", grader_values(rows, variant, grader), False).get(ms.metric, {})
+    b = hook(cls, "margin_values", grader_values(rows, baseline, grader), True).get(ms.metric, {})
+    cases = sorted(set(a) & set(b))
+    return _grader_test(ms, a, b, cases, grade_strata(rows, baseline, variant, cases))
+
+
+def input_test(inp: PairInputs, grades: dict[tuple[str, str], list[dict[str, Any]]], baseline: str, variant: str,
+               ms: MarginSpec) -> PairedTest:
+    """`paired_test` from what the ledger reduced the two sides to (`Ledger.pair_inputs`): the
+    per-case sums, values and passes, and the grades of a grader whose values are not declared."""
+    if flips.is_flips(ms.metric):
+        grader = flips.flip_metrics()[ms.metric]
+        return _flip_test(ms, inp.passes.get((baseline, grader), {}), inp.passes.get((variant, grader), {}))
+    if ms.metric in LATENCY:
+        lc = inp.latency[LATENCY[ms.metric][0]]
+        if lc.worst is None or not lc.cases:
+            return _latency_test(ms, [], [], {"candidate": 0, "baseline": 0}, inp.blocked)
+        a, b = imputed_means(lc.cand, lc.worst), imputed_means(lc.base, lc.worst)
+        if inp.blocked:
+            a, b = by_blocks(a, b, lc.units, "sum" if ms.unit == "%" else "mean")
+        fails = {"candidate": sum(f for *_, f in lc.cand), "baseline": sum(f for *_, f in lc.base)}
+        return _latency_test(ms, a, b, fails, inp.blocked)
+    grader, _ = grader_margins()[qualified(ms.metric) or ms.metric]
+    if (variant, grader) in grades:
         cls = available()[grader]
-        a = hook(cls, "margin_values", grader_values(rows, variant, grader), False).get(ms.metric, {})
-        b = hook(cls, "margin_values", grader_values(rows, baseline, grader), True).get(ms.metric, {})
-        cases = sorted(set(a) & set(b))
-        strata = grade_strata(rows, baseline, variant, cases)
-        if ms.unit == "pp" and strata is None:
-            t = PairedProportions.from_pairs([bool(a[c]) for c in cases], [bool(b[c]) for c in cases])
-        else:  # a weighted sample of pass rates is a stratified mean of per-case differences (pp)
-            scale = 100.0 if ms.unit == "pp" else 1.0
-            t = robust_mean([scale * (float(a[c]) - float(b[c])) for c in cases],
-                            **({} if strata is None else {"strata": strata[0], "weights": strata[1]}))
-    t.failures, t.weights = fails, weights_text(strata)  # type: ignore[attr-defined]
+        a = hook(cls, "margin_values", grades[(variant, grader)], False).get(ms.metric, {})
+        b = hook(cls, "margin_values", grades[(baseline, grader)], True).get(ms.metric, {})
+    else:
+        a, b = inp.values.get((variant, ms.metric), {}), inp.values.get((baseline, ms.metric), {})
+    cases = sorted(set(a) & set(b))
+    return _grader_test(ms, a, b, cases, weighted(inp.slice_of, inp.population, cases))
+
+
+def _stamp(t: PairedTest, fails: dict[str, int] | None = None, strata: Any = None, by_block: bool = False
+           ) -> PairedTest:
+    t.failures = fails or {"candidate": 0, "baseline": 0}  # type: ignore[attr-defined]
+    t.weights = weights_text(strata)  # type: ignore[attr-defined]
     t.paired_by = "block" if by_block else "case"  # type: ignore[attr-defined]
     return t
+
+
+def _flip_test(ms: MarginSpec, base: dict[str, bool], cand: dict[str, bool]) -> PairedTest:
+    n, g, lo = flips.count(base, cand)
+    return _stamp(FlipRate(g + lo, n, ms.value))
+
+
+def _latency_test(ms: MarginSpec, a: list[float], b: list[float], fails: dict[str, int], by_block: bool
+                  ) -> PairedTest:
+    t = robust_ratio(a, b) if ms.unit == "%" else robust_mean([x - y for x, y in zip(a, b, strict=True)])
+    return _stamp(t, fails, by_block=by_block)
+
+
+def _grader_test(ms: MarginSpec, a: dict[str, float], b: dict[str, float], cases: list[str], strata: Any
+                 ) -> PairedTest:
+    if ms.unit == "pp" and strata is None:
+        return _stamp(PairedProportions.from_pairs([bool(a[c]) for c in cases], [bool(b[c]) for c in cases]))
+    # a weighted sample of pass rates is a stratified mean of per-case differences (pp)
+    scale = 100.0 if ms.unit == "pp" else 1.0
+    return _stamp(robust_mean([scale * (float(a[c]) - float(b[c])) for c in cases],
+                              **({} if strata is None else {"strata": strata[0], "weights": strata[1]})), strata=strata)
 
 
 def graders_read(specs: list[MarginSpec]) -> set[str]:
@@ -221,10 +266,10 @@ def family(variant: str, tests: list[Cell], specs: list[MarginSpec], alpha: floa
 
 def ledger_tests(ledger: Ledger, run_id: str, baseline: str | None, specs: list[MarginSpec],
                  by_level: bool = False) -> dict[str, list[Cell]]:
-    """Each candidate's tests (`cells`), its rows read a variant and level at a time: its first
-    level beside the baseline's, or (``by_level``) every level both reached. Holds the baseline's
-    rows at one level and one candidate's, and of them what a test reads (`COMPARED`, the margins'
-    graders)."""
+    """Each candidate's tests (`cells`), from the ledger's reduction of its first level beside the
+    baseline's, or (``by_level``) of every level both reached (`Ledger.pair_inputs`: per case,
+    never per request; a grader whose values are not declared is handed its grades of the two
+    sides)."""
     levels = ledger.slice_levels(run_id)
     if not baseline or not specs:
         return {}
@@ -232,20 +277,28 @@ def ledger_tests(ledger: Ledger, run_id: str, baseline: str | None, specs: list[
     # for want of pairs (a gate must not pass them); a sweep's levels need the baseline's
     plan = ([(lv, [v for v in sorted(levels) if v != baseline and lv in levels[v]])
              for lv in sorted(levels.get(baseline, ()))] if by_level else [(None, sorted(set(levels) - {baseline}))])
+    pairs = [(lv, v, (baseline, (min(levels[baseline]) if lv is None else lv) if baseline in levels else -1,
+                      v, min(levels[v]) if lv is None else lv)) for lv, names in plan for v in names]
     tests: dict[str, list[Cell]] = defaultdict(list)
-    read = {"only": COMPARED, "graders": graders_read(specs)}
-    for lv, names in plan:
-        if not names:
-            continue
-        base = (request_rows(ledger, run_id, baseline, min(levels[baseline]) if lv is None else lv, **read)
-                if baseline in levels else Rows())
-        for v in names:
-            mine = request_rows(ledger, run_id, v, min(levels[v]) if lv is None else lv, **read)
-            tests[v] += cells(Rows.chain(base, mine), baseline, v, specs, lv)
-            del mine
-            give_back()
-        del base
+    got = ledger.pair_inputs(run_id, [p for *_, p in pairs], **_reads(specs))
+    for (lv, v, (*_, mine)), (inp, grades) in zip(pairs, got, strict=True):
+        tests[v] += [(lv, mine, ms, input_test(inp, grades, baseline, v, ms)) for ms in specs]
     return dict(sorted(tests.items()))
+
+
+def _reads(specs: list[MarginSpec]) -> dict[str, Any]:
+    """What `Ledger.pair_inputs` reduces for ``specs``: the latency fields, each declared margin of
+    their graders (both sides' `CaseValue`), the flips' graders, and the graders read as grades."""
+    latency = {LATENCY[ms.metric][0]: LATENCY[ms.metric][1] for ms in specs if ms.metric in LATENCY}
+    fl = sorted({flips.flip_metrics()[ms.metric] for ms in specs if flips.is_flips(ms.metric)})
+    margins, grades = [], []
+    for g in sorted(graders_read([ms for ms in specs if not flips.is_flips(ms.metric)])):
+        mine, theirs = declared_case_values(available()[g], False), declared_case_values(available()[g], True)
+        if mine is None or theirs is None:
+            grades.append(g)
+        else:
+            margins += [(g, m, cv, theirs[m]) for m, cv in mine.items() if m in theirs]
+    return {"latency": list(latency.items()), "margins": margins, "flips": fl, "grades": grades}
 
 
 def ledger_verdicts(ledger: Ledger, run_id: str, baseline: str | None, specs: list[MarginSpec],
