@@ -82,6 +82,10 @@ def detail_sql(key: str) -> str:
     return f"try_cast(json_extract(detail_json, '$.{key}') as double)"
 
 
+# `grading.base.pass_pct` as a `summary_sql` expression: 100 x the sum of `passed` over its non-NULL count
+PASS_PCT_SQL = "case when count(passed) > 0 then 100.0::double * sum(passed) / count(passed) end"
+
+
 def pct_sql(cond: str, of: str) -> str:
     """100 x the share of ``of``'s non-NULL values meeting ``cond``, NULL over none: a `summary_sql` share."""
     return f"case when count({of}) > 0 then 100.0::double * count({of}) filter (where {cond}) / count({of}) end"

@@ -229,3 +229,14 @@ def test_no_row_is_read_when_every_grader_declares_its_summary(shaped: Path, tmp
         run_id = db.require_run(None)["id"]
         use_run(db.require_run(run_id))
         assert report.build_report(db, run_id)["rows"]
+
+
+@pytest.mark.parametrize("shape", [
+    "update grades set grader = 'gone' where grader = 'judge'",  # a grader the run recorded, not importable now
+    "update grades set passed = 2 where grader in ('schema', 'persona') and passed = 1 and request_id % 5 = 0",
+], ids=["unknown-grader", "passed-not-0-or-1"])
+def test_the_ledger_s_summaries_hold_on_odd_grades(shaped: Path, tmp_path: Path, shape: str) -> None:
+    """Grades of a grader that is no longer there stay unread (no columns, no error), and a pass
+    stored as another number counts as `pass_pct` counts it (the sum of `passed`)."""
+    whole, got = _reports(shaped_copy(shaped, tmp_path / "odd.db", [shape]))
+    assert same(got["rows"], whole["rows"])

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..catalogue import Metric, pct_sql
+from ..catalogue import PASS_PCT_SQL, Metric
 from ..paths import rubric_file, rubrics_dir
 from ..spec.dataset import Case
 from ..stats import mean
@@ -191,7 +191,7 @@ class PersonaAggregate(Aggregate):
 
     @classmethod
     def summary_sql(cls) -> dict[str, str]:
-        return {"persona_score": "avg(value)", "persona_pass_pct": pct_sql("passed <> 0", "passed")}
+        return {"persona_score": "avg(value)", "persona_pass_pct": PASS_PCT_SQL}
 
 
 class PersonaGrader(Grader):

@@ -8,7 +8,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from ..catalogue import Metric, pct_sql
+from ..catalogue import PASS_PCT_SQL, Metric
 from ..spec.output_schemas import load_schema
 from .base import Aggregate, CannedQuery, GradedRequest, Grader, Margin, Score, Threshold, pass_pct
 
@@ -31,7 +31,7 @@ class SchemaAggregate(Aggregate):
 
     @classmethod
     def summary_sql(cls) -> dict[str, str]:
-        return {"schema_pass_pct": pct_sql("passed <> 0", "passed"), "schema_graded": "count(*)"}
+        return {"schema_pass_pct": PASS_PCT_SQL, "schema_graded": "count(*)"}
 
 
 class SchemaGrader(Grader):

@@ -251,8 +251,10 @@ select id from p where load_level = (select min(load_level) from p q where q.var
         out; the baseline's noise-floor requests there): the quality table where the grades are.
         A slice without a grader's grades has no entry for it."""
         steps = [f"create temp table fl as {_first_level_sql()} select id, variant, case_complexity from sel",
-                 """select count(*) from l.measured where run_id = $run and variant = $baseline and repeat >= $repeats
-  and load_level = (select min(load_level) from l.measured where run_id = $run and variant = $baseline)"""]
+                 """select count(*) from l.measured r join l.runs u on u.id = r.run_id
+  join l.cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
+  where r.run_id = $run and r.variant = $baseline and r.repeat >= $repeats
+  and r.load_level = (select min(load_level) from l.measured where run_id = $run and variant = $baseline)"""]
         for g, exprs in declared.items():
             cols = ", ".join(f"{sql} as {_ident(k)}" for k, sql in exprs.items())
             steps.append(f"""select s.variant, s.case_complexity, grouping(s.case_complexity) as whole{', ' if cols else ''}{cols}

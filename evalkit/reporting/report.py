@@ -125,7 +125,8 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
         graders = sorted(ledger.measured_graders(run_id))
         # the latencies are SQL's (`slice_table`, `case_pairs`), and so is the quality of each grader
         # that declares its summary; the rows are read for the others' grades alone, where they have any
-        declared = {g: sql for g in graders if (sql := declared_summary(available()[g])) is not None}
+        # a grader the run recorded that cannot be imported any more has no columns: its grades stay unread
+        declared = {g: sql for g in graders if g in available() and (sql := declared_summary(available()[g])) is not None}
         summaries, floor_n = ledger.grader_summaries(run_id, baseline, run.repeats, declared)
         read = [g for g in graders if g not in declared]
         first_of = lambda v: (request_rows(ledger, run_id, v, min(levels[v]), only={"variant", "repeat"},  # noqa: E731
