@@ -104,7 +104,8 @@ def test_the_plugin_tutorial_gives_each_hooks_exact_parameters(kind, name, param
 RETURNS = {"check_case": "None", "from_context": "DocGrader()", "grade": "Score(1.0, True, 'ok')",
            "grade_batch": "[Score(1.0, True, 'ok') for _ in items]", "grade_outputs": "{}",
            "validate_rubrics": "None", "calibrate": "{'n': 0}", "calibration_lines": "['n 0']",
-           "headline_keys": "()", "summarise": "{}", "margin_values": "{}", "case_values": "None", "notes": "[]"}
+           "headline_keys": "()", "summarise": "{}", "summary_sql": "None", "margin_values": "{}", "case_values": "None",
+           "notes": "[]"}
 
 
 def _plugin(style: str) -> type:
