@@ -248,6 +248,12 @@ class Soak:
         evalkit is still starting (nothing written yet) leaves the status as it was: both true."""
         tb = "Traceback" in out
         errors = [x for x in out.splitlines() if x.startswith("Error:")]
+        if self.server_down and rc == 2 and len(errors) == 1 and "nothing was sent" in errors[0]:
+            # launched while a killed server was still down: the probe refuses before anything is
+            # sent (a usage error, exit 2) and the stored status stays as it was
+            ok = status == before and not tb
+            self.say("exit", rc=rc, status=status, after="server down at start", truthful=ok)
+            return "ok" if ok else f"{dealt}: rc {rc}, status {status}"
         if "cannot write the ledger" in out or (fsize is not None and rc == 1 and len(errors) == 1):
             # a full disk: the ledger's writes fail, or (with --ray) Ray's own files do first and it
             # cannot start; either way one line, and the status is what could still be written. A

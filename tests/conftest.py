@@ -149,7 +149,22 @@ def _commands_close_their_ledgers(request: pytest.FixtureRequest) -> Iterator[No
     assert not lost, f"evalkit code left ledgers to the garbage collector: {lost}"
 
 
+@pytest.fixture(autouse=True)
+def _query_workers_end_with_the_test() -> Iterator[None]:
+    """A ledger a test opened and left open keeps its query worker (~70 MB) until collected, and a
+    cache may hold it for the session: hundreds piled up, enough to starve the real-engine tier.
+    A worker is started again by its ledger's next query, so a module's ledger still works."""
+    yield
+    from evalkit.ledger.duck_worker import RUNNING
+
+    for worker in list(RUNNING):
+        worker.close()
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # an xdist worker: its folder is under the controller's basetemp, which the controller checks
+    if hasattr(session.config, "workerinput"):
+        return
     factory = getattr(session.config, "_tmp_path_factory", None)
     base = getattr(factory, "_basetemp", None) if factory is not None else None
     if base is None or not Path(base).exists():

@@ -261,22 +261,24 @@ def _jittered_stub(seed: int):
         proc.wait(10)
 
 
-def _jittered_run(runner, endpoint_matrix, ledger, limit: int, seed: int, repeats: int = 1) -> None:
+def _jittered_run(runner, endpoint_matrix, ledger, limit: int, seed: int, repeats: int = 1, concurrency: int = 1) -> None:
     with _jittered_stub(seed) as a, _jittered_stub(seed + 1) as b:
         r = runner.invoke(cli, ["run", "--matrix", str(endpoint_matrix(a, b, warmup=0)), "--ledger",
-                                str(ledger), "--limit", str(limit), "--repeats", str(repeats), "-q", "--no-grade"])
+                                str(ledger), "--limit", str(limit), "--repeats", str(repeats), "-q", "--no-grade",
+                                "--concurrency", str(concurrency)])
         assert r.exit_code == 0, r.output
 
 
 @pytest.mark.integration  # starts stub servers
 def test_plan_predicts_the_detectable_difference_a_run_then_shows(runner, endpoint_matrix, tmp_path):
-    # 144 cases, 2 repeats each (averaged per case): the spread's own sampling error stays near 6 %
+    # 144 cases, 2 repeats each (averaged per case): the spread's own sampling error stays near 6 %;
+    # two in flight (the stub's own process sleeps for each): both runs alike, in half the time
     pilot = tmp_path / "pilot.db"
-    _jittered_run(runner, endpoint_matrix, pilot, 144, seed=1, repeats=2)
+    _jittered_run(runner, endpoint_matrix, pilot, 144, seed=1, repeats=2, concurrency=2)
     p = json.loads(runner.invoke(cli, ["plan", "--ledger", str(pilot), "--cases", "144", "--json"]).output)
     predicted = next(e for e in p["metrics"] if e["metric"] == "e2e_mean")["mde"]
     later = tmp_path / "later.db"
-    _jittered_run(runner, endpoint_matrix, later, 144, seed=7, repeats=2)
+    _jittered_run(runner, endpoint_matrix, later, 144, seed=7, repeats=2, concurrency=2)
     db = Database(later)
     per_case: dict[tuple[str, str], list[float]] = {}
     for x in db.query("select * from requests where is_warmup = 0 and repeat < 2"):

@@ -243,12 +243,13 @@ def test_real_vllm_through_ray(tmp_path):
     assert db["grades"].count_where("grader = 'drift'") == 2  # graded with embeddings on Ray workers
 
 
-def test_real_two_variants_under_one_budget_get_their_kv_blocks_from_it(tmp_path):
+def test_real_two_variants_under_one_budget_get_their_kv_blocks_from_it(tmp_path, real_run, monkeypatch):
     """The bundled capacity matrix, one level: base and W8A8 under the same memory budget; the
     engine's own cache_config_info says W8A8 has more KV blocks; each row carries vLLM's own
     per-request timing."""
     from click.testing import CliRunner
 
+    monkeypatch.setenv("EVALKIT_CACHE", str(real_run[0]))  # the W8A8 checkpoint the first run made, not made again
     ledger = tmp_path / "cap.db"
     r = CliRunner().invoke(cli, ["run", "--matrix", "capacity", "--limit", "2", "--sweep", "1,2", "--ledger",
                                  str(ledger), "--no-grade", "--slo", "e2e=50x"])

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..catalogue import DERIVED, Metric
 from ..errors import UsageError
-from .duck import literal
+from .duck import literal, newest_grades
 
 _P = re.compile(r"^p(\d+(?:\.\d+)?)$")
 REQUEST_KEYS = ("complexity", "replica", "level", "concurrency")  # a slice key from the row; else a case attribute
@@ -259,7 +259,7 @@ select id from p where load_level = (select min(load_level) from p q where q.var
             cols = ", ".join(f"{sql} as {_ident(k)}" for k, sql in exprs.items())
             steps.append(f"""select s.variant, s.case_complexity, grouping(s.case_complexity) as whole{', ' if cols else ''}{cols}
 from fl s join l.grades g on g.request_id = s.id
-where g.id in (select max(id) from l.grades where error_class is null and grader = {literal(g)} group by request_id)
+where {newest_grades([g])}
 group by grouping sets ((s.variant, s.case_complexity), (s.variant))""")
         got = self.queries(steps, {"run": run_id, "baseline": baseline, "repeats": repeats})
         out: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}

@@ -23,6 +23,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import weakref
 from pathlib import Path
 from typing import IO, Any
 
@@ -30,6 +31,9 @@ from ..errors import LedgerError
 
 _HEAD = struct.Struct("<Q")
 MODULE = "evalkit.ledger.duck_worker"
+# the workers now running in this process: what the test suite ends after each test (a test's own
+# ledger left unclosed would keep its worker, ~70 MB, until the session ends)
+RUNNING: weakref.WeakSet[QueryWorker] = weakref.WeakSet()
 # The child imports this module and `duck` alone: `evalkit.ledger`'s own imports (sqlite-utils, every
 # reader of the ledger) are stood in for by an empty package, ~25 MB less in every worker.
 _BOOT = ("import sys, types, pathlib, evalkit; pkg = types.ModuleType('evalkit.ledger'); "
@@ -94,6 +98,7 @@ class QueryWorker:
         self.proc = subprocess.Popen(with_parent_death([sys.executable, "-c", _BOOT, self.path]),
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
                                      start_new_session=True)
+        RUNNING.add(self)
 
     def _death(self) -> str:
         from ..spawn import reap
@@ -108,6 +113,7 @@ class QueryWorker:
     def close(self) -> None:
         """End the worker (idempotent): its input closes, it exits; killed if it does not."""
         proc, self.proc = self.proc, None
+        RUNNING.discard(self)
         if proc is not None:
             from ..spawn import reap
 

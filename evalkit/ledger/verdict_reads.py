@@ -24,7 +24,7 @@ from typing import Any
 from ..catalogue import CaseValue
 from .analysis import _SQL_OF
 from .case_reads import _SUITE, value_sql
-from .duck import literal
+from .duck import literal, newest_grades
 
 # the pairs: each candidate's level beside the baseline's (k: the pair's index)
 _PLAN = "create temp table plan as select * from (values {pairs}) t(k, bv, bl, cv, cl)"
@@ -65,13 +65,11 @@ _STRATA = """select k, case_id, label, both_sides from (
          count(distinct variant) over (partition by k, case_id) = 2 as both_sides
   from pr where ok) where n = 1"""
 
-# the pairs' newest grades by the graders read, read once: `grade_latest` (the newest without an
-# error) picked in DuckDB by its id (the view's NOT EXISTS read through SQLite took 2.9 times as
-# long at 1 M rows; a window or `arg_max` over the grades' texts did not fit the memory limit)
+# the pairs' newest grades by the graders read, read once (`duck.newest_grades`)
 _GRADED = """create temp table sg as
 select s.k, s.b, s.variant, s.case_id, s.repeat, s.seq, s.id, g.grader, g.value, g.passed, g.detail_json
 from pr s join l.grades g on g.request_id = s.id
-where g.id in (select max(id) from l.grades where error_class is null and grader in ({graders}) group by request_id, grader)"""
+where {newest}"""
 
 _GRADER_STEPS = [
     "create temp table mm as select * from (values {margins}) t(o, grader, m, first)",
@@ -149,7 +147,7 @@ class VerdictReads:
         steps += [_LATENCY.format(i=i, worst="min" if hib else "max") for i, (_, hib) in enumerate(latency)]
         graded = sorted({*flips, *(g for g, *_ in margins)})
         if graded:
-            steps.append(_GRADED.format(graders=", ".join(literal(g) for g in graded)))
+            steps.append(_GRADED.format(newest=newest_grades(list(graded))))
         if flips:
             steps.append(_PASSES.format(graders=", ".join(literal(g) for g in flips)))
         if margins:
