@@ -99,6 +99,7 @@ class QueryWorker:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
                                      start_new_session=True)
         RUNNING.add(self)
+        weakref.finalize(self, _hang_up, self.proc)  # a worker whose ledger was never closed
 
     def _death(self) -> str:
         from ..spawn import reap
@@ -124,6 +125,15 @@ class QueryWorker:
         if self.err is not None:
             self.err.close()
             self.err = None
+
+
+def _hang_up(proc: subprocess.Popen[bytes]) -> None:
+    """Close this side of a collected worker's pipes: it reads end of input and exits. Without it a
+    ledger left unclosed kept its worker for the life of the process (`subprocess` keeps a running
+    child's `Popen`, and with it the pipe, to reap it later)."""
+    for f in (proc.stdin, proc.stdout):
+        if f is not None:
+            f.close()
 
 
 def serve(path: str) -> None:
