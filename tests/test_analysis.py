@@ -292,6 +292,21 @@ def test_the_query_worker_stops_with_its_ledger(synth):
     assert proc.wait(timeout=10) == 0
 
 
+def test_the_query_worker_of_a_ledger_nobody_closed_ends_when_it_is_collected(synth):
+    import gc
+
+    from evalkit.ledger.register import untrack
+
+    db = open_ledger(synth, create=False)
+    db.client_lag_p99(db.require_run(None)["id"])
+    proc = db._worker.proc
+    db._db.conn.close()  # its connection, as close() would; the worker is left to the collector
+    untrack(db)
+    del db
+    gc.collect()
+    assert proc.wait(timeout=10) == 0
+
+
 def test_a_query_that_fails_says_so_in_one_line_naming_the_ledger(synth):
     from evalkit.errors import LedgerError
 
