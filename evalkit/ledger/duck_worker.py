@@ -118,9 +118,7 @@ class QueryWorker:
         if proc is not None:
             from ..spawn import reap
 
-            for f in (proc.stdin, proc.stdout):
-                if f is not None:
-                    f.close()
+            _hang_up(proc)
             reap(proc, 10)
         if self.err is not None:
             self.err.close()
@@ -133,7 +131,10 @@ def _hang_up(proc: subprocess.Popen[bytes]) -> None:
     child's `Popen`, and with it the pipe, to reap it later)."""
     for f in (proc.stdin, proc.stdout):
         if f is not None:
-            f.close()
+            try:
+                f.close()
+            except BrokenPipeError:  # a dead worker: what a query left in the buffer has nowhere to go
+                pass
 
 
 def serve(path: str) -> None:
