@@ -14,7 +14,8 @@ locking holds as it always does.
 
 The child is started plainly (no Python between fork and exec, `spawn.with_parent_death`), reads
 (SQL, parameters) frames on stdin and answers each with its result or its error, and exits at end
-of input: when its `QueryWorker` closes (with the `Ledger`) or this process dies."""
+of input: when its `QueryWorker` closes (with the `Ledger`), is collected unclosed, or this
+process dies."""
 
 from __future__ import annotations
 
