@@ -151,9 +151,10 @@ def _commands_close_their_ledgers(request: pytest.FixtureRequest) -> Iterator[No
 
 @pytest.fixture(autouse=True)
 def _query_workers_end_with_the_test() -> Iterator[None]:
-    """A ledger a test opened and left open keeps its query worker (~70 MB) until collected, and a
-    cache may hold it for the session: hundreds piled up, enough to starve the real-engine tier.
-    A worker is started again by its ledger's next query, so a module's ledger still works."""
+    """A ledger a test left open keeps its query worker (~70 MB) for as long as something holds the
+    ledger (a module's fixture, a cache); a collected one's worker ends by itself. Ended here after
+    each test, none are carried into the real-engine tier. A worker is started again by its
+    ledger's next query, so a module's ledger still works."""
     yield
     from evalkit.ledger.duck_worker import RUNNING
 
