@@ -55,6 +55,27 @@ def expect_rows(path: Path | str, table: str, n: int) -> None:
     EXPECTED.setdefault(str(Path(path).resolve()), {})[table] = n
 
 
+# An xdist worker's registrations live in its own process; it leaves them here, in its folder, and
+# the controller (which checks every worker's folder) reads them all before checking.
+REGISTRY = "ledger-integrity.json"
+
+
+def save(folder: Path) -> None:
+    """Leave this process's registrations in ``folder`` for the process that checks it."""
+    (folder / REGISTRY).write_text(json.dumps({"deliberate": sorted(DELIBERATE), "expected": EXPECTED,
+                                               "made_by": MADE_BY}))
+
+
+def load(base: Path) -> None:
+    """Take in every registration a worker left under ``base``."""
+    for f in sorted(base.rglob(REGISTRY)):
+        got = json.loads(f.read_text())
+        DELIBERATE.update(got["deliberate"])
+        for path, tables in got["expected"].items():
+            EXPECTED.setdefault(path, {}).update(tables)
+        MADE_BY.update(got["made_by"])
+
+
 def made_by(path: Path, base: Path) -> str:
     """The test that made a file: the one whose tmp folder holds it, else that folder's name."""
     for folder, test in MADE_BY.items():

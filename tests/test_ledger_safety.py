@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -280,3 +281,49 @@ def test_a_kill_during_a_copy_leaves_no_file_under_the_final_name(tmp_path):
     p.send_signal(signal.SIGKILL)
     p.wait()
     assert not (tmp_path / "copy.db").exists() or integrity(tmp_path / "copy.db") == []
+
+
+# --- the suite's own last check ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fresh_registry(monkeypatch, tmp_path):
+    """The integrity check's registrations, empty, as a process that registered nothing has them.
+    The made-up worker's folder goes when the test ends: the session's own check would read it."""
+    from . import ledger_integrity as li
+
+    for name, value in (("DELIBERATE", set()), ("EXPECTED", {}), ("MADE_BY", {})):
+        monkeypatch.setattr(li, name, value)
+    yield li
+    shutil.rmtree(tmp_path / "popen-gw1", ignore_errors=True)
+
+
+def worker_folder(li, base: Path) -> None:
+    """What one xdist worker leaves: a deliberately broken file and a ledger of 2 rows it expects."""
+    folder = base / "popen-gw1" / "test_x0"
+    folder.mkdir(parents=True)
+    (folder / "broken.db").write_bytes(b"SQLite format 3\x00" + b"\x07" * 200)
+    li.not_a_ledger(folder / "broken.db")
+    small_ledger(folder / "l.db", "r1", 2)
+    li.expect_rows(folder / "l.db", "requests", 3)  # one more than it wrote: the check must say so
+    li.MADE_BY[str(folder.resolve())] = "tests/test_x.py::test_x"
+    li.save(base / "popen-gw1")
+    li.DELIBERATE.clear()
+    li.EXPECTED.clear()
+    li.MADE_BY.clear()
+
+
+@pytest.mark.integration  # the check runs in a separate process
+def test_the_checking_process_knows_a_workers_deliberately_broken_file(fresh_registry, tmp_path):
+    worker_folder(fresh_registry, tmp_path)
+    fresh_registry.load(tmp_path)
+    assert not [b for b in fresh_registry.check(tmp_path) if "broken.db" in b]
+
+
+@pytest.mark.integration  # the check runs in a separate process
+def test_the_checking_process_holds_a_worker_to_the_rows_it_expected(fresh_registry, tmp_path):
+    worker_folder(fresh_registry, tmp_path)
+    fresh_registry.load(tmp_path)
+    assert [b for b in fresh_registry.check(tmp_path) if "l.db" in b] == [
+        f"{(tmp_path / 'popen-gw1' / 'test_x0' / 'l.db')} (made by tests/test_x.py::test_x): requests has 2 rows, "
+        "the test wrote 3"]
