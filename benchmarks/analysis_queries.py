@@ -38,6 +38,11 @@ QUERIES = {
     "flip_counts": "db.flip_counts(rid, base, ['schema', 'persona', 'accuracy'])[0]",
     "flip_counts --by persona": "db.flip_counts(rid, base, ['schema', 'persona', 'accuracy'], ['persona'], run.repeats)[0]",
     "first_answers (comparison view)": "db.first_answers(rid)",
+    "pair_inputs (the verdicts' pairs)": "db.pair_inputs(rid, pairs(), latency=[('ttft_ms', False), ('e2e_ms', False)], "
+                                         "margins=margins(), flips=['schema'])",
+    "aa_cases e2e (the A/A control)": "db.aa_cases(rid, 'e2e_ms', base, run.repeats)[2]",
+    "position_groups (the position effect)": "db.position_groups(rid)",
+    "grader_summaries (the quality table)": "db.grader_summaries(rid, base, run.repeats, summaries())[0]",
 }
 CHILD = """
 import json, resource, sys, time
@@ -53,6 +58,18 @@ def margins():
     from evalkit.grading.registry import available
     return [(n, m, v, declared_case_values(c, True)[m]) for n, c in available().items() if c.aggregate.margins
             for m, v in declared_case_values(c, False).items()]
+
+
+def pairs():
+    levels = db.slice_levels(rid)
+    return [(base, min(levels[base]), v, min(levels[v])) for v in sorted(levels) if v != base]
+
+
+def summaries():
+    from evalkit.grading.base import declared_summary
+    from evalkit.grading.registry import available
+    return {{g: s for g in sorted(db.measured_graders(rid)) if g in available()
+            and (s := declared_summary(available()[g])) is not None}}
 
 
 t0, c0 = time.perf_counter(), time.process_time()
