@@ -139,12 +139,15 @@ def chunk_rows(rng: np.random.Generator, keys: np.ndarray, cases: list[Case], va
             "srv_kv_cache_usage_peak": kv_[j], "srv_preemptions": pre_[j],
             "srv_ttft_ms": ttft_[j] - 3.0, "client_lag_max_ms": 0.4,
         })
-        grades.append({"schema": schema_[j], "err": err_[j], "req": req[j]} if ok else None)
+        grades.append({"schema": schema_[j], "err": err_[j], "req": req[j], "v": vi_[j], "rep": rep_[j]} if ok else None)
     return rows, grades
 
 
-def synthesize(path: Path, n: int, variants: list[str], levels: list[int], seed: int = 0) -> dict[str, Any]:
-    """Write a run of about ``n`` measured rows into the ledger at ``path``; returns what was written."""
+def synthesize(path: Path, n: int, variants: list[str], levels: list[int], seed: int = 0,
+               drift: bool = False) -> dict[str, Any]:
+    """Write a run of about ``n`` measured rows into the ledger at ``path``; returns what was written.
+    ``drift``: drift grades too (a candidate's against the baseline, the baseline's repeat 1 its
+    noise floor), as a run with the default graders has them."""
     t0 = time.monotonic()
     cases = load_cases(default_dataset_path())
     per_pass = len(variants) * len(levels) * len(cases)
@@ -166,13 +169,13 @@ def synthesize(path: Path, n: int, variants: list[str], levels: list[int], seed:
             r["seq"] = seq
         db.insert_requests(rows)
         written += len(rows)
-        graded += _grades(db, run_id, rows, grades, db.request_ids(run_id, rows[0]["seq"], rows[-1]["seq"]))
+        graded += _grades(db, run_id, rows, grades, db.request_ids(run_id, rows[0]["seq"], rows[-1]["seq"]), drift)
     _series(db, run_id, variants, levels, clock)
     return {"run_id": run_id, "rows": written, "grades": graded, "repeats": repeats, "seconds": time.monotonic() - t0,
             "mb": path.stat().st_size / 2**20}
 
 
-def _grades(db: Ledger, run_id: str, rows: list[dict], grades: list[Any], ids: list[int]) -> int:
+def _grades(db: Ledger, run_id: str, rows: list[dict], grades: list[Any], ids: list[int], drift: bool) -> int:
     out = []
     now = utcnow()
     for rid, g in zip(ids, grades, strict=True):
@@ -185,6 +188,11 @@ def _grades(db: Ledger, run_id: str, rows: list[dict], grades: list[Any], ids: l
                     "value": float(predicted), "passed": int(abs(g["err"]) <= 1), "created_at": now,
                     "detail_json": json.dumps({"requested": g["req"], "predicted": predicted,
                                                "error": predicted - g["req"]})})
+        kind = "drift" if g["v"] else "noise_floor" if g["rep"] == 1 else None
+        if drift and kind:  # 1 - cosine, spread without drawing from the rows' generator
+            x = (0.03 if g["v"] else 0.02) + 0.02 * ((rid * 2654435761) % 1009) / 1009
+            out.append({"request_id": rid, "run_id": run_id, "grader": "drift", "grader_version": "4",
+                        "value": 1.0 - x, "created_at": now, "detail_json": json.dumps({"kind": kind, "drift": x})})
     db.insert_grade_rows(out)
     return len(out)
 
@@ -214,10 +222,12 @@ def main() -> None:
     ap.add_argument("--variants", default="base,w8a8,fp8")
     ap.add_argument("--levels", default="1,4,16", help="the sweep's concurrency levels")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--drift", action="store_true", help="drift grades too, as the default graders write them")
     a = ap.parse_args()
     if a.path.exists():
         a.path.unlink()
-    print(json.dumps(synthesize(a.path, a.rows, a.variants.split(","), [int(x) for x in a.levels.split(",")], a.seed)))
+    print(json.dumps(synthesize(a.path, a.rows, a.variants.split(","), [int(x) for x in a.levels.split(",")], a.seed,
+                                a.drift)))
 
 
 if __name__ == "__main__":

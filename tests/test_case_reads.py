@@ -19,7 +19,7 @@ from sqlite_utils import Database
 
 from evalkit.catalogue import CaseValue
 from evalkit.errors import PluginError
-from evalkit.grading.base import Aggregate, Margin, declared_case_values, paired_differences
+from evalkit.grading.base import Aggregate, Margin, declared_case_summary, declared_case_values, paired_differences
 from evalkit.grading.registry import available
 from evalkit.ledger import copy_ledger, open_ledger
 from evalkit.reporting import flips, under_load
@@ -236,6 +236,21 @@ def _grader(agg: type[Aggregate]) -> Any:
 @pytest.mark.parametrize("agg", [_Own, _OwnOfABuiltIn, _Plain], ids=["own", "own-of-a-built-in", "plain"])
 def test_an_aggregate_that_overrides_margin_values_alone_declares_nothing(agg):
     assert declared_case_values(_grader(agg), False) is None
+
+
+class _OwnSummaryOfDrift(available()["drift"].aggregate):  # type: ignore[misc,name-defined]
+    @classmethod
+    def summarise(cls, grades, base_grades):
+        return {}
+
+
+def test_the_built_in_summaries_declared_through_cases_are_drift_s():
+    assert [n for n, c in sorted(available().items()) if declared_case_summary(c) is not None] == ["drift"]
+
+
+@pytest.mark.parametrize("agg", [_OwnSummaryOfDrift, _Default, _Plain], ids=["own-summarise", "default", "plain"])
+def test_an_aggregate_that_does_not_declare_its_summary_through_cases_is_handed_grades(agg):
+    assert declared_case_summary(_grader(agg)) is None
 
 
 def test_the_default_margin_values_is_declared_as_it_computes():

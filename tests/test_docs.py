@@ -104,7 +104,8 @@ def test_the_plugin_tutorial_gives_each_hooks_exact_parameters(kind, name, param
 RETURNS = {"check_case": "None", "from_context": "DocGrader()", "grade": "Score(1.0, True, 'ok')",
            "grade_batch": "[Score(1.0, True, 'ok') for _ in items]", "grade_outputs": "{}",
            "validate_rubrics": "None", "calibrate": "{'n': 0}", "calibration_lines": "['n 0']",
-           "headline_keys": "()", "summarise": "{}", "summary_sql": "None", "margin_values": "{}", "case_values": "None",
+           "headline_keys": "()", "summarise": "{}", "summary_sql": "None", "summary_from_cases": "None",
+           "margin_values": "{}", "case_values": "None",
            "notes": "[]"}
 
 
@@ -134,7 +135,7 @@ def _args(params: tuple[str, ...]) -> list:
     item = GradedRequest(1, "base", "an answer", "stop", case)
     sample = {"case": case, "ctx": GraderContext(), "item": item, "items": [item], "repeats": {1: 0}, "baseline": "base",
               "rubrics": DOCS, "path": None, "result": {"n": 0}, "grades": [], "base_grades": None,
-              "baseline_side": False, "rows": []}
+              "baseline_side": False, "rows": [], "mine": None, "base": {}}
     return [sample[p] for p in params]
 
 

@@ -205,8 +205,9 @@ def _reports(path: Path) -> tuple[Any, Any]:
 
 def test_the_graders_summaries_the_ledger_computes_equal_their_summarise(shaped: Path) -> None:
     """Every built-in grader's quality columns, from the grades by `summarise` and from the ledger
-    by the declared `summary_sql` where there is one (schema, persona, formality, judge): the same
-    tables, on grades of every grader, re-grades and failed grades."""
+    by the declared `summary_sql` where there is one (schema, persona, formality, judge) or from
+    the per-case values of `summary_from_cases` (drift): the same tables, on grades of every
+    grader, re-grades and failed grades."""
     whole, got = _reports(shaped)
     assert same(got["rows"], whole["rows"])
     assert same(got["notes"], whole["notes"])
@@ -215,15 +216,27 @@ def test_the_graders_summaries_the_ledger_computes_equal_their_summarise(shaped:
 def test_the_quality_table_has_every_declared_column(shaped: Path) -> None:
     _, got = _reports(shaped)
     row = next(r for r in got["rows"] if r["variant"] == "w8a8" and r["complexity"] == "all")
-    assert [row[k] is not None for k in ("schema_pass_pct", "persona_score", "formality_mae", "judge_mean")] \
-        == [True] * 4
+    assert [row[k] is not None for k in ("schema_pass_pct", "persona_score", "formality_mae", "judge_mean",
+                                         "drift_minus_floor_ci95")] == [True] * 5
+
+
+def test_the_grades_read_are_those_of_the_graders_that_declare_no_summary(shaped: Path, monkeypatch) -> None:
+    """Drift declares its summary through per-case values: its grades are not read (divergence and
+    accuracy declare neither)."""
+    from evalkit.reporting import report
+
+    seen: set[str] = set()
+    real = report.request_rows
+    monkeypatch.setattr(report, "request_rows", lambda *a, **k: seen.update(k.get("graders") or ()) or real(*a, **k))
+    _reports(shaped)
+    assert sorted(seen) == ["accuracy", "divergence"]
 
 
 def test_no_row_is_read_when_every_grader_declares_its_summary(shaped: Path, tmp_path: Path, monkeypatch) -> None:
     from evalkit.reporting import report
 
     path = shaped_copy(shaped, tmp_path / "declared.db",
-                       ["delete from grades where grader not in ('schema', 'persona', 'formality', 'judge')"])
+                       ["delete from grades where grader not in ('schema', 'persona', 'formality', 'judge', 'drift')"])
     monkeypatch.setattr(report, "request_rows", lambda *a, **k: pytest.fail("rows read"))
     with open_ledger(path, create=False) as db:
         run_id = db.require_run(None)["id"]

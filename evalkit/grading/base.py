@@ -164,6 +164,15 @@ class Aggregate:
         return {cls.columns[0].key: "avg(value)"} if cls.columns else {}
 
     @classmethod
+    def summary_from_cases(cls, mine: dict[str, dict[str, float]] | None, base: dict[str, dict[str, float]]
+                           ) -> dict[str, Any] | None:
+        """`summarise` declared through per-case values, where it needs the baseline's or a test
+        over cases: ``mine``: margin -> case -> this slice's `case_values(False)` (None for the
+        baseline's own slice); ``base``: the baseline's same slice, `case_values(True)`. The ledger
+        computes both where the grades are and no grade is read. None (the default): not declared."""
+        return None
+
+    @classmethod
     def margin_values(cls, grades: list[dict[str, Any]], baseline_side: bool) -> dict[str, dict[str, float]]:
         """margin name -> case -> one side's per-case value, from the newest grades of that side.
         The default: the mean `value` over the case's repeats, or for a "pp" margin whether the
@@ -310,6 +319,18 @@ def declared_summary(grader: type[Grader]) -> dict[str, str] | None:
         raise PluginError(f"grader '{grader.name}': its aggregate's hook `summary_sql` must return a dict of column "
                           "key -> SQL, or None")
     return got
+
+
+def declared_case_summary(grader: type[Grader]) -> tuple[dict[str, CaseValue], dict[str, CaseValue]] | None:
+    """A grader's per-case values on each side (`case_values(False)`, `case_values(True)`) where its
+    aggregate declares its `summarise` through them (`summary_from_cases`, set beside it, with its
+    `case_values` declared); else None."""
+    agg = grader.aggregate
+    owner = next((k for k in agg.__mro__ if "summary_from_cases" in k.__dict__), None)
+    if owner in (None, Aggregate) or not _declared_beside(agg, "summary_from_cases", "summarise"):
+        return None
+    mine, theirs = declared_case_values(grader, False), declared_case_values(grader, True)
+    return None if mine is None or theirs is None else (mine, theirs)
 
 
 def declared_case_values(grader: type[Grader], baseline_side: bool) -> dict[str, CaseValue] | None:

@@ -95,29 +95,38 @@ class DriftAggregate(Aggregate):
         its sign-flip test (the p-value the report's Holm family takes is the same test's). For the
         baseline's own slice (``base_grades`` None) only the floor."""
         if base_grades is None:
-            drift, floor = {}, _per_case(grades, "noise_floor")
-        else:
-            drift, floor = _per_case(grades, "drift"), _per_case(base_grades, "noise_floor")
-        paired = sorted(set(drift) & set(floor))
-        diffs = [drift[c] - floor[c] for c in paired]
-        t = SignFlipMean(diffs)
-        ci = t.interval(0.05, (0.0,)) if t.n >= 2 else None
-        mdd = min_detectable(diffs)
-        v = verdict(ci, "drift above the noise floor", "drift below the noise floor", "within the noise floor") \
-            if drift else None
-        if floor and not any(floor.values()):
-            # every baseline pass was the same text: greedy decoding, or a deterministic server
-            v = ("no noise floor (the baseline's passes were identical, as at temperature 0): any change counts; "
-                 "the divergence grader measures token-level difference") if drift else None
-        elif v == "within the noise floor" and mdd is not None:
-            v += f" (could detect ≥ {mdd:.3f} here)"  # a "no difference" says what difference it could see
-        return {
-            "drift_p": t.p(0.0) if drift and t.n >= 2 else None,  # two-sided, for the report's Holm family
-            "drift_mean": mean(list(drift.values())), "floor_mean": mean(list(floor.values())),
-            "drift_minus_floor": mean(diffs), "drift_minus_floor_ci95": list(ci) if ci else None,
-            "drift_pairs": len(paired), "drift_min_detectable": mdd if drift else None,
-            "drift_verdict": v,
-        }
+            return _summary({}, _per_case(grades, "noise_floor"))
+        return _summary(_per_case(grades, "drift"), _per_case(base_grades, "noise_floor"))
+
+    @classmethod
+    def summary_from_cases(cls, mine: dict[str, dict[str, float]] | None, base: dict[str, dict[str, float]]
+                           ) -> dict[str, Any]:
+        """`summarise` from the per-case drift and floor the ledger computes (`case_values`)."""
+        return _summary({} if mine is None else mine.get("drift", {}), base.get("drift", {}))
+
+
+def _summary(drift: dict[str, float], floor: dict[str, float]) -> dict[str, Any]:
+    """Drift's summary of one slice from case -> drift and case -> the baseline's noise floor."""
+    paired = sorted(set(drift) & set(floor))
+    diffs = [drift[c] - floor[c] for c in paired]
+    t = SignFlipMean(diffs)
+    ci = t.interval(0.05, (0.0,)) if t.n >= 2 else None
+    mdd = min_detectable(diffs)
+    v = verdict(ci, "drift above the noise floor", "drift below the noise floor", "within the noise floor") \
+        if drift else None
+    if floor and not any(floor.values()):
+        # every baseline pass was the same text: greedy decoding, or a deterministic server
+        v = ("no noise floor (the baseline's passes were identical, as at temperature 0): any change counts; "
+             "the divergence grader measures token-level difference") if drift else None
+    elif v == "within the noise floor" and mdd is not None:
+        v += f" (could detect ≥ {mdd:.3f} here)"  # a "no difference" says what difference it could see
+    return {
+        "drift_p": t.p(0.0) if drift and t.n >= 2 else None,  # two-sided, for the report's Holm family
+        "drift_mean": mean(list(drift.values())), "floor_mean": mean(list(floor.values())),
+        "drift_minus_floor": mean(diffs), "drift_minus_floor_ci95": list(ci) if ci else None,
+        "drift_pairs": len(paired), "drift_min_detectable": mdd if drift else None,
+        "drift_verdict": v,
+    }
 
 
 class DriftGrader(Grader):

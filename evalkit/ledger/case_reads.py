@@ -21,8 +21,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..catalogue import CaseValue
-from .analysis import _ATTR_FIELDS, _key_sql, _value
-from .duck import literal
+from .analysis import _ATTR_FIELDS, _first_level_sql, _key_sql, _value
+from .duck import literal, newest_grades
 
 # the run's successful requests, a table the steps after it read (a CTE read several times is held
 # whole; a table spills to disk past DuckDB's memory limit)
@@ -165,11 +165,72 @@ def value_sql(v: CaseValue) -> str:
     return x
 
 
+# Each margin's per-case value of each side, from a table `sg` of graded rows (k: the pair, or 0;
+# b: the baseline's side; variant, case_id, repeat, seq, id, grader, value, passed, detail_json):
+# a case's value is its grades' mean, or (`first`) its lowest repeat's, the first sent on a tie;
+# the last statement answers (k, variant, margin, case, value), a `by_suite` margin also per suite.
+MARGIN_STEPS = [
+    "create temp table mm as select * from (values {margins}) t(o, grader, m, first)",
+    """create temp table gv as select * from (
+  select g.k, g.variant, g.case_id, g.repeat, g.seq, g.id, mm.o, mm.first,
+         case mm.o {values} end as x, case mm.o {suites} end as suite
+  from sg g join mm on mm.grader = g.grader) where x is not null""",
+    """create temp table per as
+select k, variant, o, case_id, x as v, suite from (
+  select *, row_number() over (partition by k, variant, o, case_id order by repeat, seq, id) as n from gv where first)
+where n = 1
+union all
+select k, variant, o, case_id, avg(x), null from gv where not first group by k, variant, o, case_id""",
+    """select p.k, p.variant, mm.m, p.case_id, p.v from per p join mm using (o)
+union all
+select p.k, p.variant, mm.m || ':' || p.suite, p.case_id, p.v from per p join mm using (o) where p.suite is not null""",
+]
+
+
+def margin_steps(margins: Sequence[tuple[str, str, CaseValue, CaseValue]]) -> list[str]:
+    """`MARGIN_STEPS` for ``margins`` ((grader, margin, its `CaseValue` on a candidate's side, on
+    the baseline's)): the verdicts' pairs and the quality table read per-case values alike."""
+    mm = ", ".join(f"({i}, {literal(g)}, {literal(m)}, {literal(mine.first)})" for i, (g, m, mine, _) in enumerate(margins))
+    values = " ".join(f"when {i} then case when g.b then {value_sql(theirs)} else {value_sql(mine)} end"
+                      for i, (_, _, mine, theirs) in enumerate(margins))
+    suite = _SUITE.replace("s.case_id", "g.case_id")
+    suites = " ".join(f"when {i} then {suite}" for i, (_, _, mine, _) in enumerate(margins) if mine.by_suite)
+    return [MARGIN_STEPS[0].format(margins=mm),
+            MARGIN_STEPS[1].format(values=values, suites=suites or "when -1 then null"), *MARGIN_STEPS[2:]]
+
+
+# the quality table's graded rows: each variant's first level, the baseline's noise-floor passes
+# out (`analysis._FIRST_LEVEL`), with the newest grades of the graders read
+_SLICE_GRADED = """create temp table sg as {first_level}
+select 0 as k, coalesce(s.variant = $baseline, false) as b, s.variant, s.case_id, coalesce(s.repeat, 0) as repeat,
+       s.seq, s.id, s.case_complexity, g.grader, g.value, g.passed, g.detail_json
+from sel s join l.grades g on g.request_id = s.id where {newest}"""
+
+
 class CaseReads:
     """Per-case values of the graders' margins, paired where the grades are."""
 
     query: Any  # `AnalysisReads.query`
     queries: Any  # `AnalysisReads.queries`
+
+    def slice_case_values(self, run_id: str, baseline: str | None, repeats: int,
+                          margins: Sequence[tuple[str, str, CaseValue, CaseValue]]
+                          ) -> tuple[dict[tuple[str, str], dict[str, float]], dict[str, str | None]]:
+        """The quality table's per-case values of graders that declare their summary through them
+        (`Aggregate.summary_from_cases`): over each variant's first level (the baseline's
+        noise-floor passes out), (variant, margin) -> case -> its value of ``margins`` ((grader,
+        margin, its `CaseValue` on a candidate's side, on the baseline's)); and each graded case's
+        complexity, which puts it in its slice."""
+        if not margins:
+            return {}, {}
+        graders = sorted({g for g, *_ in margins})
+        steps = [_SLICE_GRADED.format(first_level=_first_level_sql(), newest=newest_grades(graders)),
+                 "select distinct case_id, case_complexity from sg", *margin_steps(margins)]
+        got = self.queries(steps, {"run": run_id, "baseline": baseline, "repeats": repeats})
+        values: dict[tuple[str, str], dict[str, float]] = {}
+        for _, v, m, c, x in got[-1][1]:
+            values.setdefault((v, m), {})[c] = float(x)
+        return values, {c: cx for c, cx in got[1][1]}
 
     def load_entries(self, run_id: str, reference: str) -> dict[str, dict[str, Any]]:
         """variant -> its quality-under-load entry's outline: the highest level (``top``) and its

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..catalogue import CaseValue
 from .analysis import _SQL_OF
-from .case_reads import _SUITE, value_sql
+from .case_reads import MARGIN_STEPS, margin_steps
 from .duck import literal, newest_grades
 
 # the pairs: each candidate's level beside the baseline's (k: the pair's index)
@@ -70,23 +70,6 @@ _GRADED = """create temp table sg as
 select s.k, s.b, s.variant, s.case_id, s.repeat, s.seq, s.id, g.grader, g.value, g.passed, g.detail_json
 from pr s join l.grades g on g.request_id = s.id
 where {newest}"""
-
-_GRADER_STEPS = [
-    "create temp table mm as select * from (values {margins}) t(o, grader, m, first)",
-    """create temp table gv as select * from (
-  select g.k, g.variant, g.case_id, g.repeat, g.seq, g.id, mm.o, mm.first,
-         case mm.o {values} end as x, case mm.o {suites} end as suite
-  from sg g join mm on mm.grader = g.grader) where x is not null""",
-    """create temp table per as
-select k, variant, o, case_id, x as v, suite from (
-  select *, row_number() over (partition by k, variant, o, case_id order by repeat, seq, id) as n from gv where first)
-where n = 1
-union all
-select k, variant, o, case_id, avg(x), null from gv where not first group by k, variant, o, case_id""",
-    """select p.k, p.variant, mm.m, p.case_id, p.v from per p join mm using (o)
-union all
-select p.k, p.variant, mm.m || ':' || p.suite, p.case_id, p.v from per p join mm using (o) where p.suite is not null""",
-]
 
 _PASSES = """select k, variant, grader, case_id, passed <> 0 from (
   select *, row_number() over (partition by k, variant, grader, case_id order by repeat, seq, id) as n
@@ -151,14 +134,7 @@ class VerdictReads:
         if flips:
             steps.append(_PASSES.format(graders=", ".join(literal(g) for g in flips)))
         if margins:
-            mm = ", ".join(f"({i}, {literal(g)}, {literal(m)}, {literal(mine.first)})"
-                           for i, (g, m, mine, _) in enumerate(margins))
-            values = " ".join(f"when {i} then case when g.b then {value_sql(theirs)} else {value_sql(mine)} end"
-                              for i, (_, _, mine, theirs) in enumerate(margins))
-            suite = _SUITE.replace("s.case_id", "g.case_id")
-            suites = " ".join(f"when {i} then {suite}" for i, (_, _, mine, _) in enumerate(margins) if mine.by_suite)
-            steps += [_GRADER_STEPS[0].format(margins=mm),
-                      _GRADER_STEPS[1].format(values=values, suites=suites or "when -1 then null"), *_GRADER_STEPS[2:]]
+            steps += margin_steps(margins)
         steps += [_GRADES.format(grader=literal(g)) for g in grades]
         got = [rows for _, rows in self.queries(steps, {"run": run_id})]
         out = [(PairInputs(), {}) for _ in pairs]  # type: list[tuple[PairInputs, dict[tuple[str, str], list[dict[str, Any]]]]]
@@ -185,7 +161,7 @@ class VerdictReads:
             for k, v, g, c, ok in rest.pop(0):
                 out[k][0].passes.setdefault((v, g), {})[c] = bool(ok)
         if margins:
-            for k, v, m, c, x in rest[len(_GRADER_STEPS) - 1]:
+            for k, v, m, c, x in rest[len(MARGIN_STEPS) - 1]:
                 out[k][0].values.setdefault((v, m), {})[c] = float(x)
         for g, rows in zip(grades, got[len(got) - len(grades):], strict=True):
             for k, (b, _, c, _) in enumerate(pairs):

@@ -12,7 +12,7 @@ from .. import catalogue
 from ..catalogue import KEYS, Metric, fmt
 from ..execution.resume import run_state
 from ..grading import grade_failures
-from ..grading.base import declared_summary, hook
+from ..grading.base import declared_case_summary, declared_summary, hook
 from ..grading.registry import available, summary_columns, use_run
 from ..grading.sample import sample_line
 from ..host import hosts_differ
@@ -128,7 +128,10 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
         # a grader the run recorded that cannot be imported any more has no columns: its grades stay unread
         declared = {g: sql for g in graders if g in available() and (sql := declared_summary(available()[g])) is not None}
         summaries, floor_n = ledger.grader_summaries(run_id, baseline, run.repeats, declared)
-        read = [g for g in graders if g not in declared]
+        cased = case_summaries(ledger, run_id, baseline, run.repeats, [g for g in graders if g not in declared])
+        for key, got in cased.items():
+            summaries.setdefault(key, {}).update(got)
+        read = [g for g in graders if g not in declared and not any(g in got for got in cased.values())]
         first_of = lambda v: (request_rows(ledger, run_id, v, min(levels[v]), only={"variant", "repeat"},  # noqa: E731
                                            graders=read) if v in levels and read else [])
         arr = streamed_arrivals(ledger, run_id, run.load)
@@ -197,6 +200,32 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
         "host": ledger.host(run.get("host_id")),
         "host_warning": hosts_differ(ledger.run_hosts(run["matrix_name"])),
     }
+
+
+def case_summaries(ledger: Ledger, run_id: str, baseline: str | None, repeats: int, graders: list[str]
+                   ) -> dict[tuple[str, str], dict[str, dict[str, Any]]]:
+    """(variant, complexity or "all") -> grader -> its quality, for each of ``graders`` that declares
+    it through per-case values (`Aggregate.summary_from_cases`, e.g. drift against the baseline's
+    noise floor): from the per-case values the ledger computes (`Ledger.slice_case_values`), no
+    grade read. Every variant with measured rows gets every slice a graded case is in."""
+    cased = {g: c for g in graders if g in available() and (c := declared_case_summary(available()[g])) is not None}
+    if not cased:
+        return {}
+    margins = [(g, m, cv, theirs[m]) for g, (mine, theirs) in cased.items() for m, cv in mine.items() if m in theirs]
+    values, slice_of = ledger.slice_case_values(run_id, baseline, repeats, margins)
+    slices = [*sorted({str(c) for c in slice_of.values() if c is not None}), "all"]
+    out: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for s in slices:
+        def side(v: str, ms: Iterable[str], s: str = s) -> dict[str, dict[str, float]]:
+            return {m: {c: x for c, x in values.get((v, m), {}).items() if s == "all" or slice_of.get(c) == s}
+                    for m in ms}
+
+        for g, (mine, theirs) in cased.items():
+            base = side(baseline, theirs) if baseline else {}
+            for v in ledger.slice_levels(run_id):
+                got = hook(available()[g], "summary_from_cases", None if v == baseline else side(v, mine), base)
+                out.setdefault((v, s), {})[g] = got
+    return out
 
 
 def _slices(cases: list[dict[str, Any]]) -> dict[str, array[int]]:
