@@ -146,7 +146,7 @@ def test_a_served_judge_that_answers_version_gets_the_constraint(item):
 @pytest.fixture(scope="module")
 def served_calibration(tmp_path_factory) -> tuple[str, int]:
     """`graders calibrate --grader judge` against a real vLLM serving the bundled model, on the
-    first 24 of rubrics/judge_labels.jsonl's 64 texts (2 criteria: 48 judge requests). The whole
+    first 16 of rubrics/judge_labels.jsonl's 64 texts (2 criteria: 32 judge requests). The whole
     file takes the same path, 128 requests: 11 minutes on an AVX2-only processor."""
     from click.testing import CliRunner
 
@@ -161,7 +161,7 @@ def served_calibration(tmp_path_factory) -> tuple[str, int]:
     folder = tmp_path_factory.mktemp("judge")
     log, labels = folder / "server.log", folder / "labels.jsonl"
     shipped = (PROJECT_DIR / "rubrics" / "judge_labels.jsonl").read_text(encoding="utf-8").splitlines()
-    labels.write_text("\n".join(shipped[:24]) + "\n", encoding="utf-8")
+    labels.write_text("\n".join(shipped[:16]) + "\n", encoding="utf-8")
     with VLLMServer(resolve_model("bundled:smollm2-135m-instruct"), "smollm2", args, log, cache_dir=cache_dir()) as s:
         r = CliRunner().invoke(cli, ["graders", "calibrate", "--grader", "judge", "--judge-endpoint", s.base_url,
                                      "--judge-model", "smollm2", "--judge-max-tokens", "16", "--file", str(labels)])
@@ -174,10 +174,12 @@ def test_a_served_small_model_judges_the_shipped_labels(served_calibration):
 
 
 @pytest.mark.vllm
-def test_a_served_small_models_kappa_has_an_interval(served_calibration):
+def test_a_served_small_models_kappa_is_given_with_its_interval_or_why_it_has_none(served_calibration):
     import re
 
-    assert re.search(r"judge vs people \(labelled texts in .*\): kappa [+-]\d\.\d\d \[[+-]\d\.\d\d, [+-]\d\.\d\d\]",
+    # on 16 texts a small judge may answer one way throughout: then kappa is undefined, and says so
+    assert re.search(r"judge vs people \(labelled texts in .*\): (kappa [+-]\d\.\d\d \[[+-]\d\.\d\d, [+-]\d\.\d\d\]"
+                     r"|kappa undefined \(n \d+: one rater used a single label throughout\))",
                      served_calibration[0]), served_calibration[0]
 
 
