@@ -253,3 +253,11 @@ def test_the_ledger_s_summaries_hold_on_odd_grades(shaped: Path, tmp_path: Path,
     stored as another number counts as `pass_pct` counts it (the sum of `passed`)."""
     whole, got = _reports(shaped_copy(shaped, tmp_path / "odd.db", [shape]))
     assert same(got["rows"], whole["rows"])
+
+
+def test_a_summary_from_cases_that_is_no_dict_is_one_line(shaped: Path, monkeypatch) -> None:
+    from evalkit.errors import PluginError
+
+    monkeypatch.setattr(available()["drift"].aggregate, "summary_from_cases", classmethod(lambda cls, mine, base: [1]))
+    with pytest.raises(PluginError, match="grader 'drift': its aggregate's hook `summary_from_cases` returned list"):
+        _reports(shaped)

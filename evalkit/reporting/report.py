@@ -10,6 +10,7 @@ from typing import Any
 
 from .. import catalogue
 from ..catalogue import KEYS, Metric, fmt
+from ..errors import PluginError
 from ..execution.resume import run_state
 from ..grading import grade_failures
 from ..grading.base import declared_case_summary, declared_summary, hook
@@ -224,6 +225,9 @@ def case_summaries(ledger: Ledger, run_id: str, baseline: str | None, repeats: i
             base = side(baseline, theirs) if baseline else {}
             for v in ledger.slice_levels(run_id):
                 got = hook(available()[g], "summary_from_cases", None if v == baseline else side(v, mine), base)
+                if not isinstance(got, dict):  # declared, so a dict of its columns: anything else is one line
+                    raise PluginError(f"grader '{g}': its aggregate's hook `summary_from_cases` returned "
+                                      f"{type(got).__name__}, not a dict of column key -> value")
                 out.setdefault((v, s), {})[g] = got
     return out
 
