@@ -115,12 +115,34 @@ class Duck:
             self.con.execute(f"set temp_directory = {literal(self.spill)}")
             self.con.execute(f"set memory_limit = {literal(memory_limit)}")
             self.con.execute("set enable_progress_bar = false")  # a session option, not a connect one
+            # a join builds its hash table on the side the query names second (runs, cases, a
+            # variant's first level): on the columnar copy DuckDB's estimates put the million
+            # measured rows there instead, and the build ran out of memory (`columnar`)
+            self.con.execute("set disabled_optimizers = 'build_side_probe_side'")
             self.con.execute(f"LOAD '{extension_path()}'")
-            quoted = str(path).replace("'", "''")  # ATTACH takes no parameter
-            self.con.execute(f"ATTACH '{quoted}' AS l (TYPE sqlite, READ_ONLY)")
+            self.copied = self._attach(path, memory_limit)
         except BaseException:
             self.close()
             raise
+
+    def _attach(self, path: str | Path, memory_limit: str) -> bool:
+        """Attach the ledger and, where one is or can be made, its columnar copy (`columnar`);
+        True when the copied tables are read from the copy."""
+        from . import columnar
+
+        self.con.execute(f"ATTACH {literal(str(path))} AS s (TYPE sqlite, READ_ONLY)")  # ATTACH takes no parameter
+        key = columnar.ledger_key(self.con)
+        if key is None or not columnar.attach_fresh(self.con, path, key, memory_limit, extension_path()):
+            self.con.execute("DETACH s")
+            self.con.execute(f"ATTACH {literal(str(path))} AS l (TYPE sqlite, READ_ONLY)")
+            return False
+        copied = {*columnar.COPIED, *columnar.VIEWS}
+        names = [n for (n,) in self.con.execute("select table_name from information_schema.tables "
+                                                "where table_catalog = 's'").fetchall()]
+        self.con.execute("create schema l")
+        for name in names:
+            self.con.execute(f'create view l."{name}" as select * from {"c" if name in copied else "s"}."{name}"')
+        return True
 
     def rows(self, sql: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
         return self.columns(sql, params)[1]

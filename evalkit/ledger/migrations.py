@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterable
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
+from .views import APPENDED, COPIED, VIEWS
+
 MIGRATION_SET = "evalkit"
 migrations = Migrations(MIGRATION_SET)
 MIGRATION_NAMES: list[str] = []  # every migration this evalkit knows, in order
@@ -432,8 +434,17 @@ def m027_measured_views(db: Database) -> None:
     # What is measured, defined once (issue 48): every read of measured rows and newest grades
     # goes through these two views (SQLite inlines them: the requests' indexes still serve). load_level:
     # the level as the report counts it (`reporting.selection.level_of`: the concurrency, 1 when none).
-    db.execute("create view measured as select r.*, coalesce(nullif(r.concurrency, 0), 1) as load_level, "
-               "r.error_class is null as ok from requests r where r.is_warmup = 0 and r.final = 1")
-    db.execute("create view grade_latest as select g.* from grades g where g.error_class is null and not exists "
-               "(select 1 from grades h where h.request_id = g.request_id and h.grader = g.grader "
-               "and h.error_class is null and h.id > g.id)")
+    for name, sql in VIEWS.items():
+        db.execute(f"create view {name} as {sql}")
+
+
+@migration("m028_change_tag")
+def m028_change_tag(db: Database) -> None:
+    # When the rows the columnar copy holds changed, by any writer (issue 48, ledger/columnar.py): an
+    # insert past the last id draws a new tail (the copy appends it); any other write a new tag (made again).
+    db.execute("create table ledger_changes (id integer primary key check (id = 1), n int, tag int, tail int)")
+    db.execute("insert into ledger_changes values (1, 0, random(), random())")
+    for t, e in ((t, e) for t in COPIED for e in ("insert", "update", "delete")):
+        tag = f"case when new.id < (select max(id) from {t}) then random() else tag end" if t in APPENDED else "tag"
+        drawn = f"n = n + 1, tail = random(), tag = {tag}" if e == "insert" else "n = n + 1, tag = random()"
+        db.execute(f"create trigger ledger_changes_{t}_{e} after {e} on {t} begin update ledger_changes set {drawn}; end")

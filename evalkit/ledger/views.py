@@ -1,0 +1,18 @@
+"""The ledger's two views, defined once, and the tables the columnar copy holds (no imports: the
+DuckDB query worker reads them too)."""
+
+# What the analysis queries read, copied into DuckDB's own storage (ledger/columnar.py): every table
+# they join, so DuckDB's planner knows each side's size (with the small tables left in SQLite it
+# built its hash joins on the million-row side and ran out of memory).
+COPIED = ("requests", "grades", "runs", "cases")
+APPENDED = ("requests", "grades")  # integer ids that grow: rows inserted past the copy's last are appended
+
+# The two views every read of measured rows and newest grades goes through (migration m027), in SQL that SQLite
+# and DuckDB read alike: the columnar copy (columnar.py) defines them over its own tables with it.
+VIEWS = {
+    "measured": "select r.*, coalesce(nullif(r.concurrency, 0), 1) as load_level, r.error_class is null as ok "
+                "from requests r where r.is_warmup = 0 and r.final = 1",
+    "grade_latest": "select g.* from grades g where g.error_class is null and not exists (select 1 from grades h "
+                    "where h.request_id = g.request_id and h.grader = g.grader and h.error_class is null "
+                    "and h.id > g.id)",
+}
