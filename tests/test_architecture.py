@@ -159,9 +159,6 @@ BYTE_COPIES = {"copy", "copy2", "copyfile", "copyfileobj", "move", "copytree"}
 # copytree of folders that hold source code only (checked below to hold no database)
 SOURCE_TREES = {"tests/test_grader_plugin.py": "tests/plugins", "tests/test_parity.py": "examples/support",
                 "tests/test_matrix.py": "examples/support", "tests/test_outputs_agree.py": "examples/support"}
-# copyfile of the ledger's columnar copy (a DuckDB file, not the ledger): it is only ever renamed into
-# place, never written there, and no connection of the copying process holds it when it is copied
-DUCKDB_COPIES = {"evalkit/ledger/columnar.py"}
 
 
 def _python_files() -> list[Path]:
@@ -184,8 +181,7 @@ def test_no_byte_copy_of_a_database_anywhere():
             f = call.func
             name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
             owner = f.value.id if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) else ""
-            if owner == "shutil" and name in BYTE_COPIES and not (name == "copytree" and rel in SOURCE_TREES) \
-                    and not (name == "copyfile" and rel in DUCKDB_COPIES):
+            if owner == "shutil" and name in BYTE_COPIES and not (name == "copytree" and rel in SOURCE_TREES):
                 offenders.append(f"{rel}:{call.lineno} shutil.{name}")
             elif name == "write_bytes" and any(isinstance(a, ast.Call) and isinstance(a.func, ast.Attribute)
                                                and a.func.attr == "read_bytes" for a in ast.walk(call)):

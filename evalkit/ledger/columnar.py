@@ -8,7 +8,7 @@ delete of a row of a copied table, by any writer, counts one; an insert draws a 
 tag, an update or delete a new random tag) and by its migrations; the key is read *before* the
 rows are copied, so a write during the copy leaves a copy whose key is already stale, never one
 that looks fresh and is not. Where only inserts happened since (same tag: a run that went on, new
-grades), the requests and grades past the copy's last id are appended to a copy of the copy, after
+grades), a new copy is made from the old one with the requests and grades past its last id appended, after
 checking that its last row is still the ledger's. A copy is written under a temporary name and renamed, so a
 reader never sees half of one; it is only ever read by DuckDB (attached read-only) and never
 touches the ledger, which the copy's builder attaches read-only too. Where no copy can be written
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -102,40 +101,46 @@ def _fill(con: Any, key: Key) -> bool:
     views over them."""
     for table in COPIED:  # one thread: the rows keep the ledger's order, so sums add up alike
         con.execute(f"create table {table} as select * from s.{table}")
+    _views_and_key(con, key)
+    return True
+
+
+def _views_and_key(con: Any, key: Key) -> None:
     for name, sql in VIEWS.items():
         con.execute(f"create view {name} as {sql}")
     con.execute(f"create table {META} (n bigint, tag bigint, tail bigint, migrations bigint)")
     con.execute(f"insert into {META} values ({', '.join(str(k) for k in key)})")
-    return True
 
 
 def _extend(con: Any, key: Key) -> bool:
-    """Bring an older copy (opened here under its temporary name) up to ``key`` where the ledger
-    has only had rows inserted since: its requests and grades past the copy's last id appended,
-    the small tables copied again. False (nothing kept) where a row was updated or deleted, the
-    migrations differ, or the copy's last row is not the ledger's (another history)."""
-    old = _key_of(con, "main")
+    """A new copy made from the older one (attached read-only as ``o``) where the ledger has only
+    had rows inserted since: its requests and grades read from DuckDB's own storage and the rows
+    past its last id appended, the small tables copied again. False (nothing kept) where a row
+    was updated or deleted, the migrations differ, or its last row is not the ledger's (another
+    history). DuckDB reads and writes it: a file is never copied byte for byte."""
+    old = _key_of(con, "o")
     if old is None or (old[1], old[3]) != (key[1], key[3]) or old[0] >= key[0]:
         return False
     tops = {}
     for table in APPENDED:
-        (top,) = con.execute(f"select max(id) from {table}").fetchone()
-        if top is not None and con.execute(f"select hash(t) from {table} t where id = {int(top)}").fetchall() != \
+        (top,) = con.execute(f"select max(id) from o.{table}").fetchone()
+        if top is not None and con.execute(f"select hash(t) from o.{table} t where id = {int(top)}").fetchall() != \
                 con.execute(f"select hash(t) from s.{table} t where id = {int(top)}").fetchall():
             return False
         tops[table] = -1 if top is None else int(top)
     for table in COPIED:
-        if table in tops:
+        if table in tops:  # one thread: the older rows first, then the new ones in the ledger's order
+            con.execute(f"create table {table} as select * from o.{table}")
             con.execute(f"insert into {table} select * from s.{table} where id > {tops[table]}")
         else:
-            con.execute(f"create or replace table {table} as select * from s.{table}")
-    con.execute(f"update {META} set n = {key[0]}, tag = {key[1]}, tail = {key[2]}, migrations = {key[3]}")
+            con.execute(f"create table {table} as select * from s.{table}")
+    _views_and_key(con, key)
     return True
 
 
 def _write(ledger: str | Path, path: Path, key: Key, memory_limit: str, extension: Path, fill: Any) -> bool:
-    """Make the copy under a temporary name beside ``path`` (``_extend`` starts from the current
-    one), ``fill`` it with the ledger attached as ``s`` and rename it into place; False where
+    """Make the copy under a temporary name beside ``path`` (``_extend`` reads the current one,
+    attached read-only as ``o``), ``fill`` it with the ledger attached as ``s`` and rename it into place; False where
     ``fill`` declined (nothing changed)."""
     import duckdb
 
@@ -143,8 +148,6 @@ def _write(ledger: str | Path, path: Path, key: Key, memory_limit: str, extensio
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     tmp.unlink(missing_ok=True)
     try:
-        if fill is _extend:
-            shutil.copyfile(path, tmp)
         con = duckdb.connect(str(tmp), config={"autoinstall_known_extensions": False,
                                                "autoload_known_extensions": False, "threads": 1})
         try:
@@ -152,7 +155,10 @@ def _write(ledger: str | Path, path: Path, key: Key, memory_limit: str, extensio
             con.execute("set enable_progress_bar = false")
             con.execute(f"LOAD {_quoted(extension)}")
             con.execute(f"ATTACH {_quoted(ledger)} AS s (TYPE sqlite, READ_ONLY)")
+            if fill is _extend:
+                con.execute(f"ATTACH {_quoted(path)} AS o (READ_ONLY)")
             done = fill(con, key)
+            con.execute("DETACH DATABASE IF EXISTS o")
             con.execute("DETACH s")
         finally:
             con.close()
