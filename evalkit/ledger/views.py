@@ -2,8 +2,7 @@
 DuckDB query worker reads them too)."""
 
 # What the analysis queries read, copied into DuckDB's own storage (ledger/columnar.py): every table
-# they join, so DuckDB's planner knows each side's size (with the small tables left in SQLite it
-# built its hash joins on the million-row side and ran out of memory).
+# they name, so none of their joins reads a side through the sqlite extension.
 COPIED = ("requests", "grades", "runs", "cases")
 APPENDED = ("requests", "grades")  # integer ids that grow: rows inserted past the copy's last are appended
 
