@@ -61,12 +61,14 @@ browser:
 run: setup quant-env
 	$(VENV)/bin/evalkit run $(if $(LIMIT),--limit $(LIMIT),--time-budget $(TIME_BUDGET)) --ledger $(LEDGER)
 
-# The unit tier (no server, no timing) runs on both cores, a file to a worker (module fixtures run
-# once); then everything that starts something, one test at a time (their timings stay their own).
+# The unit tier (no server, no timing) and the integration tests that assert on no timing run on
+# both cores, a file to a worker (module fixtures run once); then the timed integration tests
+# (`serial`) and the real engine, one test at a time (their timings stay their own).
 test: test-env quant-env browser
 	$(VENV)/bin/ruff check evalkit tests benchmarks cli.py data evaluate_modules rubrics
 	$(PY) -m pytest -q -m "not vllm and not integration" -n 2 --dist loadfile
-	$(PY) -m pytest -q -m "integration or vllm"
+	$(PY) -m pytest -q -m "integration and not serial and not vllm" -n 2 --dist loadfile
+	$(PY) -m pytest -q -m "serial or vllm"
 
 # The unit tier: no server, no subprocess, no embedding model (tests/conftest.py marks the rest).
 test-fast: test-env

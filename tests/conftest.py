@@ -94,11 +94,21 @@ INTEGRATION_FIXTURES = {"stub", "stub_pair", "stub_ledger", "slow_candidate_ledg
                         "stub_matrix", "real_run", "soak"}
 
 
+# Modules whose tests assert on wall-clock timing (a load, a rate, a verdict from latencies, the
+# client's own lag): `serial`, run one at a time after the rest of the integration tier, which
+# runs on both cores (`make test`). Another test's processes beside them would be load they did
+# not plan.
+SERIAL_MODULES = {"test_machine_load", "test_frontier", "test_capacity", "test_clock", "test_load", "test_verdicts",
+                  "test_search", "test_timing"}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if not (item.get_closest_marker("vllm") or item.get_closest_marker("integration")) \
                 and INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
+        if item.get_closest_marker("integration") and item.path.stem in SERIAL_MODULES:
+            item.add_marker(pytest.mark.serial)
 
 
 @pytest.fixture(autouse=True)
