@@ -241,3 +241,45 @@ def test_a_column_the_ledger_gained_makes_the_copy_whole(ledger, monkeypatch):
     _write_sql(ledger, "alter table requests add column plugin_field real", _ADD.format(5.0))
     got = _duck_sums(ledger)
     assert (calls, got) == ({"fill": 2, "extend": 0}, pytest.approx(_plain(ledger), rel=1e-12))
+
+
+# a grade written again (appended: the copy is extended), and an error after it (no newer kept grade)
+_REGRADE = ("insert into grades (request_id, run_id, grader, value) "
+            "select request_id, run_id, grader, value + 100 from grades where id <= 5")
+_ERRORED = ("insert into grades (request_id, run_id, grader, value, error_class) "
+            "select request_id, run_id, grader, 1000, 'timeout' from grades where id between 3 and 8")
+
+
+@pytest.mark.parametrize("writes", [[], [_REGRADE], [_REGRADE, _ERRORED],
+                                    [_REGRADE, "update grades set value = 3 where id = 1"]],
+                         ids=["as synthesized", "graded again", "then an error", "then updated"])
+@pytest.mark.parametrize("copied", [True, False], ids=["the copy", "the ledger"])
+def test_the_newest_grades_a_query_keeps_are_the_ledgers_view(ledger, writes, copied):
+    from evalkit.ledger.duck import Duck, newest_grades
+
+    if not copied:
+        copy_path(ledger).mkdir()  # no copy can be made: the ledger is read
+    _duck_sums(ledger)
+    _write_sql(ledger, *writes)
+    con = sqlite3.connect(ledger)
+    graders = [g for (g,) in con.execute("select distinct grader from grades order by 1")]
+    want = con.execute("select count(*), sum(value), sum(id) from grade_latest").fetchone()
+    con.close()
+    with Duck(ledger) as d:
+        got = d.rows(f"select count(*), sum(g.value), sum(g.id) from l.grades g where {newest_grades(graders)}")[0]
+        assert (d.copied, got) == (copied, pytest.approx(want, rel=1e-12))
+
+
+def test_a_copy_of_an_older_layout_is_made_again(ledger, monkeypatch):
+    import duckdb
+
+    _duck_sums(ledger)
+    con = duckdb.connect(str(copy_path(ledger)))  # as an evalkit before `grade_superseded` made it
+    con.execute("drop view grade_latest")
+    con.execute("drop table grade_superseded")
+    con.execute("alter table evalkit_copy drop column layout")
+    con.close()
+    calls = _counting(monkeypatch)
+    _write_sql(ledger, _REGRADE)  # an insert: an extension, were the older copy read
+    got = _duck_sums(ledger)
+    assert (calls, got) == ({"fill": 1, "extend": 0}, pytest.approx(_plain(ledger), rel=1e-12))

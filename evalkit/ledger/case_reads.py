@@ -175,10 +175,12 @@ MARGIN_STEPS = [
   select g.k, g.variant, g.case_id, g.repeat, g.seq, g.id, mm.o, mm.first,
          case mm.o {values} end as x, case mm.o {suites} end as suite
   from sg g join mm on mm.grader = g.grader) where x is not null""",
+    # a case's first grade by `arg_min_null` (a hash aggregate over a few hundred groups: a window
+    # sorted every graded row); in the order the window gave
     """create temp table per as
-select k, variant, o, case_id, x as v, suite from (
-  select *, row_number() over (partition by k, variant, o, case_id order by repeat, seq, id) as n from gv where first)
-where n = 1
+select * from (select k, variant, o, case_id, arg_min_null(x, (repeat, seq, id)) as v,
+                      arg_min_null(suite, (repeat, seq, id)) as suite
+               from gv where first group by k, variant, o, case_id order by k, variant, o, case_id)
 union all
 select k, variant, o, case_id, avg(x), null from gv where not first group by k, variant, o, case_id""",
     """select p.k, p.variant, mm.m, p.case_id, p.v from per p join mm using (o)

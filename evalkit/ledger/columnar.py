@@ -14,9 +14,14 @@ reader never sees half of one; it is only ever read by DuckDB (attached read-onl
 touches the ledger, which the copy's builder attaches read-only too. Where no copy can be written
 (a read-only folder, a full disk, a value DuckDB cannot type), queries read the ledger as before.
 
+The copy also holds ``grade_superseded`` (`views.SUPERSEDED`): the ids of the grades a newer one
+replaced, so the newest grades are kept by an anti-join on a short list rather than by grouping
+every grade in each query (at 10 M requests, 25 M grades).
+
 In a query's connection the ledger is attached as ``s``, the copy as ``c``, and schema ``l`` holds
 a view per table and view of the ledger: the copied tables and the views over them
-(``l.measured``, ``l.grade_latest``) read the copy, the rest read the ledger; the queries name ``l.x`` either way."""
+(``l.measured``, ``l.grade_latest``, ``l.grade_superseded``) read the copy, the rest read the
+ledger; without a copy every view reads the ledger. The queries name ``l.x`` either way."""
 
 from __future__ import annotations
 
@@ -25,9 +30,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .views import APPENDED, COPIED, VIEWS
+from .views import APPENDED, COPIED, COPY_VIEWS, SUPERSEDED
 
 META = "evalkit_copy"
+LAYOUT = 2  # what a copy holds; one of another layout is made again (1: no `grade_superseded`)
 Key = tuple[int, int, int, int]  # (changes, tag, tail, migrations)
 _FAILED: set[tuple[str, Key]] = set()  # (copy, ledger state) this process could not make
 _TMP = re.compile(r"\.columns\.duckdb\.tmp-(\d+)(\.wal)?$")
@@ -52,10 +58,10 @@ def ledger_key(con: Any) -> Key | None:
 
 def _key_of(con: Any, alias: str) -> Key | None:
     try:
-        row = con.execute(f"select n, tag, tail, migrations from {alias}.{META}").fetchone()
+        row = con.execute(f"select n, tag, tail, migrations, layout from {alias}.{META}").fetchone()
     except Exception:  # noqa: BLE001  (not a copy of ours, or an older layout: made again)
         return None
-    return None if row is None else (int(row[0]), int(row[1]), int(row[2]), int(row[3]))
+    return None if row is None or row[4] != LAYOUT else (int(row[0]), int(row[1]), int(row[2]), int(row[3]))
 
 
 def attach_fresh(con: Any, ledger: str | Path, key: Key, memory_limit: str, extension: Path) -> bool:
@@ -101,15 +107,16 @@ def _fill(con: Any, key: Key) -> bool:
     views over them."""
     for table in COPIED:  # one thread: the rows keep the ledger's order, so sums add up alike
         con.execute(f"create table {table} as select * from s.{table}")
+    con.execute("create table grade_superseded as " + SUPERSEDED.format(grades="grades", new="", least=1))
     _views_and_key(con, key)
     return True
 
 
 def _views_and_key(con: Any, key: Key) -> None:
-    for name, sql in VIEWS.items():
+    for name, sql in COPY_VIEWS.items():
         con.execute(f"create view {name} as {sql}")
-    con.execute(f"create table {META} (n bigint, tag bigint, tail bigint, migrations bigint)")
-    con.execute(f"insert into {META} values ({', '.join(str(k) for k in key)})")
+    con.execute(f"create table {META} (n bigint, tag bigint, tail bigint, migrations bigint, layout bigint)")
+    con.execute(f"insert into {META} values ({', '.join(str(k) for k in (*key, LAYOUT))})")
 
 
 def _extend(con: Any, key: Key) -> bool:
@@ -134,6 +141,9 @@ def _extend(con: Any, key: Key) -> bool:
             con.execute(f"insert into {table} select * from s.{table} where id > {tops[table]}")
         else:
             con.execute(f"create table {table} as select * from s.{table}")
+    # the old copy's replaced grades, and those a grade appended replaced (grouping the new grades only)
+    con.execute("create table grade_superseded as select id from o.grade_superseded union "
+                + SUPERSEDED.format(grades="grades", new=f" and id > {tops['grades']}", least=0) + " order by id")
     _views_and_key(con, key)
     return True
 

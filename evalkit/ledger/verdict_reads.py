@@ -42,10 +42,11 @@ join plan p on (s.variant = p.bv and s.load_level = p.bl) or (s.variant = p.cv a
 _SHARED = """create temp table px as select x.* from pr x join (
   select k, repeat from pr where b intersect select k, repeat from pr where not b) r using (k, repeat)"""
 
-# each case's block: its baseline's first row's, else its candidate's
-_UNITS = """select k, case_id, level, order_block from (
-  select k, case_id, level, order_block, row_number() over (partition by k, case_id order by not b, seq, id) as n
-  from px) where n = 1"""
+# each case's block: its baseline's first row's, else its candidate's (a case's first row by
+# `arg_min_null`: a hash aggregate over a few hundred groups, where a window sorted every row)
+_FIRST = "(not b, seq, id)"
+_UNITS = f"""select k, case_id, arg_min_null(level, {_FIRST}), arg_min_null(order_block, {_FIRST})
+from px group by k, case_id order by k, case_id"""
 
 _BLOCKED = """select k, coalesce(bool_and(order_block is not null), false)
   and k in (select k from pr group by k, level, order_block having count(distinct case_id) > 1) from pr group by k"""
@@ -59,11 +60,10 @@ where not a.b and c.b order by a.k, a.case_id"""
 
 # each answered case's slice (`pairing.stratum`, from its baseline's first success, else its
 # candidate's) and whether both sides answered it
-_STRATA = """select k, case_id, label, both_sides from (
-  select k, case_id, coalesce(cast(concurrency as varchar), 'None') || '/' || coalesce(nullif(cx, ''), '-') as label,
-         row_number() over (partition by k, case_id order by not b, seq, id) as n,
-         count(distinct variant) over (partition by k, case_id) = 2 as both_sides
-  from pr where ok) where n = 1"""
+_STRATA = f"""select k, case_id,
+       arg_min_null(coalesce(cast(concurrency as varchar), 'None') || '/' || coalesce(nullif(cx, ''), '-'), {_FIRST}),
+       bool_or(b) and bool_or(not b)
+from pr where ok group by k, case_id order by k, case_id"""
 
 # the pairs' newest grades by the graders read, read once (`duck.newest_grades`)
 _GRADED = """create temp table sg as
@@ -71,9 +71,9 @@ select s.k, s.b, s.variant, s.case_id, s.repeat, s.seq, s.id, g.grader, g.value,
 from pr s join l.grades g on g.request_id = s.id
 where {newest}"""
 
-_PASSES = """select k, variant, grader, case_id, passed <> 0 from (
-  select *, row_number() over (partition by k, variant, grader, case_id order by repeat, seq, id) as n
-  from sg where grader in ({graders}) and passed is not null) where n = 1"""
+_PASSES = """select k, variant, grader, case_id, arg_min_null(passed, (repeat, seq, id)) <> 0
+from sg where grader in ({graders}) and passed is not null
+group by k, variant, grader, case_id order by k, variant, grader, case_id"""
 
 # a grader read through its `margin_values`: its grades, as `verdicts.grader_values` gives them
 _GRADES = """select s.k, s.variant, g.request_id, g.grader, g.grader_version, g.value, g.passed, g.explanation,

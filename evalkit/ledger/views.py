@@ -15,3 +15,13 @@ VIEWS = {
                     "where h.request_id = g.request_id and h.grader = g.grader and h.error_class is null "
                     "and h.id > g.id)",
 }
+
+# The grades a newer one by the same grader of the same request replaced (a kept grade: no error, none newer):
+# few or none, as a grade is seldom written twice. The copy holds them as a table made once per state, so a
+# query keeps the newest grades by an anti-join on this short list, never by grouping every grade again.
+SUPERSEDED = ("select g.id from {grades} g join (select request_id, grader, max(id) as top from {grades} "
+              "where error_class is null{new} group by all having count(*) > {least}) x using (request_id, grader) "
+              "where g.error_class is null and g.id < x.top")
+# `grade_latest` in the copy: the same rows as the ledger's view, through that list
+COPY_VIEWS = {**VIEWS, "grade_latest": "select g.* from grades g where g.error_class is null "
+                                       "and g.id not in (select id from grade_superseded)"}
