@@ -65,10 +65,12 @@ _STRATA = f"""select k, case_id,
        bool_or(b) and bool_or(not b)
 from pr where ok group by k, case_id order by k, case_id"""
 
-# the pairs' newest grades by the graders read, read once (`duck.newest_grades`)
+# the pairs' newest grades by the graders read, read once (`duck.newest_grades`); the hash table is
+# built on the pairs' rows, the few columns kept (on the grades, texts and all, it ran past the 128 MB
+# pool at 10 M rows and the whole query was run again at 512 MB)
 _GRADED = """create temp table sg as
 select s.k, s.b, s.variant, s.case_id, s.repeat, s.seq, s.id, g.grader, g.value, g.passed, g.detail_json
-from pr s join l.grades g on g.request_id = s.id
+from l.grades g join (select k, b, variant, case_id, repeat, seq, id from pr) s on g.request_id = s.id
 where {newest}"""
 
 _PASSES = """select k, variant, grader, case_id, arg_min_null(passed, (repeat, seq, id)) <> 0
