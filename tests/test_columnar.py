@@ -137,11 +137,11 @@ def test_the_copy_is_made_once_per_state(ledger):
 
 
 def _report(path: Path) -> str:
+    from evalkit.reporting.findings import report_findings
     from evalkit.reporting.report import to_json
-    from evalkit.reporting.streamed import streamed_report
 
     with open_ledger(path, create=False) as db:
-        rep, _ = streamed_report(db, None, slo=None, by=["persona"], k=3.5, margins=None)
+        rep, _ = report_findings(db, None, slo=None, by=["persona"], k=3.5, margins=None)
         return to_json(rep)
 
 

@@ -94,6 +94,18 @@ def test_ledger_verdicts_equal_the_verdicts_over_every_row(shaped: Path) -> None
     assert same(got, whole)
 
 
+def test_the_report_s_verdicts_are_the_verdicts_of_the_first_levels_rows(shaped: Path) -> None:
+    """The report's verdicts (``levels=False``): each candidate's first level against the
+    baseline's, a sweep's other levels left to the gate, as `verdicts` over the first levels' rows."""
+    with open_ledger(shaped, create=False) as db:
+        run = db.require_run(None)
+        use_run(run)
+        specs, base = parse_margins(MARGINS), db.baseline(run["id"])
+        whole = verdicts(first_level(request_rows(db, run["id"])), base, specs)
+        _, got = ledger_verdicts(db, run["id"], base, specs, levels=False)
+    assert same(got, whole)
+
+
 def test_every_kind_of_margin_is_decided_on_pairs(shaped: Path) -> None:
     """The shapes reach every test: each margin of each candidate has pairs (else the equality
     above would hold of empty verdicts); the accuracy grades made here carry a value, no pass,

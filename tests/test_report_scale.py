@@ -16,13 +16,15 @@ import pytest
 
 from evalkit.grading.registry import use_run
 from evalkit.ledger import copy_ledger, open_ledger
+from evalkit.reporting.by_attr import measured
 from evalkit.reporting.document import findings_blocks
-from evalkit.reporting.findings import build_report, findings, full_report, request_rows
-from evalkit.reporting.report import to_json
+from evalkit.reporting.findings import build_report, findings, full_report, kv_use, report_findings, request_rows
+from evalkit.reporting.report import quality, to_json
 from evalkit.reporting.rows import Column, Rows, RunRows
+from evalkit.reporting.selection import by_variant, first_level
 from evalkit.reporting.spike_summary import SPIKES_TOP
-from evalkit.reporting.streamed import streamed_report
 from evalkit.spec.traces import TraceError, iter_trace, load_trace
+from evalkit.stats import mean
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -300,14 +302,14 @@ def test_the_streamed_findings_are_the_findings_from_every_row(synth_ledger, row
     rows = request_rows(db, info["run_id"]) if rows_from == "columns" else Rows(_dict_rows(db, info["run_id"]))
     old = build_report(db, info["run_id"], rows=rows)
     old_json = _report_json({**old, "findings": findings(db, info["run_id"], margins=margins, report=old, rows=rows)})
-    rep, fnd = streamed_report(db, info["run_id"], margins=margins)
+    rep, fnd = report_findings(db, info["run_id"], margins=margins)
     assert _close(_report_json({**rep, "findings": fnd}), old_json) == []
 
 
 def test_the_streamed_findings_decide_the_margins_given(synth_ledger):
     path, info = synth_ledger
     db = open_ledger(path, create=False)
-    _, fnd = streamed_report(db, info["run_id"], margins="schema_pass=-2pp,ttft_mean=+10%")
+    _, fnd = report_findings(db, info["run_id"], margins="schema_pass=-2pp,ttft_mean=+10%")
     assert len(fnd["verdicts"]) == 4
 
 
@@ -327,7 +329,7 @@ def test_the_streamed_html_report_is_the_html_report_from_every_row(synth_ledger
     db = open_ledger(path, create=False)
     use_run(db.require_run(info["run_id"]))
     old = render_html(db, info["run_id"], full_report(db, info["run_id"], margins=margins))
-    rep, fnd = streamed_report(db, info["run_id"], margins=margins)
+    rep, fnd = report_findings(db, info["run_id"], margins=margins)
     new = render_html(db, info["run_id"], (rep, fnd, None))
     assert new == old
     assert new.count("<svg") >= 8  # the charts are there, not skipped
@@ -348,7 +350,7 @@ def test_the_charts_read_a_stretch_at_a_time_are_the_charts_from_every_row(synth
     monkeypatch.setattr(plots, "STRETCH", stretch)
     if whole_variant:
         monkeypatch.setattr(plots, "_in_row_order", lambda outline, variant: [None])
-    rep, fnd = streamed_report(db, info["run_id"])
+    rep, fnd = report_findings(db, info["run_id"])
     assert render_html(db, info["run_id"], (rep, fnd, None)) == old
 
 
@@ -359,7 +361,7 @@ def test_the_ttft_p99_of_each_level_is_taken_over_its_every_stretch(synth_ledger
     path, info = synth_ledger
     db = open_ledger(path, create=False)
     use_run(db.require_run(info["run_id"]))
-    rep, fnd = streamed_report(db, info["run_id"])
+    rep, fnd = report_findings(db, info["run_id"])
     seen: list[plots.PlotData] = []
     monkeypatch.setattr(plots, "STRETCH", 400)
     monkeypatch.setattr(plots, "draw", lambda ledger, run_id, data, f, report: seen.append(data) or [])
@@ -375,7 +377,7 @@ def test_the_charts_refuse_a_variant_fed_again_after_another(synth_ledger):
 
     path, info = synth_ledger
     db = open_ledger(path, create=False)
-    rep, fnd = streamed_report(db, info["run_id"])
+    rep, fnd = report_findings(db, info["run_id"])
     data = plots.PlotData(["base", "w8a8"], fnd)
     data.add(request_rows(db, info["run_id"], "base", 1))
     data.add(request_rows(db, info["run_id"], "w8a8", 1))
@@ -414,7 +416,10 @@ SHAPES = {
     "two_servers": ["update requests set replica = id % 2"],
     "a_label_over_two_levels": ["update requests set level = 'main' where variant = 'w8a8'"],
     "first_level_all_failed": ["update requests set error_class = 'timeout', ttft_ms = null, e2e_ms = null "
-                               "where variant = 'fp8' and concurrency = 1"],
+                               "where variant = 'fp8' and concurrency = 1",
+                               # a failed request is never graded (`graded_requests`)
+                               "delete from grades where request_id in (select id from requests where error_class "
+                               "is not null)"],
 }
 
 
@@ -432,8 +437,68 @@ def test_the_findings_read_a_level_at_a_time_are_the_findings_from_every_row(syn
     rows = request_rows(db, info["run_id"])
     old = build_report(db, info["run_id"], rows=rows)
     old_json = _report_json({**old, "findings": findings(db, info["run_id"], report=old, rows=rows)})
-    rep, fnd = streamed_report(db, info["run_id"])
+    rep, fnd = report_findings(db, info["run_id"])
     assert _close(_report_json({**rep, "findings": fnd}), old_json) == []
+
+
+def _study_from_rows(db: Any, run: Any, rows: list[Any], pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The study's table by its definition, from every row: each variant's first level, its
+    successful cases' means, its servers' KV cache up to their last request, its quality against
+    the baseline's successful first-level cases (the noise-floor passes out)."""
+    base = db.baseline(run["id"])
+    first = by_variant(measured(first_level(rows), base, run.repeats))
+    ttft = {(p["variant"], p["complexity"]): p for p in pairs if p["metric"] == "ttft_ms"}
+    e2e = {(p["variant"], p["complexity"]): p for p in pairs if p["metric"] == "e2e_ms"}
+    base_ok = [r for r in first.get(base, []) if r["error_class"] is None]
+    out = []
+    for v, vall in sorted(by_variant(rows).items()):
+        vr = first.get(v, [])
+        ok = [r for r in vr if r["error_class"] is None]
+        e: dict[str, Any] = {"variant": v, "is_baseline": v == base, "n": len(vr), "errors": len(vr) - len(ok)}
+        for cx in ("short", "medium", "long"):
+            t = ttft.get((v, cx))
+            e[f"ttft_mean_{cx}_ms"] = mean([r["ttft_ms"] for r in ok if r["complexity"] == cx])
+            e[f"ttft_tax_{cx}_pct"], e[f"ttft_tax_{cx}_ci_pct"] = (t["delta_pct"], t["ci_pct"]) if t else (None, None)
+        for key, got in (("ttft_tax_all", ttft), ("e2e_delta_all", e2e)):
+            t = got.get((v, "all"))
+            e[f"{key}_pct"], e[f"{key}_ci_pct"] = (t["delta_pct"], t["ci_pct"]) if t else (None, None)
+        m = e2e.get((v, "medium"))
+        e["e2e_mean_medium_ms"] = mean([r["e2e_ms"] for r in ok if r["complexity"] == "medium"])
+        e["e2e_delta_medium_pct"], e["e2e_delta_medium_ci_pct"] = (m["delta_pct"], m["ci_pct"]) if m else (None, None)
+        e["ttft_max_ms"] = max((r["ttft_ms"] for r in ok if r["ttft_ms"] is not None), default=None)
+        ends: dict[Any, float] = {}
+        for r in vall:
+            if r["mono_start_ms"] is not None:
+                ends[r["replica"]] = max(ends.get(r["replica"], 0.0), r["mono_start_ms"] + (r["e2e_ms"] or 0.0))
+        e.update(kv_use(db, run["id"], v, ends))
+        e["preemptions"] = db.series_delta(run["id"], v, "num_preemptions_total") or 0.0
+        e.update(quality(ok, None if v == base else base_ok))
+        out.append(e)
+    return out
+
+
+@pytest.fixture(scope="module")
+def drift_ledger(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """The synthesized run with drift grades too: the study's quality then has a p-value the
+    report's Holm family adjusts (in the table, not the study)."""
+    path = tmp_path_factory.mktemp("synth") / "drift.db"
+    return path, _synth().synthesize(path, 5000, ["base", "w8a8", "fp8"], [1, 4], seed=3, drift=True)
+
+
+@pytest.mark.parametrize("shape", ["plain", *sorted(SHAPES)])
+def test_the_study_from_the_ledger_is_the_study_from_every_row(drift_ledger, tmp_path, shape):
+    path, info = drift_ledger
+    copy = copy_ledger(path, tmp_path / "shaped.db")
+    db = open_ledger(copy, create=False)
+    for sql in SHAPES.get(shape, []):
+        db._db.execute(sql)
+    db._db.conn.commit()
+    run = db.require_run(info["run_id"])
+    use_run(run)
+    rows = request_rows(db, info["run_id"])
+    rep, fnd = report_findings(db, info["run_id"])
+    want = json.loads(json.dumps(_study_from_rows(db, run, rows, rep["paired"]), default=str))
+    assert _close(json.loads(json.dumps(fnd["study_summary"], default=str)), want) == []
 
 
 @pytest.mark.parametrize("shape", ["plain", "two_servers", "a_label_over_two_levels"])

@@ -37,8 +37,8 @@ def report(ledger: Path | None, run_id: str | None, as_json: bool, markdown: boo
     decode, KV-cache peak, preemptions, goodput); quality (persona, formality, drift vs its
     noise floor); paired comparisons with bootstrap intervals; spikes and their causes."""
     from ..execution.stops import parse_slo
+    from ..reporting.findings import report_findings
     from ..reporting.report import to_json
-    from ..reporting.streamed import streamed_report
 
     if as_json and markdown:
         raise UsageError("--json and --markdown are mutually exclusive")
@@ -46,7 +46,7 @@ def report(ledger: Path | None, run_id: str | None, as_json: bool, markdown: boo
     use_graders(db, run_id, grader_paths)  # the run's own graders, from any directory
     s = parse_slo(slo)
     args = {"slo": s.absolute_ms if s else None, "by": by.split(",") if by else None, "k": spike_k, "margins": margins}
-    rep, fnd = streamed_report(db, run_id, **args)  # one variant's rows at a time (issue 37)
+    rep, fnd = report_findings(db, run_id, **args)  # ledger queries: no row read (issue 48)
     if html_path:
         from ..reporting.html import write_html
 

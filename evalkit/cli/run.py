@@ -112,7 +112,7 @@ def run(workload: Path | None, trace_path: Path | None, trace_format: str | None
     from ..execution.signals import Interrupted, graceful_stop
     from ..execution.traces import TraceSpec
     from ..execution.workflow import run_and_grade
-    from ..reporting.streamed import streamed_report
+    from ..reporting.findings import report_findings
     from ..sharing.browse import store_derived
     from .liveview import progress_for
 
@@ -159,7 +159,7 @@ def run(workload: Path | None, trace_path: Path | None, trace_format: str | None
     for name, why in summary.saturation.items():
         click.echo(f"{name}: {why}")
     if not quiet:
-        rep, fnd = streamed_report(db, summary.run_id)  # a slice at a time: the run's rows are not held
+        rep, fnd = report_findings(db, summary.run_id)  # ledger queries: the run's rows are not read
         store_derived(db, summary.run_id, fnd)  # what `browse` shows, computed once here
         print_report(rep, fnd)
         print_closing(fnd, str(path))

@@ -10,47 +10,34 @@ from typing import Any
 
 from ..catalogue import named
 from ..errors import UsageError
-from ..grading.base import hook
+from ..grading.base import Aggregate, declared_notes_where, hook
 from ..grading.registry import available, use_run
 from ..ledger import Ledger
 from ..stats import mean, percentile, time_weighted_mean
 from . import flips
-from .by_attr import by_quality, measured, slice_value
+from .by_attr import by_quality, measured
 from .capacity import capacity, capacity_statement, cost, load_levels, usage_of
 from .ledger_findings import ledger_findings
 from .plots import quality_points
-from .report import build_report, quality
+from .report import build_report, quality, table_quality
 from .reviews import review_lines, review_summary
-from .rows import request_rows
-from .rowseq import succeeded
-from .selection import by_variant, first_level
+from .rows import NotedRows, RunRows, request_rows
+from .selection import first_level
 from .spike_summary import Spike
 from .traffic import conversations, prefix_sharing, trace_fidelity, traffic_lines
 from .under_load import lines as ul_lines
 from .under_load import quality_under_load
-from .verdicts import parse_margins, sentences, verdicts
+from .verdicts import ledger_verdicts, parse_margins, sentences
 
 LATENCY_FIELDS = tuple(m.key for m in named("summary").values())  # the catalogue's per-slice summary rows
 
 
 def slices(ledger: Ledger, run: Any, baseline: str | None, by: list[str]) -> list[dict[str, Any]]:
     """Distribution of every summary metric per variant x slice (any combination of case fields)
-    over each variant's first level, in SQL (`Ledger.distributions`); `slice_quality` adds the
-    graders' columns."""
+    over each variant's first level, in SQL (`Ledger.distributions`). The graders' columns are
+    the report's quality table (by complexity) and `by_quality` (by anything else): paired with the
+    baseline's same slice, as a per-pair grader needs."""
     return ledger.distributions(run["id"], baseline, run.repeats, by, list(named("summary").values()))
-
-
-def slice_quality(entries: list[dict[str, Any]], rows: list[dict[str, Any]], by: list[str]) -> None:
-    """Each grader's summary of the successful requests of each slice of ``rows``' variants."""
-    groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
-    names = set()
-    for r in rows:
-        names.add(r["variant"])
-        if r["error_class"] is None:
-            groups[(r["variant"], *(slice_value(r, b) for b in by))].append(r)
-    for e in entries:
-        if e["variant"] in names:
-            e.update(quality(groups.get((e["variant"], *(e[b] for b in by)), [])))
 
 
 # --- spikes ---------------------------------------------------------------------------------------
@@ -154,62 +141,51 @@ def recommend(ledger: Ledger, run_id: str, targets: dict[tuple[str, float], floa
     return out
 
 
-def study_summary(ledger: Ledger, run_id: str, rows: list[dict[str, Any]], baseline: str,
-                  pairs: list[dict[str, Any]], repeats: int = 1) -> list[dict[str, Any]]:
+def study_summary(ledger: Ledger, run: Any, baseline: str, report: dict[str, Any], cut: list[dict[str, Any]]
+                  ) -> list[dict[str, Any]]:
     """The study's table: TTFT tax by complexity, E2E delta on medium generations, KV-cache
     peak and time-weighted mean, preemptions, and the quality ledger, for each variant against the
-    baseline, at each variant's first load level (the report's own comparisons, ``pairs``). Its
-    counts and rates are the cases': the baseline's noise-floor passes are not in them."""
-    out = []
-    first = measured(first_level(rows), baseline, repeats)
+    baseline, at each variant's first load level: from what the report and the findings computed
+    in the ledger (the report's comparisons and its quality table's "all" rows, the slices by
+    complexity), no row read. Its counts and means are the cases': the baseline's noise-floor
+    passes are not in them."""
+    pairs = report["paired"]
     ttft = {(p["variant"], p["complexity"]): p for p in pairs if p["metric"] == "ttft_ms"}
     e2e = {(p["variant"], p["complexity"]): p for p in pairs if p["metric"] == "e2e_ms"}
-    firsts, alls = by_variant(first), by_variant(rows)
-    base_ok = succeeded(firsts.get(baseline, []))
-    for v in sorted(alls):
-        out.append(study_entry(ledger, run_id, v, firsts.get(v, []), alls[v], baseline, base_ok, ttft, e2e))
+    whole = {r["variant"]: r for r in report["rows"] if r["complexity"] == "all"}
+    spans = ledger.level_outline(run["id"])["spans"]
+    out = []
+    for v in sorted(ledger.slice_levels(run["id"])):
+        mine = [s for s in cut if s["variant"] == v]
+        by_cx = {s["complexity"]: s for s in mine}
+        entry: dict[str, Any] = {"variant": v, "is_baseline": v == baseline, "n": sum(s["n"] for s in mine),
+                                 "errors": sum(s["errors"] for s in mine)}
+        for cx in ("short", "medium", "long"):
+            t = ttft.get((v, cx))
+            entry[f"ttft_mean_{cx}_ms"] = by_cx[cx]["ttft_ms"]["mean"] if cx in by_cx else None
+            entry[f"ttft_tax_{cx}_pct"] = t["delta_pct"] if t else None
+            entry[f"ttft_tax_{cx}_ci_pct"] = t["ci_pct"] if t else None
+        for key, got in (("ttft_tax_all", ttft), ("e2e_delta_all", e2e)):  # every case: any workload has these
+            t = got.get((v, "all"))
+            entry[f"{key}_pct"], entry[f"{key}_ci_pct"] = (t["delta_pct"], t["ci_pct"]) if t else (None, None)
+        m = e2e.get((v, "medium"))
+        entry["e2e_mean_medium_ms"] = by_cx["medium"]["e2e_ms"]["mean"] if "medium" in by_cx else None
+        entry["e2e_delta_medium_pct"] = m["delta_pct"] if m else None
+        entry["e2e_delta_medium_ci_pct"] = m["ci_pct"] if m else None
+        entry["ttft_max_ms"] = max((s["ttft_ms"]["max"] for s in mine if s["ttft_ms"]["max"] is not None), default=None)
+        entry.update(kv_use(ledger, run["id"], v, request_ends(spans, v)))
+        entry["preemptions"] = ledger.series_delta(run["id"], v, "num_preemptions_total") or 0.0
+        entry.update(table_quality(whole[v]) if v in whole else quality([], None if v == baseline else []))
+        out.append(entry)
     return out
 
 
-def study_entry(ledger: Ledger, run_id: str, v: str, vr: list[dict[str, Any]], vall: list[dict[str, Any]] | None,
-                baseline: str, base_ok: list[dict[str, Any]], ttft: dict[tuple[str, str], dict[str, Any]],
-                e2e: dict[tuple[str, str], dict[str, Any]], ends: dict[Any, float] | None = None) -> dict[str, Any]:
-    """One variant's row of `study_summary`: ``vr`` its first level, ``vall`` all its rows (or,
-    read a level at a time, ``ends``: `kv_use`'s), ``base_ok`` the baseline's successful first-level rows."""
-    ok = succeeded(vr)
-    entry: dict[str, Any] = {"variant": v, "is_baseline": v == baseline, "n": len(vr), "errors": len(vr) - len(ok)}
-    for cx in ("short", "medium", "long"):
-        t = ttft.get((v, cx))
-        entry[f"ttft_mean_{cx}_ms"] = mean([r["ttft_ms"] for r in ok if r["complexity"] == cx])
-        entry[f"ttft_tax_{cx}_pct"] = t["delta_pct"] if t else None
-        entry[f"ttft_tax_{cx}_ci_pct"] = t["ci_pct"] if t else None
-    for key, pairs in (("ttft_tax_all", ttft), ("e2e_delta_all", e2e)):  # every case: any workload has these
-        t = pairs.get((v, "all"))
-        entry[f"{key}_pct"], entry[f"{key}_ci_pct"] = (t["delta_pct"], t["ci_pct"]) if t else (None, None)
-    m = e2e.get((v, "medium"))
-    entry["e2e_mean_medium_ms"] = mean([r["e2e_ms"] for r in ok if r["complexity"] == "medium"])
-    entry["e2e_delta_medium_pct"] = m["delta_pct"] if m else None
-    entry["e2e_delta_medium_ci_pct"] = m["ci_pct"] if m else None
-    entry["ttft_max_ms"] = max((r["ttft_ms"] for r in ok if r["ttft_ms"] is not None), default=None)
-    entry.update(kv_use(ledger, run_id, v, vall or [], ends))
-    entry["preemptions"] = ledger.series_delta(run_id, v, "num_preemptions_total") or 0.0
-    entry.update(quality(ok, None if v == baseline else base_ok))
-    return entry
-
-
-def kv_use(ledger: Ledger, run_id: str, variant: str, rows: list[dict[str, Any]],
-           ends: dict[Any, float] | None = None) -> dict[str, float | None]:
+def kv_use(ledger: Ledger, run_id: str, variant: str, ends: dict[Any, float]) -> dict[str, float | None]:
     """KV-cache use over the whole run of a variant: the peak, and the mean over time (each
-    server's step series up to its last request, averaged over its servers). ``ends``: each
-    server's last end (`request_ends`), when the rows are not at hand."""
+    server's step series up to its last request, ``ends``: `request_ends`, averaged over its servers)."""
     by: dict[Any, list[tuple[float, float]]] = defaultdict(list)
     for x in ledger.server_series(run_id, "kv_cache_usage_perc", variant):
         by[x["replica"]].append((x["mono_ms"], x["value"]))
-    if ends is None:
-        ends = {}
-        for r in rows:
-            if r["mono_start_ms"] is not None:
-                ends[r["replica"]] = max(ends.get(r["replica"], 0.0), r["mono_start_ms"] + (r["e2e_ms"] or 0.0))
     means = [time_weighted_mean(pts, ends.get(rep)) for rep, pts in by.items()]
     peak = max((v for pts in by.values() for _, v in pts), default=None)
     return {"kv_cache_peak_pct": None if peak is None else 100 * peak,
@@ -251,32 +227,36 @@ def level_findings(ledger: Ledger, run: Any, baseline: str | None, variants: lis
 def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = None, k: float = 3.5,
              margins: str | dict[str, Any] | None = None, report: dict[str, Any] | None = None,
              rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Everything the report says beyond its tables. ``margins``: non-inferiority margins (the
-    matrix's `margins:` when not given); each variant's verdicts open the findings. ``rows``: the
-    run's `request_rows` when the caller has them (read once per report)."""
+    """Everything the report says beyond its tables, from ledger queries and the report's tables.
+    ``margins``: non-inferiority margins (the matrix's `margins:` when not given); each variant's
+    verdicts (the gate's reading of the first levels) open the findings. The run's rows are read
+    only for what a person asked of them, --by's quality and the reviews (``rows``: when the
+    caller holds them already, the HTML report); the grader notes read them a stretch at a time."""
     run = ledger.require_run(run_id)
     run_id = run["id"]
     use_run(run)  # its graders' margins parse like a built-in's
     specs = parse_margins(margins if margins is not None else run.margins,
                           "--margins" if margins is not None else "matrix margins")
-    rows = rows if rows is not None else request_rows(ledger, run_id)
     report = report or build_report(ledger, run_id, rows=rows)
+    if rows is None and (by or ledger.reviews(run_id)):
+        rows = request_rows(ledger, run_id)
     baseline = ledger.baseline(run_id)
-    variants = ledger.variants(run_id)
-    lv = level_findings(ledger, run, baseline, variants, by_variant(rows))
+    lv = level_findings(ledger, run, baseline, ledger.variants(run_id), ledger.slice_levels(run_id))
     qul = quality_under_load(ledger, run_id)
-    # the baseline's noise-floor passes are drift's, not cases: not counted in any slice
-    cases = measured(first_level(rows), baseline, run.repeats)
-    slice_quality(cut := slices(ledger, run, baseline, by or ["complexity"]), cases, by or ["complexity"])
+    cut = slices(ledger, run, baseline, by or ["complexity"])
+    lf = ledger_findings(ledger, run_id, baseline, specs, run.repeats)  # the order, the machine, accuracy
+    _, vs = ledger_verdicts(ledger, run_id, baseline, specs, lf["timeshare"], levels=False)
+    revs = review_summary(ledger, run_id, rows, baseline) if rows is not None else None
     return {
         "run_id": run_id, "baseline": baseline,
         "slices": cut,
-        "by": by or [], "by_quality": by_quality(cases, baseline, by, flips.flips(ledger, run_id, baseline, by, run.repeats))
-        if by else [],  # reporting/by_attr.py
+        # the baseline's noise-floor passes are drift's, not cases: not counted in any slice
+        "by": by or [], "by_quality": by_quality(measured(first_level(rows), baseline, run.repeats), baseline, by,
+                                                 flips.flips(ledger, run_id, baseline, by, run.repeats))
+        if by and rows is not None else [],  # reporting/by_attr.py
         "paired": report["paired"],
         "multiplicity": report["multiplicity"],
-        "verdicts": (vs := verdicts(first_level(rows), baseline, specs,
-                                    time=(lf := ledger_findings(ledger, run_id, baseline, specs, run.repeats))["timeshare"])),
+        "verdicts": vs,
         "verdict_lines": sentences(vs, baseline) if baseline else [],
         "timeshare": lf["timeshare"], "accuracy": lf["accuracy"],
         "margins_given": [m.text for m in specs],  # so "no verdict" can say why truthfully
@@ -285,23 +265,55 @@ def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = N
         "capacity_statement": lv["capacity_statement"],
         "load_levels": lv["load_levels"],
         "cost": lv["cost"],
-        "study_summary": study_summary(ledger, run_id, rows, baseline, report["paired"], run.repeats) if baseline else [],
+        "study_summary": study_summary(ledger, run, baseline, report, cut if not by or by == ["complexity"]
+                                       else slices(ledger, run, baseline, ["complexity"])) if baseline else [],
         "quality_under_load": qul,
         "quality_vs_cost": lv["quality_vs_cost"],
         **(traffic := {k: lv[k] for k in ("trace_fidelity", "prefix_sharing", "conversations")}),
         "flips": (flip_table := flips.flips(ledger, run_id, baseline)),  # pass/fail changes per case
-        "reviews": (revs := review_summary(ledger, run_id, rows, baseline)),  # people's verdicts (browse --review)
-        "notes": [line for cls in available().values() for line in hook(cls, "notes", rows)]
-        + lv["capacity_statement"] + ul_lines(qul) + traffic_lines(traffic) + flips.lines(flip_table, specs)
-        + review_lines(revs) + lf["lines"],
+        "reviews": revs,  # people's verdicts (browse --review)
+        "notes": grader_notes(ledger, run_id, rows) + lv["capacity_statement"] + ul_lines(qul)
+        + traffic_lines(traffic) + flips.lines(flip_table, specs) + review_lines(revs) + lf["lines"],
     }
+
+
+def grader_notes(ledger: Ledger, run_id: str, rows: list[dict[str, Any]] | None) -> list[str]:
+    """Each grader's `notes` on the rows it declares it can speak of (else every row), read a
+    stretch at a time, or on ``rows`` when the caller holds them."""
+    graded, everything = ledger.measured_graders(run_id), RunRows(ledger, run_id)
+    return [line for name, cls in available().items() if _has_notes(cls.aggregate, name, graded)
+            for line in hook(cls, "notes", rows if rows is not None else _noted(ledger, run_id, name, cls, everything))]
+
+
+def _noted(ledger: Ledger, run_id: str, name: str, cls: Any, everything: RunRows) -> RunRows | NotedRows:
+    """The rows a grader's `notes` is handed: those it declares it can speak of, else every row."""
+    fields = declared_notes_where(cls)
+    return everything if fields is None else NotedRows(ledger, run_id, name, fields)
+
+
+def _has_notes(agg: Any, grader: str, graded: set[str]) -> bool:
+    """Whether an aggregate may have notes: its own `notes`, and (a built-in's read only their
+    grader's grades) grades to write them from."""
+    if getattr(agg.notes, "__func__", None) is getattr(Aggregate.notes, "__func__", None):
+        return False
+    return grader in graded or not agg.__module__.startswith("evalkit.")
+
+
+def report_findings(ledger: Ledger, run_id: str | None = None, *, slo: dict[str, float] | None = None,
+                    by: list[str] | None = None, k: float = 3.5, margins: str | dict[str, Any] | None = None
+                    ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The report and its findings, from ledger queries (`build_report`, `findings`): what
+    `report`, `run`'s closing lines, `browse` and `publish` read."""
+    rid = ledger.require_run(run_id)["id"]
+    rep = build_report(ledger, rid, slo)
+    return rep, findings(ledger, rid, by, k, margins, report=rep)
 
 
 def full_report(ledger: Ledger, run_id: str | None = None, *, slo: dict[str, float] | None = None,
                 by: list[str] | None = None, k: float = 3.5, margins: str | dict[str, Any] | None = None
                 ) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
     """The report, its findings, and the rows both read (the HTML report draws them): one read.
-    `streamed.streamed_report` gives the same without holding the run's rows."""
+    `report_findings` gives the same without the rows."""
     rid = ledger.require_run(run_id)["id"]
     rows = request_rows(ledger, rid)
     rep = build_report(ledger, rid, slo, rows=rows)

@@ -21,9 +21,9 @@ from ..ledger import Ledger
 from ..spec.dataset import COMPLEXITIES
 from ..stats import mean, pct_delta, percentile, robust_ratio
 from .grade_views import grades_by_grader
-from .rows import give_back, keep_columns, request_rows
+from .rows import give_back, request_rows
 from .rowseq import take, where
-from .selection import COMPARED, by_variant, first_level, level_note, sweep_levels
+from .selection import by_variant, first_level, level_note, sweep_levels
 from .spike_summary import bounded
 from .verdicts import apply_holm, flag, multiplicity_notes
 
@@ -158,8 +158,6 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
             vcases = vfirst
         if name in {v["name"] for v in variants}:
             entries[name] = _variant_table(ledger, run_id, name, vcases, baseline, base_groups, metrics, summaries)
-        if name == baseline and rows is None:  # read here: keep what a comparison reads of it
-            keep_columns(base_first, COMPARED)
         del vfirst, vcases  # one candidate's slice at a time: gone before the next is read
         give_back()
     table = [e for v in variants for e in entries.get(v["name"], [])]
@@ -230,6 +228,14 @@ def case_summaries(ledger: Ledger, run_id: str, baseline: str | None, repeats: i
                                       f"{type(got).__name__}, not a dict of column key -> value")
                 out.setdefault((v, s), {})[g] = got
     return out
+
+
+def table_quality(row: dict[str, Any]) -> dict[str, Any]:
+    """A table row's graders' columns, as `quality` gave them: `_variant_table` puts them after its
+    metrics and `preemptions`; `build_report` adds the deltas to the baseline, then Holm's p-values,
+    after them."""
+    keys = list(row)
+    return {k: row[k] for k in keys[keys.index("preemptions") + 1:keys.index("ttft_p50_delta_pct")]}
 
 
 def _slices(cases: list[dict[str, Any]]) -> dict[str, array[int]]:

@@ -43,15 +43,6 @@ def give_back() -> None:
         trim(0)
 
 
-def big_buffers_apart() -> None:
-    """Every buffer of 128 kB or more (a column of a slice) mapped on its own and unmapped when
-    freed (glibc's ``mallopt(M_MMAP_THRESHOLD)``; elsewhere nothing). glibc otherwise raises that
-    threshold each time such a buffer is freed, so the next slice's columns grow in the heap,
-    copy as they grow and leave holes the size of a slice: ~55 MB of a 2 M-row report's peak."""
-    if (opt := getattr(_libc(), "mallopt", None)) is not None:
-        opt(-3, 128 * 1024)  # M_MMAP_THRESHOLD; fixed, so not raised again
-
-
 @cache
 def _libc() -> Any:
     """The C library's functions (what this process has linked), or None."""
@@ -236,14 +227,6 @@ class Table:
         self.get.update(extra)
         self.keys = list(self.get)
 
-    def keep(self, names: Collection[str]) -> None:
-        """Let every request column but ``names`` (and `NEEDED`) go: the case fields, grades and
-        computed values stay. For a slice read for one use and then only compared with: a row
-        no longer has the others (a key error, as for any column the read left out)."""
-        for name in [k for k in self.columns if k not in names and k not in NEEDED]:
-            del self.columns[name], self.get[name]
-        self.keys = list(self.get)
-
 
 def request_rows(ledger: Ledger, run_id: str, variant: str | None = None, level: int | None = None,
                  seqs: tuple[int, int] | None = None, only: Collection[str] | None = None,
@@ -400,12 +383,6 @@ class _Graded:
                 if len(details) < self.SHARED_DETAILS:
                     details[g[6]] = d
             self.detail.append(d)
-
-
-def keep_columns(rows: list[Any], names: Collection[str]) -> None:
-    """`Table.keep` of the one table ``rows`` are views of (rows made by hand keep every key)."""
-    if (t := table_of(rows)) is not None:
-        t.keep(names)
 
 
 def table_of(rows: list[Any]) -> Table | None:

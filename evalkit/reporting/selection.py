@@ -10,13 +10,6 @@ from typing import Any
 
 from .rows import Rows
 
-# What a comparison with the baseline reads of the baseline's rows beside the case fields and grades
-# every row has (the tables' paired tests and quality, verdicts, flips, the study's quality): a
-# report read a slice at a time keeps these of the baseline's first level once its own parts are done.
-COMPARED = frozenset({"variant", "repeat", "concurrency", "level", "replica", "seq", "order_block", "ttft_ms",
-                      "tpot_ms", "e2e_ms", "itl_mean_ms", "prompt_tokens", "completion_tokens", "error_class",
-                      "timing_suspect", "ttfo_ms", "reasoning_tokens"})
-
 
 def level_of(r: dict[str, Any]) -> int:
     return r.get("concurrency") or 1

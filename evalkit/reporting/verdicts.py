@@ -153,8 +153,8 @@ def _grader_test(ms: MarginSpec, a: dict[str, float], b: dict[str, float], cases
 
 def graders_read(specs: list[MarginSpec]) -> set[str]:
     """The graders whose grades the margins' tests read (a grader's margin, a flips margin)."""
-    return {flips.flip_metrics()[ms.metric] if flips.is_flips(ms.metric) else
-            grader_margins()[qualified(ms.metric) or ms.metric][0] for ms in specs if ms.metric not in LATENCY}
+    fl, gm = flips.flip_metrics(), grader_margins()
+    return {fl[m] if m in fl else gm[qualified(m) or m][0] for m in (ms.metric for ms in specs) if m not in LATENCY}
 
 
 def decides(t: PairedTest, ms: MarginSpec) -> bool:
@@ -302,12 +302,13 @@ def _reads(specs: list[MarginSpec]) -> dict[str, Any]:
 
 
 def ledger_verdicts(ledger: Ledger, run_id: str, baseline: str | None, specs: list[MarginSpec],
-                    time: dict[str, Any] | None = None, alpha: float = ALPHA) -> tuple[bool, list[dict[str, Any]]]:
-    """(whether the run swept levels, its verdicts) from `ledger_tests`: each candidate's first
-    level against the baseline's, or for a sweep every level both reached, each variant's levels
-    one family (as `verdicts` with ``levels``)."""
+                    time: dict[str, Any] | None = None, alpha: float = ALPHA, levels: bool | None = None
+                    ) -> tuple[bool, list[dict[str, Any]]]:
+    """(whether the run swept levels, its verdicts) from `ledger_tests`: each candidate's first level
+    against the baseline's (the report's: ``levels`` False), or for a sweep (the gate's) every level
+    both reached, each variant's levels one family (as `verdicts` with ``levels``)."""
     swept = any(len(ls) > 1 for ls in ledger.slice_levels(run_id).values())
-    tests = ledger_tests(ledger, run_id, baseline, specs, by_level=swept)
+    tests = ledger_tests(ledger, run_id, baseline, specs, by_level=swept if levels is None else levels)
     return swept, [e for v, cs in tests.items() for e in family(v, cs, specs, alpha, time)]
 
 

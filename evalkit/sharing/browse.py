@@ -17,7 +17,7 @@ from ..grading import refresh_view
 from ..grading.registry import available, canned_queries, headline_columns, use_ledger
 from ..ledger import Ledger
 from ..ledger.canned import canned
-from ..reporting.streamed import streamed_report
+from ..reporting.findings import report_findings
 from ..spawn import reap, with_parent_death
 
 PLUGINS = Path(__file__).with_name("datasette_plugins")
@@ -53,7 +53,7 @@ def refresh_derived(ledger: Ledger, say: Any = None) -> list[str]:
     for run_id in stale:
         if say is not None:
             say(f"computing the findings of run {run_id} for browsing (once; stored in the ledger)")
-        store_derived(ledger, run_id, streamed_report(ledger, run_id)[1])  # a slice at a time
+        store_derived(ledger, run_id, report_findings(ledger, run_id)[1])  # ledger queries
     refresh_view(ledger)
     return stale
 

@@ -19,8 +19,8 @@ from ..ledger import Ledger
 from ..paths import PROJECT_DIR
 from ..redact import SECRET_ENV_HINT, SECRET_PATTERNS
 from ..reporting.document import markdown, sections, study_table
+from ..reporting.findings import report_findings
 from ..reporting.reviews import review_lines
-from ..reporting.streamed import streamed_report
 
 TOKEN_ENVS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 
@@ -114,7 +114,7 @@ def export(ledger: Ledger, out: Path, run_id: str | None = None) -> dict[str, in
         where = find_secret(rows, name)
         if where:
             raise UsageError(f"refusing to publish: a value in {where} looks like a secret")
-    rep, fnd = streamed_report(ledger, run_id)
+    rep, fnd = report_findings(ledger, run_id)
     summary = [{k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in s.items()}
                for s in fnd["study_summary"]]
     # a column no variant has (a grader the run did not use, a slice its cases lack) is not published empty
