@@ -616,3 +616,26 @@ def test_an_aggregate_asked_again_is_the_same_until_the_ledger_changes(synth_led
     db._db.execute("update requests set concurrency = 2 where run_id = ? and variant = 'base' and concurrency = 8",
                    [run_id])  # and one by this connection
     assert {lv for (v, lv) in db.level_outline(run_id)["seqs"] if v == "base"} == {1, 2}
+
+
+MARKED = ["update requests set timing_suspect = (id % 7 = 0), timestamp_source = case when id % 3 = 0 then 'kernel' "
+          "when id % 3 = 1 then 'user' end",
+          "update requests set level = 'burst' where id % 11 = 0",
+          "update requests set level = '' where id % 13 = 0"]
+
+
+def test_the_client_check_s_marks_are_the_rows_counted(synth_ledger, tmp_path):
+    """`Ledger.level_marks` per level label in the order the rows first show it: rows, the clocks
+    that stamped them (none, or an empty label, read as the user's clock and "main"), suspect rows."""
+    path, info = synth_ledger
+    db = open_ledger(copy_ledger(path, tmp_path / "marked.db"), create=False)
+    for sql in MARKED:
+        db._db.execute(sql)
+    db._db.conn.commit()
+    want: dict[str, list[Any]] = {}
+    for r in request_rows(db, info["run_id"]):
+        acc = want.setdefault(r["level"] or "main", [0, set(), 0])
+        acc[0] += 1
+        acc[1].add(r["timestamp_source"] or "user")
+        acc[2] += bool(r["timing_suspect"])
+    assert list(db.level_marks(info["run_id"]).items()) == [(k, tuple(v)) for k, v in want.items()]

@@ -104,10 +104,8 @@ class ReportReads:
 
     def _slice_levels(self, run_id: str) -> dict[str, set[int]]:
         out: dict[str, set[int]] = {}
-        for v, lv, _, _ in self._db.execute(
-                """select r.variant, r.load_level, min(r.seq), min(r.id) from measured r join runs u on u.id = r.run_id
-                    join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
-                    where r.run_id = ? group by 1, 2 order by 3, 4""", [run_id]):
+        for v, lv, _, _ in self.query(f"select r.variant, r.load_level, min(r.seq), min(r.id) {_MEASURED} "  # type: ignore[attr-defined]
+                                      "where r.run_id = $run group by 1, 2 order by 3 nulls first, 4", {"run": run_id})[1]:
             out.setdefault(v, set()).add(lv)
         return out
 
@@ -142,11 +140,9 @@ class ReportReads:
         return self._unchanged(("measured_graders", run_id), lambda: self._measured_graders(run_id))  # type: ignore[no-any-return]
 
     def _measured_graders(self, run_id: str) -> set[str]:
-        return {g for (g,) in self._db.execute(
-            """select distinct g.grader from grades g join measured r on r.id = g.request_id
-               join runs u on u.id = r.run_id join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
-               where g.run_id = ? and r.run_id = ? and g.error_class is null""",
-            [run_id, run_id])}
+        return {g for (g,) in self.query(  # type: ignore[attr-defined]
+            f"select distinct g.grader from l.grades g join (select r.id {_MEASURED} where r.run_id = $run) r "
+            "on r.id = g.request_id where g.run_id = $run and g.error_class is null", {"run": run_id})[1]}
 
     def measured_columns(self, run_id: str, names: list[str], size: int = 50_000
                          ) -> Iterator[list[tuple[Any, ...]]]:
@@ -172,15 +168,14 @@ class ReportReads:
         return self._unchanged(("level_outline", run_id), lambda: self._level_outline(run_id))  # type: ignore[no-any-return]
 
     def _level_outline(self, run_id: str) -> dict[str, Any]:
-        where, params = _slice_where(run_id, None, None)
-        joins = """from measured r join runs u on u.id = r.run_id
-                   join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash"""
         label = "coalesce(nullif(r.level, ''), 'main')"
         spans: dict[tuple[str, str], dict[Any, tuple[float, float]]] = {}
-        for v, lab, rep, lo, hi, _, _ in self._db.execute(
+        for v, lab, rep, lo, hi, _, _ in self.query(  # type: ignore[attr-defined]
                 f"""select r.variant, {label}, r.replica, min(r.mono_start_ms),
                            max(r.mono_start_ms + coalesce(r.e2e_ms, 0.0)), min(r.seq), min(r.id)
-                    {joins} where {where} and r.mono_start_ms is not null group by 1, 2, 3 order by 6, 7""", params):
+                    {_MEASURED} where r.run_id = $run and r.mono_start_ms is not null
+                    group by 1, 2, 3 order by 6 nulls first, 7""",
+                {"run": run_id})[1]:
             spans.setdefault((v, lab), {})[rep] = (lo, hi)
         first_seq: dict[str, int] = {}
         slices: dict[tuple[str, str], set[int]] = {}
@@ -188,9 +183,10 @@ class ReportReads:
         traced: dict[str, int] = {}
         seqs: dict[tuple[str, int], tuple[int, int]] = {}
         trace = "count(r.trace_row)" if "trace_row" in self._db["requests"].columns_dict else "0"
-        for v, lab, lv, seq, n_ok, n_trace, last in self._db.execute(
-                f"""select r.variant, {label}, r.load_level, min(r.seq), sum(r.error_class is null), {trace},
-                           max(r.seq) {joins} where {where} group by 1, 2, 3""", params):
+        for v, lab, lv, seq, n_ok, n_trace, last in self.query(  # type: ignore[attr-defined]
+                f"""select r.variant, {label}, r.load_level, min(r.seq), count(*) filter (where r.error_class is null),
+                           {trace}, max(r.seq) {_MEASURED} where r.run_id = $run group by 1, 2, 3 order by 1, 2, 3""",
+                {"run": run_id})[1]:
             first_seq[v] = min(first_seq.get(v, seq), seq)
             lo, hi = seqs.get((v, lv), (seq, last))
             seqs[(v, lv)] = (min(lo, seq), max(hi, last))
@@ -226,6 +222,11 @@ class ReportReads:
         sql = f"insert into grades ({', '.join(f'[{c}]' for c in cols)}) values ({', '.join('?' for _ in cols)})"
         with self._db.conn:
             self._db.conn.executemany(sql, [tuple(r.get(c) for c in cols) for r in rows])
+
+
+# a run's measured rows of its own cases, as every analysis query reads them (DuckDB, the ledger's `l` schema)
+_MEASURED = ("from l.measured r join l.runs u on u.id = r.run_id "
+             "join l.cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash")
 
 
 def _slice_where(run_id: str, variant: str | None, level: int | None, seqs: tuple[int, int] | None = None,

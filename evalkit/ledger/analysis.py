@@ -299,6 +299,18 @@ left join b using (variant, case_id) order by m.variant, m.case_id""", {"run": r
                              {"run": run_id})
         return {v: (p99, bool(kernel)) for v, p99, kernel in rows}
 
+    def level_marks(self, run_id: str) -> dict[str, tuple[int, set[str], int]]:
+        """Per load level label (in the order the measured rows first show it): its rows, the clocks
+        that stamped them (`timestamp_source`, "user" when none), and how many are marked
+        `timing_suspect`: the client's self-check (`report.client_check`)."""
+        _, rows = self.query("select coalesce(nullif(r.level, ''), 'main'), count(*), "
+                             "list(distinct coalesce(nullif(r.timestamp_source, ''), 'user')), "
+                             "count(*) filter (where coalesce(r.timing_suspect, 0) != 0) from l.measured r "
+                             "join l.runs u on u.id = r.run_id join l.cases c on c.id = r.case_id "
+                             "and c.dataset_hash = u.dataset_hash where r.run_id = $run group by 1 "
+                             "order by min({'k': r.seq is not null, 's': r.seq, 'i': r.id})", {"run": run_id})
+        return {lv: (int(n), set(src), int(sus)) for lv, n, src, sus in rows}
+
     def spike_rows(self, run_id: str, metric: str, k: float) -> list[dict[str, Any]]:
         """`_SPIKES` of ``metric``: few rows, each attributed in Python (`findings.attribute_spike`)."""
         if metric not in ("ttft_ms", "e2e_ms"):

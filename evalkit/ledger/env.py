@@ -23,24 +23,32 @@ SUMMARISED = ("foreign_cpu", "steal", "iowait")  # mean / p90 / max per variant
 SERIES = frozenset(ENV_COLUMNS) - {"run_id", "t_ms", "span_ms", "ts", "variant_active", "cpus"}
 
 
-def _hits(level: str | None, variant: str | None) -> tuple[str, dict[str, Any]]:
-    """CTEs `reqs` (each measured request's window) and `hit` (distinct variant, sample id pairs
-    that overlap): the range on t_ms uses the (run_id, t_ms) index, one probe per request."""
-    where, params = "", {"level": level, "variant": variant}
+def _hits(level: str | None, variant: str | None, block: bool = False) -> tuple[str, dict[str, Any]]:
+    """CTEs (DuckDB, the ledger's `l` schema) `reqs` (each measured request's window), `samples`
+    (the run's) and `hit` (distinct variant, sample id pairs that overlap; with ``block`` each
+    request's `order_block` too): two ranges, so DuckDB joins them by sorting, never each request
+    against each sample."""
+    where, params = "", {}
     if level is not None:
-        where += " and coalesce(level, 'main') = :level"
+        where, params["level"] = where + " and coalesce(level, 'main') = $level", level
     if variant is not None:
-        where += " and variant = :variant"
+        where, params["variant"] = where + " and variant = $variant", variant
+    blk = (", order_block as blk", " and order_block is not null", " r.blk,") if block else ("", "", "")
     sql = f"""
         with reqs as (
-            select variant, mono_start_ms as a, mono_start_ms + coalesce(e2e_ms, 0.0) as b from measured
-            where run_id = :run and mono_start_ms is not null{where}),
-        longest as (select coalesce(max(span_ms), 0.0) as m from env_samples where run_id = :run),
+            select variant{blk[0]}, mono_start_ms as a, mono_start_ms + coalesce(e2e_ms, 0.0) as b from l.measured
+            where run_id = $run and mono_start_ms is not null{blk[1]}{where}),
+        samples as (select * from l.env_samples where run_id = $run),
+        longest as (select coalesce(max(span_ms), 0.0) as m from samples),
         hit as (
-            select distinct r.variant, s.id from reqs r cross join longest
-            join env_samples s on s.run_id = :run and s.t_ms > r.a and s.t_ms < r.b + longest.m + 1e-6
+            select distinct r.variant,{blk[2]} s.id from reqs r cross join longest
+            join samples s on s.t_ms > r.a and s.t_ms < r.b + longest.m + 1e-6
                  and s.t_ms - coalesce(s.span_ms, 0.0) < r.b)"""
     return sql, params
+
+
+def _dicts(got: tuple[list[str], list[tuple[Any, ...]]]) -> list[dict[str, Any]]:
+    return [dict(zip(got[0], row, strict=True)) for row in got[1]]
 
 
 class EnvSamples:
@@ -70,9 +78,9 @@ class EnvSamples:
         if measure not in SERIES:
             raise UsageError(f"no load measure {measure!r}: one of {', '.join(sorted(SERIES))}")
         cte, params = _hits(level, variant)
-        return [(r[0], r[1]) for r in self._db.execute(
-            f"{cte} select s.t_ms, s.[{measure}] from hit h join env_samples s on s.id = h.id "
-            f"where s.[{measure}] is not null order by s.t_ms, s.id", {"run": run_id, **params})]
+        return [(r[0], r[1]) for r in self.query(  # type: ignore[attr-defined]
+            f'{cte} select s.t_ms, s."{measure}" from hit h join samples s on s.id = h.id '
+            f'where s."{measure}" is not null order by s.t_ms, s.id', {"run": run_id, **params})[1]]
 
     def env_load(self, run_id: str, level: str | None = None) -> dict[str, dict[str, Any]]:
         """Per variant, the load while its measured requests were in flight: for foreign_cpu, steal
@@ -84,25 +92,27 @@ class EnvSamples:
         cte, params = _hits(level, None)
         p = {"run": run_id, **params}
         out: dict[str, dict[str, Any]] = {}
-        for r in self._db.query(f"{cte} select variant, min(a) as first_ms, max(b) as last_ms from reqs group by variant", p):
+        for r in _dicts(self.query(  # type: ignore[attr-defined]
+                f"{cte} select variant, min(a) as first_ms, max(b) as last_ms from reqs group by variant order by variant", p)):
             out[r["variant"]] = {"variant": r["variant"], "first_ms": r["first_ms"], "last_ms": r["last_ms"], "samples": 0,
                                  "gpu_samples": 0, "throttle_share": None,
                                  **{f"{m}_{k}": None for m in SUMMARISED for k in ("mean", "p90", "max")},
                                  **{f"{m}_n": 0 for m in SUMMARISED}}
-        for r in self._db.query(
+        for r in _dicts(self.query(  # type: ignore[attr-defined]
                 f"""{cte} select h.variant, count(*) as samples, count(s.gpu_throttle) as gpu_samples,
-                           avg(case when s.gpu_throttle is not null then s.gpu_throttle != 0 end) as throttle_share
-                    from hit h join env_samples s on s.id = h.id group by h.variant""", p):
+                           avg(case when s.gpu_throttle is null then null when s.gpu_throttle != 0 then 1.0 else 0.0 end)
+                           as throttle_share
+                    from hit h join samples s on s.id = h.id group by h.variant""", p)):
             out[r["variant"]].update(r)
         long = " union all ".join(
-            f"select h.variant, '{m}' as m, s.{m} as v from hit h join env_samples s on s.id = h.id where s.{m} is not null"
+            f"select h.variant, '{m}' as m, s.{m} as v from hit h join samples s on s.id = h.id where s.{m} is not null"
             for m in SUMMARISED)
-        for r in self._db.query(
+        for r in _dicts(self.query(  # type: ignore[attr-defined]
                 f"""{cte}, long as ({long}),
                     ranked as (select variant, m, v, row_number() over (partition by variant, m order by v) as rn,
                                       count(*) over (partition by variant, m) as n from long)
                     select variant, m, avg(v) as mean, min(case when rn * 10 >= n * 9 then v end) as p90,
-                           max(v) as max, count(*) as n from ranked group by variant, m""", p):
+                           max(v) as max, count(*) as n from ranked group by variant, m""", p)):
             for k in ("mean", "p90", "max", "n"):
                 out[r["variant"]][f"{r['m']}_{k}"] = r[k]
         return out
@@ -117,37 +127,28 @@ class EnvSamples:
         loaded level or of `--order blocks`), the mean foreign CPU and steal of the samples its
         requests overlapped, and how many: the two sides of a chunk ran at different moments, and
         a change of the machine between them shows here even when the run's means agree."""
-        return list(self._db.query(
-            """with reqs as (
-                 select variant, order_block as blk, mono_start_ms as a, mono_start_ms + coalesce(e2e_ms, 0.0) as b
-                 from measured where run_id = :run and mono_start_ms is not null and order_block is not null),
-               longest as (select coalesce(max(span_ms), 0.0) as m from env_samples where run_id = :run),
-               hit as (
-                 select distinct r.variant, r.blk, s.id from reqs r cross join longest
-                 join env_samples s on s.run_id = :run and s.t_ms > r.a and s.t_ms < r.b + longest.m + 1e-6
-                      and s.t_ms - coalesce(s.span_ms, 0.0) < r.b)
-               select h.variant, h.blk as block, avg(s.foreign_cpu) as foreign_cpu, avg(s.steal) as steal,
+        cte, params = _hits(None, None, block=True)
+        return _dicts(self.query(  # type: ignore[attr-defined]
+            f"""{cte} select h.variant, h.blk as block, avg(s.foreign_cpu) as foreign_cpu, avg(s.steal) as steal,
                       count(s.foreign_cpu) as samples
-               from hit h join env_samples s on s.id = h.id group by h.variant, h.blk order by h.blk, h.variant""",
-            {"run": run_id}))
+               from hit h join samples s on s.id = h.id group by h.variant, h.blk order by h.blk, h.variant""",
+            {"run": run_id, **params}))
 
     def first_level(self, run_id: str) -> str | None:
         """The run's first load level (its lowest concurrency): where its verdicts are read."""
-        row = self._db.execute("select coalesce(level, 'main') from requests where run_id = ? and is_warmup = 0 "
-                               "order by concurrency, seq limit 1", [run_id]).fetchone()
-        return row[0] if row else None
+        got = self.query("select coalesce(level, 'main') from l.requests where run_id = $run and is_warmup = 0 "  # type: ignore[attr-defined]
+                         "order by concurrency nulls first, seq nulls first limit 1", {"run": run_id})[1]
+        return got[0][0] if got else None
 
     def series_values(self, run_id: str, field: str, variant: str) -> array[float]:
         """One variant's successful final measured values of a request column at the run's first
         level, in send order, as doubles: the change-point test's series (`machine.BaseSeries`)."""
         col = self._column(field)
-        cur = self._db.execute(
-            f"select {col} from measured where run_id = ? and ok and coalesce(level, 'main') = ? and {col} is not null "
-            "and variant = ? order by seq", [run_id, self.first_level(run_id), variant])
-        out = array("d")
-        while chunk := cur.fetchmany(65536):
-            out.extend(x for (x,) in chunk)
-        return out
+        _, got = self.query(  # type: ignore[attr-defined]
+            f"select {col} from l.measured where run_id = $run and ok and coalesce(level, 'main') = $level "
+            f"and {col} is not null and variant = $variant order by seq nulls first, id",
+            {"run": run_id, "level": self.first_level(run_id), "variant": variant})
+        return array("d", (x for (x,) in got))
 
     def aa_cases(self, run_id: str, field: str, variant: str, repeats: int
                  ) -> tuple[bool, bool, list[tuple[str, float, float, Any]]]:

@@ -397,11 +397,10 @@ class Ledger(SeriesReads, TokenScoresMixin, DerivedTables, ReviewsMixin, ReportR
 
     def attempt_counts(self, run_id: str) -> dict[str, dict[str, int]]:
         """Per variant: measured rows (every attempt), final rows, and requests sent more than once."""
-        return {r["variant"]: {"attempts": r["attempts"], "final": r["final"], "sent_again": r["again"]}
-                for r in self._db.query(
-                    "select variant, count(*) as attempts, sum(final) as final, "
-                    "count(distinct case when attempt > 0 then case_id || '#' || repeat || '#' || level end) as again "
-                    "from requests where run_id = ? and is_warmup = 0 group by variant", [run_id])}
+        return {v: {"attempts": n, "final": final, "sent_again": again} for v, n, final, again in self.query(
+            "select variant, count(*), sum(final), count(distinct case when attempt > 0 then case_id || '#' || "
+            "cast(repeat as varchar) || '#' || level end) from l.requests where run_id = $run and is_warmup = 0 "
+            "group by variant order by variant", {"run": run_id})[1]}
 
     def final_error_rate(self, run_id: str, variant: str) -> tuple[int, int]:
         """(failed, all) final measured requests of a variant."""

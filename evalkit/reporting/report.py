@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from array import array
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 from .. import catalogue
@@ -119,7 +119,6 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
         firsts = by_variant(first_level(rows))
         first_of: Any = lambda v: firsts.get(v, [])  # noqa: E731
         arr = arrivals(rows, run.load)
-        client = client_check(ledger.client_lag(run_id), _level_marks(rows), threshold)
         graders = sorted({g for r in rows for g in r["grades"]})
     else:
         levels = ledger.slice_levels(run_id)
@@ -136,7 +135,7 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
         first_of = lambda v: (request_rows(ledger, run_id, v, min(levels[v]), only={"variant", "repeat"},  # noqa: E731
                                            graders=read) if v in levels and read else [])
         arr = streamed_arrivals(ledger, run_id, run.load)
-        client = client_check(ledger.client_lag(run_id), _streamed_level_marks(ledger, run_id), threshold)
+    client = client_check(ledger.client_lag(run_id), ledger.level_marks(run_id), threshold)
     swept = any(len(v) > 1 for v in levels.values())
     # the baseline's noise-floor passes (repeats past the run's own) serve drift's floor: they are
     # not cases, so the tables count the measured repeats only
@@ -367,39 +366,15 @@ def arrival_notes(arr: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def _level_marks(rows: list[dict[str, Any]]) -> Iterator[tuple[str, str, bool]]:
-    """Each row's (load level, which clock stamped it, whether its timing is suspect), in order."""
-    for r in rows:
-        yield r["level"] or "main", r.get("timestamp_source") or "user", bool(r.get("timing_suspect"))
-
-
-def _streamed_level_marks(ledger: Ledger, run_id: str) -> Iterator[tuple[str, str, bool]]:
-    """`_level_marks` of the run's measured rows in one ordered pass over three columns."""
-    for chunk in ledger.measured_columns(run_id, ["level", "timestamp_source", "timing_suspect"]):
-        for level, source, suspect in chunk:
-            yield level or "main", source or "user", bool(suspect)
-
-
-def client_check(lag: list[dict[str, Any]], marks: Iterable[tuple[str, str, bool]] | list[dict[str, Any]],
-                 threshold_ms: float) -> list[dict[str, Any]]:
+def client_check(lag: list[dict[str, Any]], marks: dict[str, tuple[int, set[str], int]], threshold_ms: float
+                 ) -> list[dict[str, Any]]:
     """The client's self-check per load level: its event loop's lag (p99 and worst, over every
     window of the level and every sending process), which clock stamped the rows, and how many
-    rows are marked as timings the client's own load may have bent. ``marks``: the rows, or their
-    `_level_marks` (one pass: counts per level, no row held)."""
-    if isinstance(marks, list):
-        marks = _level_marks(marks)
-    seen: dict[str, list[Any]] = {}  # level -> [rows, sources, suspect], in the order the rows first show it
-    for level, source, suspect in marks:
-        acc = seen.get(level)
-        if acc is None:
-            acc = seen[level] = [0, set(), 0]
-        acc[0] += 1
-        acc[1].add(source)
-        acc[2] += suspect
+    rows are marked as timings the client's own load may have bent. ``marks``: `Ledger.level_marks`."""
     out = []
-    for level in dict.fromkeys([x["level"] for x in lag] + list(seen)):
+    for level in dict.fromkeys([x["level"] for x in lag] + list(marks)):
         lags = [x["lag_ms"] for x in lag if x["level"] == level]
-        n, sources, suspect = seen.get(level, (0, set(), 0))
+        n, sources, suspect = marks.get(level, (0, set(), 0))
         out.append({"level": level, "lag_p99_ms": percentile(lags, 99), "lag_max_ms": max(lags) if lags else None,
                     "rows": n, "sources": sorted(sources), "suspect": suspect, "threshold_ms": threshold_ms,
                     "client_bound": bool(lags) and (percentile(lags, 99) or 0.0) > threshold_ms})
