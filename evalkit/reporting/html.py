@@ -11,11 +11,11 @@ from typing import Any
 from ..catalogue import fmt
 from ..ledger import Ledger
 from .document import Block, Table, sections, study_table
-from .findings import full_report
+from .findings import report_findings
 from .plots import plots
 
-# what `full_report` returns: the report, its findings, the rows they read (None: the charts read
-# each variant's rows from the ledger in turn, `plots.plots`)
+# the report, its findings, and the run's rows when a caller holds them (`findings.full_report`; None:
+# the charts read each variant's rows from the ledger in turn, `plots.plots`)
 Read = tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]] | None]
 
 CSS = """
@@ -55,10 +55,11 @@ def _blocks(blocks: list[Block]) -> list[str]:
 
 
 def render_html(ledger: Ledger, run_id: str | None = None, read: Read | None = None) -> str:
-    """The HTML report; ``read``: the report, findings and rows when the caller has them (`full_report`).
+    """The HTML report; ``read``: the report, findings and rows when the caller has them (else
+    `report_findings`, the charts reading the rows a variant at a time).
     Its sections are the terminal's (`document.sections`), each under its heading, with the variants,
     the study's summary, the plots and sample outputs around them."""
-    report, f, rows = read or full_report(ledger, run_id)
+    report, f, rows = read or (*report_findings(ledger, run_id), None)
     rid = report["run"]["id"]
     run = report["run"]
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>evalkit run {escape(rid)}</title>"
