@@ -304,9 +304,8 @@ def _reads(specs: list[MarginSpec]) -> dict[str, Any]:
 def ledger_verdicts(ledger: Ledger, run_id: str, baseline: str | None, specs: list[MarginSpec],
                     time: dict[str, Any] | None = None, alpha: float = ALPHA, levels: bool | None = None
                     ) -> tuple[bool, list[dict[str, Any]]]:
-    """(whether the run swept levels, its verdicts) from `ledger_tests`: each candidate's first level
-    against the baseline's (the report's: ``levels`` False), or for a sweep (the gate's) every level
-    both reached, each variant's levels one family (as `verdicts` with ``levels``)."""
+    """(whether the run swept levels, its verdicts) from `ledger_tests`: each candidate's first level against the
+    baseline's (the report's: ``levels`` False), or for a sweep (the gate's) every level both reached, one family."""
     swept = any(len(ls) > 1 for ls in ledger.slice_levels(run_id).values())
     tests = ledger_tests(ledger, run_id, baseline, specs, by_level=swept if levels is None else levels)
     return swept, [e for v, cs in tests.items() for e in family(v, cs, specs, alpha, time)]
