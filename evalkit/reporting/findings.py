@@ -279,16 +279,20 @@ def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = N
 
 def grader_notes(ledger: Ledger, run_id: str, rows: list[dict[str, Any]] | None) -> list[str]:
     """Each grader's `notes` on the rows it declares it can speak of (else every row), read a
-    stretch at a time, or on ``rows`` when the caller holds them."""
-    graded, everything = ledger.measured_graders(run_id), RunRows(ledger, run_id)
+    stretch at a time, or on ``rows`` when the caller holds them. The run's stretches are found
+    (an ordered pass over its seqs) only when some grader reads every row."""
+    graded, every = ledger.measured_graders(run_id), []  # the run's `RunRows`, made once if asked
+
+    def noted(name: str, cls: Any) -> list[dict[str, Any]] | RunRows | NotedRows:
+        if rows is not None:
+            return rows
+        if (fields := declared_notes_where(cls)) is not None:
+            return NotedRows(ledger, run_id, name, fields)
+        every[:] = every or [RunRows(ledger, run_id)]
+        return every[0]  # type: ignore[no-any-return]
+
     return [line for name, cls in available().items() if _has_notes(cls.aggregate, name, graded)
-            for line in hook(cls, "notes", rows if rows is not None else _noted(ledger, run_id, name, cls, everything))]
-
-
-def _noted(ledger: Ledger, run_id: str, name: str, cls: Any, everything: RunRows) -> RunRows | NotedRows:
-    """The rows a grader's `notes` is handed: those it declares it can speak of, else every row."""
-    fields = declared_notes_where(cls)
-    return everything if fields is None else NotedRows(ledger, run_id, name, fields)
+            for line in hook(cls, "notes", noted(name, cls))]
 
 
 def _has_notes(agg: Any, grader: str, graded: set[str]) -> bool:
