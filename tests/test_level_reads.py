@@ -261,10 +261,22 @@ def test_traffic_sums_are_their_plain_computation(shaped):
     assert convs == want_convs
 
 
-def test_a_level_s_series_is_its_rows_in_send_order(shaped):
+@pytest.mark.parametrize("cap", [7, 4096])
+def test_a_level_s_stop_rule_view_is_the_one_fed_its_rows_in_send_order(shaped, monkeypatch, cap):
+    """What over-saturation reads of each level from the ledger (`level_counts`, the points
+    `thinned` keeps, `level_points`) is what `LevelOutcome` holds after being fed the level's rows
+    in send order: the same points (thinned at a small cap too), KV peak and summed preemptions."""
+    from evalkit.execution import stops
+
+    monkeypatch.setattr(stops, "SERIES_CAP", cap)
     run_id, rows = _rows(shaped)
     with open_ledger(shaped, create=False) as db:
-        got = list(db.level_series(run_id, "w8a8", "c=4", size=100))
-    mine = [r for r in rows if r["variant"] == "w8a8" and r["label"] == "c=4"]
-    assert [(g["mono_start_ms"], g["e2e_ms"], g["error_class"]) for g in got] == \
-        [(r["mono_start_ms"], r["e2e_ms"], r["error_class"]) for r in mine]
+        counts = db.level_counts(run_id)
+        points = db.level_points(run_id, {k: stops.thinned(c["n"], c["unkept"]) for k, c in counts.items()})
+    want = {}
+    for r in rows:
+        want.setdefault((r["variant"], r["label"]), stops.LevelOutcome(keep_latencies=False, keep_cases=False)).add(r)
+    assert sorted(counts) == sorted(want)
+    assert {k: [stops.Point(*p) for p in points.get(k, [])] for k in want} == {k: o.series for k, o in want.items()}
+    assert {k: c["kv_peak"] for k, c in counts.items()} == {k: o.kv_peak for k, o in want.items()}
+    assert {k: c["preemptions_summed"] for k, c in counts.items()} == {k: o.preemptions_summed for k, o in want.items()}

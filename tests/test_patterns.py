@@ -145,3 +145,26 @@ def test_every_ledger_write_is_forwarded_by_a_worker_s_ledger():
 
     assert write_methods()  # the writes are marked
     assert all(getattr(MirroredLedger, n) is not getattr(Ledger, n) for n in write_methods())
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_thinned_numbers_are_the_points_a_level_outcome_keeps(monkeypatch, seed):
+    """`stops.thinned` (the report's over-saturation points from a level's count and its
+    unkept requests) equals `LevelOutcome.add`'s thinning fed the rows one at a time: failures
+    and unsent requests anywhere, a cap reached exactly, several halvings, no row at all."""
+    import random
+
+    from evalkit.execution import stops
+
+    rng = random.Random(seed)
+    cap = rng.choice([2, 3, 5, 8])
+    monkeypatch.setattr(stops, "SERIES_CAP", cap)
+    n = rng.choice([0, cap, cap * 4, rng.randrange(1, 600)])
+    fail = rng.choice([0.0, 0.02, 0.5])
+    o, unkept = LevelOutcome(keep_latencies=False, keep_cases=False), []
+    for i in range(1, n + 1):
+        failed, sent = rng.random() < fail, rng.random() > 0.03
+        if failed or not sent:
+            unkept.append(i)
+        o.add({"mono_start_ms": float(i) if sent else None, "e2e_ms": 1.0, "error_class": "x" if failed else None})
+    assert stops.thinned(n, unkept) == [int(p.sent) for p in o.series]

@@ -114,6 +114,24 @@ class Point(NamedTuple):
 SERIES_CAP = 4096  # points a level keeps: past it every other one goes (a million requests stay 4,096)
 
 
+
+def thinned(n: int, unkept: Iterable[int], cap: int | None = None) -> list[int]:
+    """Which of a level's ``n`` requests (1-based, in the order `LevelOutcome.add` is fed them) its
+    `series` ends with, given those it never keeps (``unkept``: failed, or never sent): the same
+    thinning, computed on their numbers a stride at a time rather than a request at a time."""
+    import numpy as np  # here: the runner's import of this module stays light
+
+    cap = SERIES_CAP if cap is None else cap
+    rest = np.setdiff1d(np.arange(1, n + 1, dtype=np.int64), np.fromiter(unkept, dtype=np.int64))
+    kept, stride = np.empty(0, dtype=np.int64), 1
+    while len(rest):
+        at = np.flatnonzero(rest % stride == 0)[:cap - len(kept)]  # the next it keeps at this stride
+        kept = np.concatenate([kept, rest[at]])
+        if len(kept) < cap:
+            break
+        kept, stride, rest = kept[::2], stride * 2, rest[at[-1] + 1:]  # full: every other one goes
+    return [int(i) for i in kept]
+
 @dataclass
 class LevelOutcome:
     """What a stop rule sees of one variant after one level, fed one row at a time (nothing per

@@ -12,7 +12,6 @@ level's last successful request of it with any latency, else the same case's rep
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 from sqlite_utils import Database
@@ -24,8 +23,8 @@ from .duck import literal
 # materialized: all its columns would be held)
 _COLUMNS = ("variant", "case_id", "repeat", "seq", "id", "ok", "load_level", "concurrency", "scheduled_ms", "ttft_ms",
             "tpot_ms", "e2e_ms", "prompt_tokens", "completion_tokens", "srv_kv_cache_usage_peak", "srv_running_peak",
-            "srv_waiting_peak", "srv_preemptions", "mono_start_ms", "replica", "designed_shared_tokens",
-            "cached_prompt_tokens", "conversation_id")
+            "srv_waiting_peak", "srv_waiting_start", "srv_queue_ms", "srv_preemptions", "mono_start_ms", "replica",
+            "designed_shared_tokens", "cached_prompt_tokens", "conversation_id")
 _ROWS_SELECT = """
   select {columns}, coalesce(nullif(r.level, ''), 'main') as label, c.complexity as case_complexity,
          {out_tps} as out_tps
@@ -34,6 +33,14 @@ _ROWS_SELECT = """
   where r.run_id = $run
 """.format(columns=", ".join(f"r.{c}" for c in _COLUMNS), out_tps=next(m.sql for m in DERIVED if m.key == "out_tps"))
 _ROWS = f"\nwith rows as ({_ROWS_SELECT})"
+_ROWS_VIEW = "create temp view rows as" + _ROWS_SELECT  # a view: each statement scans the columns it names
+
+# each level's requests numbered in send order (1-based), with what over-saturation reads of them
+_NUMBERED = """create temp table numbered as
+select variant, label, n, mono_start_ms, e2e_ms, scheduled_ms, srv_queue_ms,
+       coalesce(srv_waiting_start, srv_waiting_peak) as waiting, ok and mono_start_ms is not null as keeps,
+       srv_kv_cache_usage_peak, srv_preemptions
+from (select *, row_number() over (partition by variant, label order by seq, id) as n from rows)"""
 
 # the concurrency-1 closed-loop level of each variant a relative SLO divides by, and its latencies
 # (a table: the rows join it twice)
@@ -82,24 +89,22 @@ class LevelReads:
         (successful requests with a pass/fail grade of ``quality_graders``), ``quality_pass`` (those
         passing every one they have) and ``tps_per_user`` (the mean output tokens/s of one request).
         ``reference``: the label of the level a relative SLO prefers to divide by (a search's)."""
-        # the levels' rows read from the ledger once, step by step into DuckDB tables (its storage,
-        # spilled to disk past the memory limit, where a CTE read several times is held whole); each
-        # figure from there, a percentile's column at a time (an exact percentile holds every value
-        # of its group). A relative SLO: a request's latency over its reference's (none where that is
-        # missing or 0).
-        slow = ", ".join(f"case when r.ok and r.{k}_ms is not null then r.{k}_ms / nullif(case when r.has_a then "
-                         f"r.a_{k}_ms else z.{k}_ms end, 0) end as slow_{k}" for k in relative)
-        # one join a step: three hash tables in one pipeline ran past the memory limit at 1 M rows
-        with_ref = [
-            "create temp table ra as select r.*, a.case_id is not null as has_a"
-            + "".join(f", a.{k}_ms as a_{k}_ms" for k in relative) + " from rows r left join ref a "
-            "on a.variant = r.variant and a.case_id = r.case_id and a.repeat = r.repeat",
-            f"create temp table rz as select r.* exclude (has_a{''.join(f', a_{k}_ms' for k in relative)}), {slow} "
-            "from ra r left join ref z on z.variant = r.variant and z.case_id = r.case_id and z.repeat = 0"]
-        steps = ["create temp table rows as" + _ROWS_SELECT, *([_REFERENCE, *with_ref] if relative else []),
+        # the levels' rows are a view (each statement scans only the copy's columns it names); the
+        # figures are read from one narrow table of what they need, made by one pass with its joins
+        # (a wide table a step per join spilled GBs at 10 M rows); a percentile's column at a time
+        # (an exact percentile holds every value of its group). A relative SLO: a request's latency
+        # over its reference's (none where that is missing or 0).
+        lat = sorted({*absolute, *relative, "e2e"})
+        slow = "".join(f", case when r.ok and r.{k}_ms is not null then r.{k}_ms / nullif(case when a.case_id is not "
+                       f"null then a.{k}_ms else z.{k}_ms end, 0) end as slow_{k}" for k in relative)
+        joins = (" left join ref a on a.variant = r.variant and a.case_id = r.case_id and a.repeat = r.repeat"
+                 " left join (select * from ref where repeat = 0) z on z.variant = r.variant and z.case_id = r.case_id"
+                 if relative else "")
+        steps = [_ROWS_VIEW, *([_REFERENCE] if relative else []),
                  _QUALITY.format(graders=", ".join(literal(g) for g in quality_graders) or "null"),
-                 f"create temp table lv as select r.*, q.pass from {'rz' if relative else 'rows'} r "
-                 "left join quality q on q.request_id = r.id"]
+                 "create temp table lv as select r.variant, r.label, r.seq, r.id, r.ok, r.load_level, r.prompt_tokens, "
+                 "r.completion_tokens, r.srv_kv_cache_usage_peak, r.srv_running_peak, r.srv_waiting_peak, "
+                 f"r.mono_start_ms, r.replica, r.out_tps{''.join(f', r.{k}_ms' for k in lat)}{slow} from rows r{joins}"]
         meets = ["s.ok", *(f"s.{k}_ms is not null and s.{k}_ms <= {literal(float(v))}" for k, v in absolute.items()),
                  *(f"s.slow_{k} is not null and s.slow_{k} <= {literal(float(f))}" for k, f in relative.items())]
         cols = ["s.variant", "s.label", "count(*) as n", "count(*) filter (where not s.ok) as errors",
@@ -110,17 +115,19 @@ class LevelReads:
                 "max(s.srv_waiting_peak) as waiting_peak",
                 "sum(coalesce(s.e2e_ms, 0.0)) filter (where s.mono_start_ms is not null) as busy_ms",
                 f"count(*) filter (where {' and '.join(meets)}) as good",
-                "count(s.pass) filter (where s.ok) as quality_n",
-                "count(*) filter (where s.ok and s.pass) as quality_pass",
+                "0 as quality_n", "0 as quality_pass",  # from `quality`'s join, in its own statement
                 "avg(s.out_tps) filter (where s.ok) as tps_per_user",
                 "min(s.seq) as first_seq", "min(s.id) as first_id"]
         p99 = {**{f"p99_{k}": f"quantile_cont({k}_ms, 0.99) filter (where ok)" for k in absolute},
                **{f"slow_p99_{k}": f"quantile_cont(slow_{k}, 0.99)" for k in relative}}
         got = self.queries([*steps, f"select {', '.join(cols)} from lv s group by s.variant, s.label", _IN_FLIGHT,
+                            "select s.variant, s.label, count(*) filter (where s.ok), count(*) filter (where s.ok and q.pass) "
+                            "from lv s join quality q on q.request_id = s.id group by all",
                             *(f"select variant, label, {q} from lv group by all" for q in p99.values())],
                            {"run": run_id, "reference": reference})[len(steps):]
-        (names, rows), peaks, *quantiles = got
+        (names, rows), peaks, quality, *quantiles = got
         peak = {(v, lab): p for v, lab, p in peaks[1]}
+        scores = {(v, lab): (n, good) for v, lab, n, good in quality[1]}
         at = [{(v, lab): x for v, lab, x in q[1]} for q in quantiles]
         out = []
         for row in sorted(rows, key=lambda r: (r[-2], r[-1])):
@@ -129,6 +136,7 @@ class LevelReads:
             for name, values in zip(p99, at, strict=True):
                 entry[name] = values.get(key)
             entry["in_flight_peak"] = peak.get(key, 0)
+            entry["quality_n"], entry["quality_pass"] = scores.get(key, (0, 0))
             out.append(entry)
         return out
 
@@ -149,19 +157,33 @@ from rows group by variant""", {"run": run_id})
             out[v]["prompt"][cx] = [total, n]
         return out
 
-    def level_series(self, run_id: str, variant: str, label: str, size: int = 20_000) -> Iterator[dict[str, Any]]:
-        """One level's requests in send order with what over-saturation reads (`stops.LevelOutcome`),
-        a chunk at a time: a few columns, not the rows."""
-        names = ["mono_start_ms", "e2e_ms", "error_class", "scheduled_ms", "srv_queue_ms", "srv_waiting_start",
-                 "srv_waiting_peak", "replica", "srv_kv_cache_usage_peak", "srv_preemptions", "prompt_tokens"]
-        cur = self._db.execute(
-            f"""select {', '.join(f'r.[{c}]' for c in names)} from measured r join runs u on u.id = r.run_id
-                join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
-                where r.run_id = ? and r.variant = ? and coalesce(nullif(r.level, ''), 'main') = ?
-                order by r.seq, r.id""", [run_id, variant, label])
-        while chunk := cur.fetchmany(size):
-            for row in chunk:
-                yield dict(zip(names, row, strict=True))
+    def level_counts(self, run_id: str) -> dict[tuple[str, str], dict[str, Any]]:
+        """Per variant x level label, what over-saturation reads of it (`stops.LevelOutcome`, fed the
+        level's requests in send order) beyond its points: ``n`` requests, ``unkept``: the numbers
+        (1-based, in send order) of those it keeps no point of (failed, or never sent), ``kv_peak``
+        and ``preemptions_summed``. With them `stops.thinned` says which points it keeps, and
+        `level_points` reads those: all Python sees of a level's rows."""
+        _, levels = self.queries([_ROWS_VIEW, _NUMBERED, """
+select variant, label, count(*), coalesce(list(n order by n) filter (where not keeps), []),
+       greatest(max(srv_kv_cache_usage_peak), 0.0), coalesce(sum(srv_preemptions) filter (where srv_preemptions <> 0), 0)
+from numbered group by all"""], {"run": run_id})[2]
+        return {(v, lab): {"n": n, "unkept": unkept, "kv_peak": kv, "preemptions_summed": float(pre)}
+                for v, lab, n, unkept, kv, pre in levels}
+
+    def level_points(self, run_id: str, kept: dict[tuple[str, str], list[int]]) -> dict[tuple[str, str], list[tuple]]:
+        """Per variant x level label, the points (sent, end, scheduled, queue time, waiting) of its
+        requests numbered ``kept`` (`level_counts`), in that order."""
+        if not any(kept.values()):
+            return {}
+        values = ", ".join(f"({literal(v)}, {literal(lab)}, [{', '.join(str(int(i)) for i in ns)}])"
+                           for (v, lab), ns in kept.items() if ns)
+        _, points = self.queries([_ROWS_VIEW, _NUMBERED, f"""
+select n.variant, n.label, list((n.mono_start_ms, n.mono_start_ms + coalesce(n.e2e_ms, 0.0), n.scheduled_ms,
+                                 n.srv_queue_ms, n.waiting) order by n.n)
+from numbered n join (select variant, label, unnest(ns) as n from (values {values}) t(variant, label, ns)) k
+  on k.variant = n.variant and k.label = n.label and k.n = n.n
+group by all"""], {"run": run_id})[2]
+        return {(v, lab): [tuple(p) for p in pts] for v, lab, pts in points}
 
     def traffic_sums(self, run_id: str) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
         """Per variant, in the order the rows first show them: the prefix sums (`traffic._PREFIX`)

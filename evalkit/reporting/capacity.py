@@ -9,7 +9,7 @@ from typing import Any
 
 from ..engines.memory import requests_that_fit
 from ..execution.patterns import BURST, REFERENCE
-from ..execution.stops import SLO_METRICS
+from ..execution.stops import SLO_METRICS, thinned
 from ..ledger import Ledger
 from ..spec.sizes import human
 from ..stats import wilson
@@ -35,6 +35,8 @@ def load_levels(ledger: Ledger, run_id: str, load: dict[str, Any]) -> tuple[list
     starts = {k: {rep: lo for rep, (lo, _) in sp.items()} for k, sp in spans.items()}
     slo = bool(absolute or relative)
     out, scores = [], []
+    counts = ledger.level_counts(run_id)  # over-saturation's points: those the stop rule would keep
+    points = ledger.level_points(run_id, {k: thinned(c["n"], c["unkept"]) for k, c in counts.items()})
     for t in ledger.level_table(run_id, absolute, relative, QUALITY_GRADERS, REFERENCE):
         v, level, n = t["variant"], t["label"], t["n"]
         sp = spans.get((v, level), {})
@@ -67,7 +69,7 @@ def load_levels(ledger: Ledger, run_id: str, load: dict[str, Any]) -> tuple[list
             # the search's rule: p99 within each limit (errors are the error-rate rule's)
             "slo_p99_ok": (all(p99[k] is None or p99[k] <= absolute[k] for k in absolute)
                            and all(p99_rel[k] is None or p99_rel[k] <= relative[k] for k in relative)) if slo else None,
-            **level_signals(ledger.level_series(run_id, v, level), preempted, load.get("stop_kv") or 0.9),
+            **level_signals(counts[(v, level)], points.get((v, level), []), preempted, load.get("stop_kv") or 0.9),
         })
         if t["quality_n"]:
             scores.append({"variant": v, "level": level, "concurrency": t["concurrency"],

@@ -11,15 +11,17 @@ from typing import Any
 from ..execution.frontier import Frontier, Probe, frontier, ratio_line
 from ..execution.patterns import BURST, REFERENCE, probe_load
 from ..execution.probing import level_need, plan_of, probe_problems, reference_is_probe, stopped_by
-from ..execution.stops import LevelOutcome, Slo, rates, saturation_signals, throughput
+from ..execution.stops import LevelOutcome, Point, Slo, rates, saturation_signals, throughput
 from ..spec.matrix import arg_value
 
 
-def level_signals(rows: list[dict[str, Any]], preemptions: float | None, kv_ceiling: float = 0.9) -> dict[str, Any]:
-    """One level's over-saturation as the stop rule saw it: its signals, offered and achieved rates."""
-    o = LevelOutcome(keep_latencies=False, keep_cases=False)
-    for r in rows:
-        o.add(r)
+def level_signals(counts: dict[str, Any], points: list[tuple[Any, ...]], preemptions: float | None,
+                  kv_ceiling: float = 0.9) -> dict[str, Any]:
+    """One level's over-saturation as the stop rule saw it: its signals, offered and achieved rates,
+    from what `stops.LevelOutcome` would hold after its rows (`Ledger.level_counts`, and the points
+    `stops.thinned` keeps, `Ledger.level_points`)."""
+    o = LevelOutcome(keep_latencies=False, keep_cases=False, kv_peak=counts["kv_peak"],
+                     preemptions_summed=counts["preemptions_summed"], series=[Point(*p) for p in points])
     o.preemptions = preemptions
     offered, achieved = rates(o)
     return {"oversaturated": saturation_signals(o, kv_ceiling), "offered_rps": offered, "achieved_rps": achieved,
