@@ -151,3 +151,40 @@ def test_one_pair_gives_no_bootstrap_interval():
     from evalkit.stats import BootstrapT
 
     assert BootstrapT(np.asarray([1.0])).interval(0.05) is None
+
+
+def test_a_bootstrap_reads_the_multiset_not_its_order_or_grouping():
+    """A query gives quality under load's differences as distinct values and counts, the known
+    answer computes them as a list: the same multiset, the same interval, in any order."""
+    import random
+    from collections import Counter
+
+    from evalkit.stats import bootstrap_ci
+
+    rng = random.Random(3)
+    xs = [rng.choice([-1.0, 0.0, 0.0, 0.0, 0.5, 1.0]) for _ in range(5000)]
+    got = Counter(xs)
+    shuffled = rng.sample(xs, len(xs))
+    assert bootstrap_ci(shuffled) == bootstrap_ci(xs)
+    assert bootstrap_ci(list(got), counts=list(got.values())) == bootstrap_ci(xs)
+
+
+@pytest.mark.parametrize(("n", "probs"), [
+    (200, (0.03, 0.94, 0.03)),  # zero-inflated pass/fail flips, no shift
+    (200, (0.01, 0.94, 0.05)),  # skewed: a few more gains than losses
+    (60, (0.1, 0.8, 0.1)),  # small
+    (1000, (0.002, 0.99, 0.008)),  # almost every pair the same
+])
+def test_a_bootstrap_of_few_distinct_values_covers_the_mean_at_its_stated_rate(n, probs):
+    """Few distinct values (pass/fail differences) take the multinomial draw: the 95 % interval
+    holds the true mean about 95 % of the time, as the draw of every value with replacement does."""
+    import random
+
+    from evalkit.stats import bootstrap_ci
+
+    rng, mu, trials, held = random.Random(7), probs[2] - probs[0], 400, 0
+    for _ in range(trials):
+        ci = bootstrap_ci(rng.choices([-1.0, 0.0, 1.0], probs, k=n), n_resamples=400,
+                          bootstrap_seed=rng.randrange(10**6))
+        held += ci is not None and ci[0] <= mu <= ci[1]
+    assert 0.90 <= held / trials <= 0.99

@@ -58,30 +58,45 @@ from entries e left join drift d using (variant)"""
 # read twice is held whole, and at a million rows the pairs' did not fit): the two sides' requests;
 # each margin's value of each of their grades (`mm`: the margins, numbered); each (side, case#repeat)
 # reduced to one value; that value also under NAME:SUITE where declared; the sides paired.
+# quality under load's reductions, a part at a time (`_PAIR_STEPS`): at 10 M requests (30 M grades
+# with a margin) one part ran out of the 128 MB pool, 2 fit (90 s), 4 took 107 s, 16 took 148 s (each
+# part reads the spilled table again); past that the query worker's larger pool takes over
+_PARTS = 2
 _PAIR_STEPS = [
     _OK,
     "create temp table sd as " + _SIDES + " select id, seq, variant, loaded, case_id, repeat from sides",
     "create temp table mm as select * from (values {margins}) t(o, grader, m, first)",
+    # built on the sides' requests (a few columns), probed with the grades (their texts too)
     """create temp table gv as select * from (
-  select s.variant, s.loaded, s.case_id || '#' || s.repeat as key, s.repeat, s.seq, s.id, mm.o, mm.first,
-         case mm.o {values} end as x, case mm.o {suites} end as suite
-  from sd s join l.grade_latest g on g.request_id = s.id join mm on mm.grader = g.grader) where x is not null""",
-    # a first-repeat margin's value is its first grade's (by repeat, then as sent; a window, which
-    # spills, where `arg_min` over a million keys did not); a mean margin's the mean
-    """create temp table per as
-select variant, loaded, o, key, seq, id, x as v, suite from (
-  select *, row_number() over (partition by variant, loaded, o, key order by repeat, seq, id) as k from gv where first)
+  select s.variant, s.loaded, s.case_id, s.repeat, s.seq, s.id, mm.o, mm.first,
+         case mm.o {values} end as x, case mm.o {suites} end as suite,
+         (hash(s.case_id, s.repeat) % {parts})::integer as part
+  from l.grade_latest g join sd s on s.id = g.request_id join mm on mm.grader = g.grader) where x is not null""",
+    # a first-repeat margin's value is its first grade's (as sent: a window), a mean margin's the
+    # mean; in parts by case#repeat (`_PARTS`), which no window or group spans
+    "create temp table per (variant varchar, loaded boolean, o integer, case_id varchar, repeat bigint, seq bigint, "
+    "id bigint, v double, suite varchar)",
+    *(f"""insert into per
+select variant, loaded, o, case_id, repeat, seq, id, x, suite from (
+  select *, row_number() over (partition by variant, loaded, o, case_id, repeat order by seq, id) as k
+  from gv where first and part = {part})
 where k = 1
 union all
-select variant, loaded, o, key, min(seq), min(id), avg(x), null from gv where not first group by variant, loaded, o, key""",
+select variant, loaded, o, case_id, repeat, min(seq), min(id), avg(x), null from gv
+where not first and part = {part} group by all""" for part in range(_PARTS)),
     """create temp table named as
-select p.variant, p.loaded, mm.m, p.o, 0 as part, p.key, p.v, p.seq, p.id from per p join mm using (o)
+select p.variant, p.loaded, mm.m, p.o, 0 as part, p.case_id, p.repeat, p.v, p.seq, p.id from per p join mm using (o)
 union all
-select p.variant, p.loaded, mm.m || ':' || p.suite, p.o, 1, p.key, p.v, p.seq, p.id from per p join mm using (o)
-where p.suite is not null""",
-    """select a.variant, a.m, list(a.v - b.v order by a.key), min(a.o), min(a.part), min(a.seq), min(a.id)
-from named a join named b on a.variant = b.variant and a.m = b.m and a.key = b.key and a.loaded and not b.loaded
-group by a.variant, a.m order by a.variant, 4, 5, 6, 7""",
+select p.variant, p.loaded, mm.m || ':' || p.suite, p.o, 1, p.case_id, p.repeat, p.v, p.seq, p.id
+from per p join mm using (o) where p.suite is not null""",
+    # the differences as distinct values and how often each came: a bootstrap needs no more
+    """select variant, m, list(d order by d), list(c order by d), min(o), min(part), min(seq), min(id) from (
+  select a.variant, a.m, a.v - b.v as d, count(*) as c, min(a.o) as o, min(a.part) as part, min(a.seq) as seq,
+         min(a.id) as id
+  from named a join named b on a.variant = b.variant and a.m = b.m and a.case_id = b.case_id and a.repeat = b.repeat
+       and a.loaded and not b.loaded
+  group by a.variant, a.m, d)
+group by variant, m order by variant, 5, 6, 7, 8""",
 ]
 
 _GRADES = _SIDES + """
@@ -242,12 +257,13 @@ class CaseReads:
         return {v: {"top": int(top), "n": n, "same": same, "drift_sum": total, "drift_n": counted}
                 for v, top, n, same, total, counted in rows}
 
-    def load_pairs(self, run_id: str, reference: str,
-                   margins: Sequence[tuple[str, str, CaseValue, CaseValue]]) -> dict[str, list[tuple[str, list[float]]]]:
+    def load_pairs(self, run_id: str, reference: str, margins: Sequence[tuple[str, str, CaseValue, CaseValue]]
+                   ) -> dict[str, list[tuple[str, tuple[list[float], list[int]]]]]:
         """variant -> (margin, its differences loaded minus unloaded over the case#repeat keys both
-        sides have, in the keys' sorted order) for each margin with a pair, in ``margins``' order (a
-        `by_suite` margin's suites after it, in the order the loaded side first shows them).
-        ``margins``: (grader, margin, its `CaseValue` on the loaded side, on the unloaded side)."""
+        sides have, as (distinct values ascending, how often each came)) for each margin with a
+        pair, in ``margins``' order (a `by_suite` margin's suites after it, in the order the loaded
+        side first shows them). ``margins``: (grader, margin, its `CaseValue` on the loaded side,
+        on the unloaded side)."""
         if not margins:
             return {}
         mm = ", ".join(f"({i}, {literal(grader)}, {literal(m)}, {literal(mine.first)})"
@@ -256,11 +272,11 @@ class CaseReads:
                           for i, (_, _, mine, theirs) in enumerate(margins))
         suites = " ".join(f"when {i} then {_SUITE}" for i, (_, _, mine, _) in enumerate(margins) if mine.by_suite)
         steps = [*_PAIR_STEPS[:2], _PAIR_STEPS[2].format(margins=mm),
-                 _PAIR_STEPS[3].format(values=values, suites=suites or "when -1 then null"), *_PAIR_STEPS[4:]]
+                 _PAIR_STEPS[3].format(values=values, suites=suites or "when -1 then null", parts=_PARTS), *_PAIR_STEPS[4:]]
         *_, (_, rows) = self.queries(steps, {"run": run_id, "reference": reference})
-        out: dict[str, list[tuple[str, list[float]]]] = {}
-        for v, m, diffs, *_ in rows:
-            out.setdefault(v, []).append((m, diffs))
+        out: dict[str, list[tuple[str, tuple[list[float], list[int]]]]] = {}
+        for v, m, values, counts, *_ in rows:
+            out.setdefault(v, []).append((m, (values, counts)))
         return out
 
     def flip_counts(self, run_id: str, baseline: str, graders: Sequence[str], by: Sequence[str] = (),

@@ -5,13 +5,15 @@ others drifted (the `load_drift` grader), and what that did to every grader that
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from typing import Any
 
 from ..execution.patterns import REFERENCE
 from ..grading.base import declared_case_values, paired_differences
 from ..grading.registry import available
 from ..ledger import Ledger
-from ..stats import bootstrap_ci, mean
+from ..stats import bootstrap_ci
 
 
 def quality_under_load(ledger: Ledger, run_id: str) -> list[dict[str, Any]]:
@@ -33,7 +35,8 @@ def quality_under_load(ledger: Ledger, run_id: str) -> list[dict[str, Any]]:
         return []
     pairs = ledger.load_pairs(run_id, REFERENCE, declared)
     by_grader = {m: name for name, m, _, _ in declared}
-    diffs: dict[str, dict[str, dict[str, list[float]]]] = {v: {} for v in entries}  # variant -> grader -> margin
+    # variant -> grader -> margin -> the differences (distinct values, how often each came)
+    diffs: dict[str, dict[str, dict[str, tuple[list[float], list[int]]]]] = {v: {} for v in entries}
     for v, margins in pairs.items():
         for m, d in margins:
             diffs[v].setdefault(by_grader.get(m.partition(":")[0], ""), {})[m] = d
@@ -43,22 +46,30 @@ def quality_under_load(ledger: Ledger, run_id: str) -> list[dict[str, Any]]:
             sides[(v, loaded)] = grades
         for v in entries:
             got = paired_differences(cls, sides.get((v, True), []), sides.get((v, False), []))
-            diffs[v][name] = {m: d for m, d in got.items() if d}
+            diffs[v][name] = {m: counted(d) for m, d in got.items() if d}
     order = list(ledger.slice_levels(run_id))  # variants in the order the rows first show them
     return [_entry(v, entries[v], diffs[v], [n for n, c in available().items() if c.aggregate.margins])
             for v in sorted(entries, key=order.index)]
 
 
-def _entry(v: str, outline: dict[str, Any], diffs: dict[str, dict[str, list[float]]], graders: list[str]
-           ) -> dict[str, Any]:
+def counted(values: list[float]) -> tuple[list[float], list[int]]:
+    """``values`` as (distinct values ascending, how often each came), as the ledger gives them."""
+    got = Counter(values)
+    return sorted(got), [got[x] for x in sorted(got)]
+
+
+def _entry(v: str, outline: dict[str, Any], diffs: dict[str, dict[str, tuple[list[float], list[int]]]],
+           graders: list[str]) -> dict[str, Any]:
     n, drift_n = outline["n"], outline["drift_n"]
     entry: dict[str, Any] = {"variant": v, "level": outline["top"], "pairs": n,  # the deltas' own count when more
                              "identical_pct": 100.0 * outline["same"] / n if n else None,
                              "drift_mean": outline["drift_sum"] / drift_n if drift_n else None, "deltas": {}}
     for name in graders:
-        for m, d in diffs.get(name, {}).items():
-            ci = bootstrap_ci(d)  # type: ignore[arg-type]
-            entry["deltas"][m] = {"delta": mean(d), "ci95": list(ci) if ci else None, "pairs": len(d)}  # type: ignore[arg-type]
+        for m, (values, counts) in diffs.get(name, {}).items():
+            ci = bootstrap_ci(values, counts=counts)  # type: ignore[arg-type]
+            pairs = sum(counts)
+            entry["deltas"][m] = {"delta": math.fsum(x * c for x, c in zip(values, counts, strict=True)) / pairs,
+                                  "ci95": list(ci) if ci else None, "pairs": pairs}
     entry["pairs"] = max([entry["pairs"], *(x["pairs"] for x in entry["deltas"].values())])
     return entry
 
