@@ -32,6 +32,7 @@ QUERIES = {
     "case_pairs e2e": "db.case_pairs(rid, base, run.repeats, 'e2e_ms')",
     "client_lag_p99": "db.client_lag_p99(rid)",
     "level_table": "db.level_table(rid, {'ttft': 2000.0}, {'e2e': 2.0}, ('schema', 'persona', 'formality'))",
+    "level_counts (over-saturation's points)": "db.level_counts(rid)",
     "level_usage": "db.level_usage(rid, 0.9)",
     "traffic_sums": "db.traffic_sums(rid)",
     "load_pairs (quality under load)": "db.load_pairs(rid, 'c=1', margins())",
