@@ -84,19 +84,20 @@ where k = 1
 union all
 select variant, loaded, o, case_id, repeat, min(seq), min(id), avg(x), null from gv
 where not first and part = {part} group by all""" for part in range(_PARTS)),
-    """create temp table named as
-select p.variant, p.loaded, mm.m, p.o, 0 as part, p.case_id, p.repeat, p.v, p.seq, p.id from per p join mm using (o)
-union all
-select p.variant, p.loaded, mm.m || ':' || p.suite, p.o, 1, p.case_id, p.repeat, p.v, p.seq, p.id
-from per p join mm using (o) where p.suite is not null""",
-    # the differences as distinct values and how often each came: a bootstrap needs no more
-    """select variant, m, list(d order by d), list(c order by d), min(o), min(part), min(seq), min(id) from (
-  select a.variant, a.m, a.v - b.v as d, count(*) as c, min(a.o) as o, min(a.part) as part, min(a.seq) as seq,
-         min(a.id) as id
-  from named a join named b on a.variant = b.variant and a.m = b.m and a.case_id = b.case_id and a.repeat = b.repeat
-       and a.loaded and not b.loaded
-  group by a.variant, a.m, d)
-group by variant, m order by variant, 5, 6, 7, 8""",
+    # the sides paired per case#repeat, each margin also under NAME:SUITE where both sides' suites
+    # agree; the differences as distinct values and how often each came: a bootstrap needs no more
+    """with pairs as (
+  select a.variant, a.o, a.v - b.v as d, a.seq, a.id, a.suite, a.suite = b.suite as same_suite
+  from per a join per b on a.variant = b.variant and a.o = b.o and a.case_id = b.case_id and a.repeat = b.repeat
+  where a.loaded and not b.loaded),
+named as (select variant, o, 0 as part, null::varchar as suite, d, seq, id from pairs
+          union all
+          select variant, o, 1, suite, d, seq, id from pairs where same_suite),
+counted as (select variant, o, part, suite, d, count(*) as n, min(seq) as seq, min(id) as id from named group by all)
+select c.variant, case when c.part = 0 then mm.m else mm.m || ':' || c.suite end as m, list(d order by d),
+       list(n order by d), min(c.o), min(c.part), min(c.seq), min(c.id)
+from counted c join mm using (o)
+group by c.variant, c.o, c.part, c.suite, mm.m order by c.variant, 5, 6, 7, 8""",
 ]
 
 _GRADES = _SIDES + """
