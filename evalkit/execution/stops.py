@@ -114,7 +114,6 @@ class Point(NamedTuple):
 SERIES_CAP = 4096  # points a level keeps: past it every other one goes (a million requests stay 4,096)
 
 
-
 def thinned(n: int, unkept: Iterable[int], cap: int | None = None) -> list[int]:
     """Which of a level's ``n`` requests (1-based, in the order `LevelOutcome.add` is fed them) its
     `series` ends with, given those it never keeps (``unkept``: failed, or never sent): the same
@@ -131,6 +130,7 @@ def thinned(n: int, unkept: Iterable[int], cap: int | None = None) -> list[int]:
             break
         kept, stride, rest = kept[::2], stride * 2, rest[at[-1] + 1:]  # full: every other one goes
     return [int(i) for i in kept]
+
 
 @dataclass
 class LevelOutcome:
