@@ -20,7 +20,7 @@ from evalkit.ledger import copy_ledger, open_ledger
 from evalkit.ledger.analysis import DESCRIBE
 from evalkit.ledger.duck import Duck, extension_path
 
-from .test_report_scale import _synth
+from .report_golden import synth as _synth
 
 DECLARED = [m for m in REPORT if m.agg]
 SUMMARY = list(named("summary").values())

@@ -26,8 +26,8 @@ from evalkit.reporting import flips, under_load
 from evalkit.reporting.by_attr import slice_value
 from evalkit.stats import bootstrap_ci, mean
 
+from .report_golden import synth as _synth
 from .test_level_reads import shaped_copy
-from .test_report_scale import _synth
 
 
 def _detail(grader: str, rng: random.Random) -> tuple[float | None, int | None, dict]:

@@ -13,7 +13,7 @@ import pytest
 from evalkit.ledger import copy_ledger, open_ledger
 from evalkit.ledger.columnar import copy_path
 
-from .test_report_scale import _synth
+from .report_golden import synth as _synth
 
 SUMS = ("select count(*), sum(e2e_ms), sum(ok::int), (select count(*) from l.grade_latest), "
         "(select sum(value) from l.grade_latest), (select count(*) from l.runs) from l.measured")

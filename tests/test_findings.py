@@ -21,7 +21,7 @@ from evalkit.reporting.findings import attribute_spike, parse_targets, recommend
 from evalkit.reporting.report import paired
 from evalkit.testing.stub_server import StubConfig, StubServer
 
-from .test_report_scale import _synth
+from .report_golden import synth as _synth
 from .test_verdicts import case_pairs_of
 
 

@@ -20,7 +20,7 @@ from evalkit.reporting.verdicts import hypotheses, parse_margins, verdicts
 from evalkit.stats.binomial import FlipRate, cases_to_show_below
 from evalkit.testing.verdict_sim import _row
 
-from .test_report_scale import _synth
+from .report_golden import synth as _synth
 
 WRONG_AT_MARGIN = {"non-inferior", "superior", "inferior"}
 

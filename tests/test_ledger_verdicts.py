@@ -19,13 +19,13 @@ from sqlite_utils import Database
 from evalkit.grading.registry import available, use_run
 from evalkit.ledger import open_ledger
 from evalkit.reporting.rows import request_rows
-from evalkit.reporting.selection import by_level, first_level, is_swept
+from evalkit.reporting.selection import by_level, by_variant, first_level, is_swept
 from evalkit.reporting.verdicts import _reads, family, graders_read, ledger_verdicts, parse_margins, verdicts
 from evalkit.sharing.compare import _first
 
+from .report_golden import synth as _synth
 from .test_case_reads import _detail
 from .test_level_reads import shaped_copy
-from .test_report_scale import _synth
 
 MARGINS = ("e2e_mean=+5%,ttft_mean=+10%,tpot_mean=2ms,out_tps_mean=-5%,schema_pass=-2pp,persona_pass=-5pp,"
            "drift=0.05,formality_mae=0.2,judge=-0.1,kl=0.02,accuracy=-3pp,flips_max=5pp")
@@ -204,15 +204,30 @@ def test_a_grader_read_through_its_margin_values_is_handed_its_grades(shaped: Pa
 
 
 def _reports(path: Path) -> tuple[Any, Any]:
-    """(the report's tables from every row, from the ledger's queries), as JSON."""
-    from evalkit.reporting.report import build_report
+    """(the report's tables by definition: each row's quality columns from every grader's
+    `summarise` over the slice's rows, the baseline's noise-floor passes counted; the report's
+    tables from the ledger's queries), as JSON."""
+    from evalkit.reporting.report import build_report, quality
     from evalkit.reporting.report import to_json as report_json
 
     with open_ledger(path, create=False) as db:
         run_id = db.require_run(None)["id"]
-        use_run(db.require_run(run_id))
-        whole = json.loads(report_json(build_report(db, run_id, rows=request_rows(db, run_id))))
-        return whole, json.loads(report_json(build_report(db, run_id)))
+        run = db.require_run(run_id)
+        use_run(run)
+        got = json.loads(report_json(build_report(db, run_id)))
+        base = db.baseline(run_id)
+        first = by_variant(first_level(request_rows(db, run_id)))
+        base_cases = [r for r in first.get(base, []) if r["repeat"] < run.repeats]
+
+        def side(variant: str, s: str) -> list[Any]:
+            return [r for r in (base_cases if variant == base else first.get(variant, []))
+                    if s == "all" or r["complexity"] == s]
+
+        rows = [{**r, **quality(side(r["variant"], r["complexity"]),
+                                None if r["variant"] == base else side(base, r["complexity"]))} for r in got["rows"]]
+        floor = len(first.get(base, [])) - len(base_cases)
+        return {"rows": json.loads(report_json({"rows": rows}))["rows"], "floor": floor, "baseline": base,
+                "repeats": run.repeats}, got
 
 
 def test_the_graders_summaries_the_ledger_computes_equal_their_summarise(shaped: Path) -> None:
@@ -222,7 +237,14 @@ def test_the_graders_summaries_the_ledger_computes_equal_their_summarise(shaped:
     grader, re-grades and failed grades."""
     whole, got = _reports(shaped)
     assert same(got["rows"], whole["rows"])
-    assert same(got["notes"], whole["notes"])
+
+
+def test_the_noise_floor_passes_the_tables_leave_out_are_counted(shaped: Path) -> None:
+    whole, got = _reports(shaped)
+    assert [n for n in got["notes"] if "noise-floor pass(es)" in n] == \
+        ([f"{whole['baseline']}: its {whole['floor']} noise-floor pass(es) (repeats past the run's {whole['repeats']}) "
+          "are not in the tables: "
+          "they are drift's floor, not cases"] if whole["floor"] else [])
 
 
 def test_the_quality_table_has_every_declared_column(shaped: Path) -> None:

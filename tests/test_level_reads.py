@@ -16,8 +16,8 @@ from sqlite_utils import Database
 from evalkit.ledger import copy_ledger, open_ledger
 from evalkit.reporting.plots import QUALITY_GRADERS
 
+from .report_golden import synth as _synth
 from .test_analysis import _percentile
-from .test_report_scale import _synth
 
 SLO_KEYS = ("ttft", "tpot", "e2e")
 SHAPE = [

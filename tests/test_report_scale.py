@@ -1,12 +1,11 @@
 """Reports at any size and a command line that starts at once (issue 37): the help loads none of
-the heavy libraries, the synthesized ledger is a ledger the report reads, and the streamed
-numbers equal the ones computed from every row in memory."""
+the heavy libraries, the synthesized ledger is a ledger the report reads, and what the report
+reads a slice or a stretch at a time equals its definition over every row (the report's own known
+answers: tests/test_report_golden.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import math
 import subprocess
 import sys
 from pathlib import Path
@@ -18,13 +17,15 @@ from evalkit.grading.registry import use_run
 from evalkit.ledger import copy_ledger, open_ledger
 from evalkit.reporting.by_attr import measured
 from evalkit.reporting.document import findings_blocks
-from evalkit.reporting.findings import build_report, findings, full_report, kv_use, report_findings, request_rows
+from evalkit.reporting.findings import build_report, kv_use, report_findings, request_rows
 from evalkit.reporting.report import quality, to_json
-from evalkit.reporting.rows import Column, Rows, RunRows
+from evalkit.reporting.rows import Column, RunRows
 from evalkit.reporting.selection import by_variant, first_level
 from evalkit.reporting.spike_summary import SPIKES_TOP
 from evalkit.spec.traces import TraceError, iter_trace, load_trace
 from evalkit.stats import mean
+
+from .report_golden import SHAPES, close, synth
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,18 +44,10 @@ def test_the_help_loads_no_heavy_library():
     assert out.stdout.split() == []
 
 
-def _synth() -> Any:
-    """benchmarks/synth_ledger.py as a module (benchmarks is no package)."""
-    spec = importlib.util.spec_from_file_location("synth_ledger", ROOT / "benchmarks" / "synth_ledger.py")
-    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod
-
-
 @pytest.fixture(scope="module")
 def synth_ledger(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     path = tmp_path_factory.mktemp("synth") / "synth.db"
-    return path, _synth().synthesize(path, 5000, ["base", "w8a8", "fp8"], [1, 4], seed=3)
+    return path, synth().synthesize(path, 5000, ["base", "w8a8", "fp8"], [1, 4], seed=3)
 
 
 def test_the_synthesizer_writes_the_rows_asked_for(synth_ledger):
@@ -78,7 +71,7 @@ def test_a_synthesized_run_has_every_variant_level_and_complexity(synth_ledger):
 
 def test_a_synthesized_run_has_spikes_of_each_cause(synth_ledger):
     path, info = synth_ledger
-    _, fnd, _ = full_report(open_ledger(path, create=False), info["run_id"])
+    _, fnd = report_findings(open_ledger(path, create=False), info["run_id"])
     assert {"preemption", "queued", "cold/long prefill"} <= {s["cause"] for s in fnd["spikes"]}
 
 
@@ -135,17 +128,6 @@ def test_rows_read_as_columns_keep_each_value_s_type(synth_ledger):
     new = request_rows(db, info["run_id"])
     assert [{k: type(v) for k, v in r.items()} for r in new] == \
         [{k: type(v) for k, v in r.items()} for r in _dict_rows(db, info["run_id"])]
-
-
-def test_the_report_from_columns_is_the_report_from_dicts(synth_ledger):
-    path, info = synth_ledger
-    db = open_ledger(path, create=False)
-    use_run(db.require_run(info["run_id"]))
-    dicts = Rows(_dict_rows(db, info["run_id"]))
-    old = build_report(db, info["run_id"], rows=dicts)
-    old_json = to_json({**old, "findings": findings(db, info["run_id"], report=old, rows=dicts)})
-    rep, fnd, _ = full_report(db, info["run_id"])
-    assert to_json({**rep, "findings": fnd}) == old_json
 
 
 def test_a_row_is_a_mapping_like_the_dict_it_replaces(synth_ledger):
@@ -239,35 +221,6 @@ def test_a_trace_s_bad_row_past_the_limit_is_still_an_error_without_one(tmp_path
         load_trace(trace, "mooncake")
 
 
-def _close(a: Any, b: Any, path: str = "") -> list[str]:
-    """Where two reports differ beyond 1e-9 (relative or absolute): every number, key and text."""
-    if isinstance(a, float) and isinstance(b, (int, float)) or isinstance(b, float) and isinstance(a, (int, float)):
-        return [] if math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9) or (a != a and b != b) else [f"{path}: {a} != {b}"]
-    if isinstance(a, dict) and isinstance(b, dict):
-        if list(a) != list(b):
-            return [f"{path}: keys {list(a)} != {list(b)}"]
-        return [d for k in a for d in _close(a[k], b[k], f"{path}.{k}")]
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        if len(a) != len(b):
-            return [f"{path}: {len(a)} items != {len(b)}"]
-        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in _close(x, y, f"{path}[{i}]")]
-    return [] if a == b else [f"{path}: {a!r} != {b!r}"]
-
-
-def _report_json(report: dict[str, Any]) -> Any:
-    return json.loads(to_json(report))
-
-
-@pytest.mark.parametrize("rows_from", ["columns", "dicts"])
-def test_the_streamed_report_is_the_report_from_every_row(synth_ledger, rows_from):
-    path, info = synth_ledger
-    db = open_ledger(path, create=False)
-    use_run(db.require_run(info["run_id"]))
-    rows = request_rows(db, info["run_id"]) if rows_from == "columns" else Rows(_dict_rows(db, info["run_id"]))
-    old = _report_json(build_report(db, info["run_id"], rows=rows))
-    assert _close(_report_json(build_report(db, info["run_id"])), old) == []
-
-
 def test_the_streamed_report_has_a_table_row_per_variant_and_slice(synth_ledger):
     path, info = synth_ledger
     db = open_ledger(path, create=False)
@@ -291,21 +244,6 @@ def test_the_levels_from_sql_are_the_levels_of_the_rows(synth_ledger):
     assert db.slice_levels(info["run_id"]) == {"base": {1, 4}, "w8a8": {1, 4}, "fp8": {1, 4}}
 
 
-@pytest.mark.parametrize(("rows_from", "margins"), [
-    ("columns", None), ("dicts", None),
-    ("columns", "schema_pass=-2pp,formality_mae=0.3,ttft_mean=+10%,e2e_mean=+5%,schema_flips=10pp"),
-])
-def test_the_streamed_findings_are_the_findings_from_every_row(synth_ledger, rows_from, margins):
-    path, info = synth_ledger
-    db = open_ledger(path, create=False)
-    use_run(db.require_run(info["run_id"]))
-    rows = request_rows(db, info["run_id"]) if rows_from == "columns" else Rows(_dict_rows(db, info["run_id"]))
-    old = build_report(db, info["run_id"], rows=rows)
-    old_json = _report_json({**old, "findings": findings(db, info["run_id"], margins=margins, report=old, rows=rows)})
-    rep, fnd = report_findings(db, info["run_id"], margins=margins)
-    assert _close(_report_json({**rep, "findings": fnd}), old_json) == []
-
-
 def test_the_streamed_findings_decide_the_margins_given(synth_ledger):
     path, info = synth_ledger
     db = open_ledger(path, create=False)
@@ -319,41 +257,6 @@ def test_run_rows_are_every_row_in_order(synth_ledger):
     assert [dict(r) for r in RunRows(db, info["run_id"], size=700)] == [dict(r) for r in request_rows(db, info["run_id"])]
 
 
-@pytest.mark.parametrize("margins", [None, "schema_pass=-2pp,ttft_mean=+10%,e2e_mean=+5%"])
-def test_the_streamed_html_report_is_the_html_report_from_every_row(synth_ledger, margins):
-    """`report --html` reads each variant's rows in turn for its charts (issue 37): the same file
-    as from the run's rows, byte for byte (held so against the pre-streaming code on this ledger)."""
-    from evalkit.reporting.html import render_html
-
-    path, info = synth_ledger
-    db = open_ledger(path, create=False)
-    use_run(db.require_run(info["run_id"]))
-    old = render_html(db, info["run_id"], full_report(db, info["run_id"], margins=margins))
-    rep, fnd = report_findings(db, info["run_id"], margins=margins)
-    new = render_html(db, info["run_id"], (rep, fnd, None))
-    assert new == old
-    assert new.count("<svg") >= 8  # the charts are there, not skipped
-
-
-@pytest.mark.parametrize("stretch, whole_variant", [(333, False), (1000, True), (10**6, True)])
-def test_the_charts_read_a_stretch_at_a_time_are_the_charts_from_every_row(synth_ledger, monkeypatch, stretch,
-                                                                           whole_variant):
-    """The chart pass reads the run a stretch of rows at a time, a level's rows in several
-    stretches (or a variant's at once, its levels read together: `_in_row_order`): the same file."""
-    from evalkit.reporting import plots
-    from evalkit.reporting.html import render_html
-
-    path, info = synth_ledger
-    db = open_ledger(path, create=False)
-    use_run(db.require_run(info["run_id"]))
-    old = render_html(db, info["run_id"], full_report(db, info["run_id"]))
-    monkeypatch.setattr(plots, "STRETCH", stretch)
-    if whole_variant:
-        monkeypatch.setattr(plots, "_in_row_order", lambda outline, variant: [None])
-    rep, fnd = report_findings(db, info["run_id"])
-    assert render_html(db, info["run_id"], (rep, fnd, None)) == old
-
-
 def test_the_ttft_p99_of_each_level_is_taken_over_its_every_stretch(synth_ledger, monkeypatch):
     from evalkit.reporting import plots
     from evalkit.stats import percentile
@@ -365,7 +268,7 @@ def test_the_ttft_p99_of_each_level_is_taken_over_its_every_stretch(synth_ledger
     seen: list[plots.PlotData] = []
     monkeypatch.setattr(plots, "STRETCH", 400)
     monkeypatch.setattr(plots, "draw", lambda ledger, run_id, data, f, report: seen.append(data) or [])
-    plots.plots(db, info["run_id"], None, fnd, rep)
+    plots.plots(db, info["run_id"], fnd, rep)
     rows = request_rows(db, info["run_id"], "fp8", 4)
     assert seen[0].p99[("fp8", "c=4")] == percentile([r["ttft_ms"] for r in rows if r["error_class"] is None], 99)
 
@@ -402,43 +305,6 @@ def test_kl_along_the_answer_taken_a_variant_at_a_time_is_taken_from_every_row()
                 kl_add(acc, first, r)
     assert kl_series(acc, first) == kl_along(rows)
     assert list(kl_along(rows)) == ["b", "a (floor)", "b (floor)", "a"]  # the rows' order
-
-
-# What the synthesized run lacks, written into a copy of it: the findings read a load level at a
-# time (`streamed_findings`) must still equal the ones from every row for each of these shapes.
-SHAPES = {
-    "trace": ["update requests set trace_row = (id * 7919) % 1000, scheduled_ms = id * 10.0, sent_ms = id * 10.0 + "
-              "(id % 13), trace_input_tokens = prompt_tokens + (id % 3), trace_output_tokens = 100"],
-    "conversations": ["update requests set conversation_id = 'conv-' || (id % 40) where id % 5 != 0"],
-    "prefix_sharing": ["update requests set designed_shared_tokens = id % 50, cached_prompt_tokens = id % 30"],
-    "relative_slo": ["""update runs set load_json = json_set(load_json, '$.slo_relative', json('{"ttft": 3, "e2e": 4}'),
-                        '$.slo_ttft_ms', 2000)"""],
-    "two_servers": ["update requests set replica = id % 2"],
-    "a_label_over_two_levels": ["update requests set level = 'main' where variant = 'w8a8'"],
-    "first_level_all_failed": ["update requests set error_class = 'timeout', ttft_ms = null, e2e_ms = null "
-                               "where variant = 'fp8' and concurrency = 1",
-                               # a failed request is never graded (`graded_requests`)
-                               "delete from grades where request_id in (select id from requests where error_class "
-                               "is not null)"],
-}
-
-
-@pytest.mark.parametrize("shape", sorted(SHAPES))
-def test_the_findings_read_a_level_at_a_time_are_the_findings_from_every_row(synth_ledger, tmp_path, shape):
-    path, info = synth_ledger
-    copy = tmp_path / "shaped.db"
-    copy_ledger(path, copy)
-    db = open_ledger(copy, create=False)
-    for sql in SHAPES[shape]:
-        db._db.execute(sql)
-    db._db.conn.commit()
-    run = db.require_run(info["run_id"])
-    use_run(run)
-    rows = request_rows(db, info["run_id"])
-    old = build_report(db, info["run_id"], rows=rows)
-    old_json = _report_json({**old, "findings": findings(db, info["run_id"], report=old, rows=rows)})
-    rep, fnd = report_findings(db, info["run_id"])
-    assert _close(_report_json({**rep, "findings": fnd}), old_json) == []
 
 
 def _study_from_rows(db: Any, run: Any, rows: list[Any], pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -482,7 +348,7 @@ def drift_ledger(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[s
     """The synthesized run with drift grades too: the study's quality then has a p-value the
     report's Holm family adjusts (in the table, not the study)."""
     path = tmp_path_factory.mktemp("synth") / "drift.db"
-    return path, _synth().synthesize(path, 5000, ["base", "w8a8", "fp8"], [1, 4], seed=3, drift=True)
+    return path, synth().synthesize(path, 5000, ["base", "w8a8", "fp8"], [1, 4], seed=3, drift=True)
 
 
 @pytest.mark.parametrize("shape", ["plain", *sorted(SHAPES)])
@@ -498,7 +364,7 @@ def test_the_study_from_the_ledger_is_the_study_from_every_row(drift_ledger, tmp
     rows = request_rows(db, info["run_id"])
     rep, fnd = report_findings(db, info["run_id"])
     want = json.loads(json.dumps(_study_from_rows(db, run, rows, rep["paired"]), default=str))
-    assert _close(json.loads(json.dumps(fnd["study_summary"], default=str)), want) == []
+    assert close(json.loads(json.dumps(fnd["study_summary"], default=str)), want) == []
 
 
 @pytest.mark.parametrize("shape", ["plain", "two_servers", "a_label_over_two_levels"])

@@ -19,9 +19,9 @@ from evalkit.reporting.timeshare import LEVEL, aa_control, position_effect
 from evalkit.reporting.verdicts import parse_margins
 from evalkit.stats import robust_mean, robust_ratio
 
+from .report_golden import synth as _synth
 from .test_ledger_verdicts import same
 from .test_level_reads import shaped_copy
-from .test_report_scale import _synth
 
 SHAPE = [
     "update requests set order_block = length(case_id) % 5, order_position = id % 3",

@@ -50,7 +50,7 @@ def report(ledger: Path | None, run_id: str | None, as_json: bool, markdown: boo
     if html_path:
         from ..reporting.html import write_html
 
-        write_html(db, html_path, rep["run"]["id"], (rep, fnd, None))  # its charts read a variant at a time
+        write_html(db, html_path, rep["run"]["id"], (rep, fnd))  # its charts read a variant at a time
         # before the write below: the ledger's aggregates the findings asked stay valid for the charts (`_unchanged`)
         say(f"wrote {html_path}")
     if margins is None and spike_k == 3.5:  # the findings `browse` shows: kept, so it need not compute them again

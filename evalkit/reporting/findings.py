@@ -225,21 +225,19 @@ def level_findings(ledger: Ledger, run: Any, baseline: str | None, variants: lis
 
 
 def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = None, k: float = 3.5,
-             margins: str | dict[str, Any] | None = None, report: dict[str, Any] | None = None,
-             rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+             margins: str | dict[str, Any] | None = None, report: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything the report says beyond its tables, from ledger queries and the report's tables.
     ``margins``: non-inferiority margins (the matrix's `margins:` when not given); each variant's
     verdicts (the gate's reading of the first levels) open the findings. The run's rows are read
-    only for what a person asked of them, --by's quality and the reviews (``rows``: when the
-    caller holds them already, the HTML report); the grader notes read them a stretch at a time."""
+    only for what a person asked of them, --by's quality and the reviews; the grader notes read
+    them a stretch at a time."""
     run = ledger.require_run(run_id)
     run_id = run["id"]
     use_run(run)  # its graders' margins parse like a built-in's
     specs = parse_margins(margins if margins is not None else run.margins,
                           "--margins" if margins is not None else "matrix margins")
-    report = report or build_report(ledger, run_id, rows=rows)
-    if rows is None and (by or ledger.reviews(run_id)):
-        rows = request_rows(ledger, run_id)
+    report = report or build_report(ledger, run_id)
+    rows = request_rows(ledger, run_id) if by or ledger.reviews(run_id) else None
     baseline = ledger.baseline(run_id)
     lv = level_findings(ledger, run, baseline, ledger.variants(run_id), ledger.slice_levels(run_id))
     qul = quality_under_load(ledger, run_id)
@@ -311,17 +309,6 @@ def report_findings(ledger: Ledger, run_id: str | None = None, *, slo: dict[str,
     rid = ledger.require_run(run_id)["id"]
     rep = build_report(ledger, rid, slo)
     return rep, findings(ledger, rid, by, k, margins, report=rep)
-
-
-def full_report(ledger: Ledger, run_id: str | None = None, *, slo: dict[str, float] | None = None,
-                by: list[str] | None = None, k: float = 3.5, margins: str | dict[str, Any] | None = None
-                ) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
-    """The report, its findings, and the rows both read (the HTML report draws them): one read.
-    `report_findings` gives the same without the rows."""
-    rid = ledger.require_run(run_id)["id"]
-    rows = request_rows(ledger, rid)
-    rep = build_report(ledger, rid, slo, rows=rows)
-    return rep, findings(ledger, rid, by, k, margins, report=rep, rows=rows), rows
 
 
 def recommend_lines(out: list[dict[str, Any]]) -> list[str]:

@@ -14,9 +14,8 @@ from .document import Block, Table, sections, study_table
 from .findings import report_findings
 from .plots import plots
 
-# the report, its findings, and the run's rows when a caller holds them (`findings.full_report`; None:
-# the charts read each variant's rows from the ledger in turn, `plots.plots`)
-Read = tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]] | None]
+# the report and its findings (`findings.report_findings`), when the caller has them
+Read = tuple[dict[str, Any], dict[str, Any]]
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:24px auto;max-width:1180px;color:#222}
@@ -55,11 +54,11 @@ def _blocks(blocks: list[Block]) -> list[str]:
 
 
 def render_html(ledger: Ledger, run_id: str | None = None, read: Read | None = None) -> str:
-    """The HTML report; ``read``: the report, findings and rows when the caller has them (else
-    `report_findings`, the charts reading the rows a variant at a time).
+    """The HTML report; ``read``: the report and findings when the caller has them (else
+    `report_findings`); the charts read the rows a variant at a time (`plots.plots`).
     Its sections are the terminal's (`document.sections`), each under its heading, with the variants,
     the study's summary, the plots and sample outputs around them."""
-    report, f, rows = read or (*report_findings(ledger, run_id), None)
+    report, f = read or report_findings(ledger, run_id)
     rid = report["run"]["id"]
     run = report["run"]
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>evalkit run {escape(rid)}</title>"
@@ -76,7 +75,7 @@ def render_html(ledger: Ledger, run_id: str | None = None, read: Read | None = N
     parts.append(_table(*study_table(report, f)))
     parts.append("<h2>Plots</h2><div class='plots'>")
     parts += [f"<figure><figcaption class='note'>{escape(t)}</figcaption>{svg}</figure>"
-              for t, svg in plots(ledger, rid, rows, f, report)]
+              for t, svg in plots(ledger, rid, f, report)]
     parts.append("</div>")
     for sec in sections(report, f, f.get("by")):
         parts.append(f"<h2>{escape(sec.title)}</h2>")

@@ -166,15 +166,9 @@ class PlotData:
         return {v: series.get(v) or Pairs((), ()) for v in self.variants}
 
 
-def plots(ledger: Ledger, run_id: str, rows: list[dict[str, Any]] | None, f: dict[str, Any],
-          report: dict[str, Any]) -> list[tuple[str, str]]:
-    """The charts; ``rows``: the run's rows when the caller holds them, else each variant's are read
-    from the ledger in turn, a stretch of rows at a time, and let go (`PlotData`)."""
-    if rows is not None:
-        variants = list(dict.fromkeys(v["name"] for v in report["variants"])) or list(dict.fromkeys(r["variant"] for r in rows))
-        data = PlotData(variants, f)
-        data.add(rows)
-        return draw(ledger, run_id, data.finish(), f, report)
+def plots(ledger: Ledger, run_id: str, f: dict[str, Any], report: dict[str, Any]) -> list[tuple[str, str]]:
+    """The charts: each variant's rows read from the ledger in turn, a stretch of rows at a time,
+    and let go (`PlotData`)."""
     from .rows import give_back, request_rows
 
     present = list(ledger.slice_levels(run_id))

@@ -23,7 +23,7 @@ from ..stats import mean, pct_delta, percentile, robust_ratio
 from .grade_views import grades_by_grader
 from .rows import give_back, request_rows
 from .rowseq import take, where
-from .selection import by_variant, first_level, level_note, sweep_levels
+from .selection import level_note
 from .spike_summary import bounded
 from .verdicts import apply_holm, flag, multiplicity_notes
 
@@ -95,13 +95,11 @@ def paired(cases: Iterable[tuple[str, str, Any, float, float]], metric: str, by:
     return out
 
 
-def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float] | None = None,
-                 rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """The report's tables and comparisons. ``rows``: the run's `request_rows`, when the caller
-    has read them already (the findings and the HTML report read the same). Without them the
-    report holds one variant's first level at a time (the baseline's beside it), read from the
-    ledger slice by slice, and what spans the run (levels, arrivals, the client's check, the
-    graders) comes from SQL and one ordered pass: the same report, in memory bounded by a slice."""
+def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float] | None = None) -> dict[str, Any]:
+    """The report's tables and comparisons: the latencies and the declared graders' quality from
+    SQL (`slice_table`, `case_pairs`, `grader_summaries`), what spans the run (levels, arrivals,
+    the client's check) from SQL and one ordered pass; the rows are read, one variant's first level
+    at a time (the baseline's beside it), only for the grades of a grader that declares no summary."""
     run = ledger.require_run(run_id)
     run_id = run["id"]
     use_run(run)  # a run's module:Class graders declare its quality columns
@@ -114,27 +112,23 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
     # A sweep's levels are not one population: pooled, the higher levels' queueing would read as
     # the variant's latency. The tables keep each variant's first level; the load-levels table
     # in the findings has every level.
-    if rows is not None:
-        levels = sweep_levels(rows)
-        firsts = by_variant(first_level(rows))
-        first_of: Any = lambda v: firsts.get(v, [])  # noqa: E731
-        arr = arrivals(rows, run.load)
-        graders = sorted({g for r in rows for g in r["grades"]})
-    else:
-        levels = ledger.slice_levels(run_id)
-        graders = sorted(ledger.measured_graders(run_id))
-        # the latencies are SQL's (`slice_table`, `case_pairs`), and so is the quality of each grader
-        # that declares its summary; the rows are read for the others' grades alone, where they have any
-        # a grader the run recorded that cannot be imported any more has no columns: its grades stay unread
-        declared = {g: sql for g in graders if g in available() and (sql := declared_summary(available()[g])) is not None}
-        summaries, floor_n = ledger.grader_summaries(run_id, baseline, run.repeats, declared)
-        cased = case_summaries(ledger, run_id, baseline, run.repeats, [g for g in graders if g not in declared])
-        for key, got in cased.items():
-            summaries.setdefault(key, {}).update(got)
-        read = [g for g in graders if g not in declared and not any(g in got for got in cased.values())]
-        first_of = lambda v: (request_rows(ledger, run_id, v, min(levels[v]), only={"variant", "repeat"},  # noqa: E731
-                                           graders=read) if v in levels and read else [])
-        arr = streamed_arrivals(ledger, run_id, run.load)
+    levels = ledger.slice_levels(run_id)
+    graders = sorted(ledger.measured_graders(run_id))
+    # the quality of each grader that declares its summary is SQL's; the rows are read for the
+    # others' grades alone, where they have any; a grader the run recorded that cannot be imported
+    # any more has no columns: its grades stay unread
+    declared = {g: sql for g in graders if g in available() and (sql := declared_summary(available()[g])) is not None}
+    summaries, floor_n = ledger.grader_summaries(run_id, baseline, run.repeats, declared)
+    cased = case_summaries(ledger, run_id, baseline, run.repeats, [g for g in graders if g not in declared])
+    for key, got in cased.items():
+        summaries.setdefault(key, {}).update(got)
+    read = [g for g in graders if g not in declared and not any(g in got for got in cased.values())]
+
+    def first_of(v: str) -> Any:
+        return request_rows(ledger, run_id, v, min(levels[v]), only={"variant", "repeat"},
+                            graders=read) if v in levels and read else []
+
+    arr = streamed_arrivals(ledger, run_id, run.load)
     client = client_check(ledger.client_lag(run_id), ledger.level_marks(run_id), threshold)
     swept = any(len(v) > 1 for v in levels.values())
     # the baseline's noise-floor passes (repeats past the run's own) serve drift's floor: they are
@@ -143,8 +137,6 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
     base_first = first_of(baseline) if baseline else []
     base_cases = where(base_first, (r["repeat"] < repeats for r in base_first))
     base_groups = {"cases": base_cases, "index": _slices(base_cases)}
-    if rows is not None:
-        summaries, floor_n = {}, len(base_first) - len(base_cases)
     entries: dict[str, list[dict[str, Any]]] = {}
     names = list(dict.fromkeys([*(v["name"] for v in variants), *sorted(levels)]))
     # every declared metric per variant x slice, in SQL over each variant's first level
