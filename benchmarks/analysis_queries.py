@@ -44,6 +44,7 @@ QUERIES = {
     "aa_cases e2e (the A/A control)": "db.aa_cases(rid, 'e2e_ms', base, run.repeats)[2]",
     "position_groups (the position effect)": "db.position_groups(rid)",
     "grader_summaries (the quality table)": "db.grader_summaries(rid, base, run.repeats, summaries())[0]",
+    "grade_failure_counts (the graders' failures)": "db.grade_failure_counts(rid)",
 }
 CHILD = """
 import json, resource, sys, time

@@ -390,3 +390,57 @@ def test_a_notes_where_that_is_not_detail_keys_is_one_line(bad):
 
     with pytest.raises(PluginError, match="notes_where"):
         declared_notes_where(_grader(Bad))
+
+
+def _failure_lines(db: Any, run_id: str) -> list[str]:
+    """`grading.grade_failures` by its definition: the newest grade of each (request, grader,
+    version) an error, grouped in the order they came; out of the requests the graders are handed."""
+    from evalkit.grading import graded_requests
+
+    errors = db.grade_errors(run_id)
+    items, _ = graded_requests(db, run_id)
+    by: dict[str, list[dict[str, Any]]] = {}
+    for e in errors:
+        by.setdefault(e["grader"], []).append(e)
+    out = []
+    for name, es in by.items():
+        kinds = {(e["error_class"], e["error"]) for e in es}
+        out.append(f"{name} failed on {len(es)} of {len(items)} requests: "
+                   + f"{es[0]['error_class']} {es[0]['error'] or ''}".strip()
+                   + (f" (and {len(kinds) - 1} other error(s))" if len(kinds) > 1 else "")
+                   + f"; first: case {es[0]['case_id']} ({es[0]['variant']})")
+    return out
+
+
+FAILURES = {
+    "as_shaped": [],  # the sweep's own failed grades
+    "none": ["delete from grades where error_class is not null"],
+    # two graders fail, one with two kinds of error and an empty message; a failure graded again
+    # since (it no longer counts); an error of an older version a newer one replaced (it still does)
+    "mixed": ["update grades set error_class = 'KeyError', error = '''x''', value = null, passed = null "
+              "where grader = 'persona' and request_id % 11 = 0",
+              "update grades set error_class = 'ValueError', error = case when request_id % 2 = 0 then '' else 'bad' end "
+              "where grader = 'persona' and request_id % 13 = 0",
+              "update grades set error_class = 'RuntimeError', error = 'boom' where grader = 'judge' and request_id % 17 = 0",
+              "insert into grades (run_id, request_id, grader, grader_version, value, passed, explanation, detail_json, "
+              "created_at) select run_id, request_id, grader, grader_version, 1.0, 1, 'again', '{}', created_at "
+              "from grades where grader = 'judge' and request_id % 34 = 0 and error_class is not null",
+              "insert into grades (run_id, request_id, grader, grader_version, value, passed, explanation, detail_json, "
+              "created_at) select run_id, request_id, grader, 'v0', 1.0, 1, 'old', '{}', created_at "
+              "from grades where grader = 'judge' and request_id % 17 = 0"],
+    # a trace prompt is handed to no grader: not counted among the requests
+    "trace_cases": ["update cases set task = 'trace' where id in (select case_id from requests where id % 3 = 0)",
+                    "update grades set error_class = 'KeyError', error = 'k' where grader = 'drift' and request_id % 7 = 0"],
+}
+
+
+@pytest.mark.parametrize("shape", sorted(FAILURES))
+def test_the_grade_failures_the_ledger_counts_are_their_definition(swept: Path, tmp_path: Path, shape: str) -> None:
+    from evalkit.grading import grade_failures
+
+    path = shaped_copy(swept, tmp_path / "failed.db", FAILURES[shape])
+    with open_ledger(path, create=False) as db:
+        run_id = db.require_run(None)["id"]
+        want = _failure_lines(db, run_id)
+        assert grade_failures(db, run_id) == want
+    assert bool(want) == (shape != "none")

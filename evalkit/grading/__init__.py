@@ -154,20 +154,9 @@ def grade_run(ledger: Ledger, run_id: str, graders: list[Grader] | None = None,
 
 def grade_failures(ledger: Ledger, run_id: str) -> list[str]:
     """One line per grader that failed on some requests of the run (its newest grade of them an
-    error): `fieldmatch failed on 5 of 30 requests: KeyError 'line_total'; first: case r-07`."""
-    errors = ledger.grade_errors(run_id)
-    if not errors:
-        return []
-    by: dict[str, list[dict[str, Any]]] = {}
-    for e in errors:
-        by.setdefault(e["grader"], []).append(e)
-    items, _ = graded_requests(ledger, run_id)
-    out = []
-    for name, es in by.items():
-        first = es[0]
-        kinds = {(e["error_class"], e["error"]) for e in es}
-        msg = f"{first['error_class']} {first['error'] or ''}".strip()
-        out.append(f"{name} failed on {len(es)} of {len(items)} requests: {msg}"
-                   + (f" (and {len(kinds) - 1} other error(s))" if len(kinds) > 1 else "")
-                   + f"; first: case {first['case_id']} ({first['variant']})")
-    return out
+    error): `fieldmatch failed on 5 of 30 requests: KeyError 'line_total'; first: case r-07`.
+    Counted in the ledger (`Ledger.grade_failure_counts`): no request is read."""
+    failures, graded = ledger.grade_failure_counts(run_id)
+    return [f"{f['grader']} failed on {f['n']} of {graded} requests: {f['error_class']} {f['error'] or ''}".rstrip()
+            + (f" (and {f['kinds'] - 1} other error(s))" if f["kinds"] > 1 else "")
+            + f"; first: case {f['case_id']} ({f['variant']})" for f in failures]

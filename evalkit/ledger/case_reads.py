@@ -225,6 +225,24 @@ select 0 as k, coalesce(s.variant = $baseline, false) as b, s.variant, s.case_id
 from sel s join l.grades g on g.request_id = s.id where {newest}"""
 
 
+# Each grader's failures over a run: its newest grade of a request (per grader version) an error;
+# counted, with its first (by grade id) error and case, and how many distinct errors; and the
+# requests a grader is handed (`grading.graded_requests`: successful, measured, no trace prompt)
+_GRADE_FAILURES = """
+with e as (select id, request_id, grader, grader_version, error_class, error from l.grades
+           where run_id = $run and error_class is not null),
+last as (select request_id, grader, grader_version, max(id) as id from l.grades
+         where run_id = $run and request_id in (select request_id from e) group by all),
+f as (select e.*, r.case_id, r.variant from e semi join last using (request_id, grader, grader_version, id)
+      join l.requests r on r.id = e.request_id)
+select grader, count(*), count(distinct (error_class, error)),
+       arg_min((error_class, error, case_id, variant), id)  -- a row: arg_min of a column passes over its nulls
+from f group by grader order by min(id)"""
+_GRADED = """select count(*) from l.measured r join l.runs u on u.id = r.run_id
+join l.cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
+where r.run_id = $run and r.ok and c.task is distinct from 'trace'"""
+
+
 class CaseReads:
     """Per-case values of the graders' margins, paired where the grades are."""
 
@@ -329,3 +347,14 @@ class CaseReads:
                            "case_id": key})
         if side is not None:
             yield *side, grades
+
+    def grade_failure_counts(self, run_id: str) -> tuple[list[dict[str, Any]], int]:
+        """(per grader whose newest grade of some request is an error, in the order the first came:
+        ``grader``, ``n`` requests, ``kinds`` distinct errors, the first's ``error_class``, ``error``,
+        ``case_id`` and ``variant``; the requests the graders are handed), computed in the ledger."""
+        _, rows = self.query(_GRADE_FAILURES, {"run": run_id})
+        if not rows:
+            return [], 0
+        _, ((graded,),) = self.query(_GRADED, {"run": run_id})
+        keys = ("grader", "n", "kinds", "error_class", "error", "case_id", "variant")
+        return [dict(zip(keys, (g, n, kinds, *first), strict=True)) for g, n, kinds, first in rows], int(graded)
