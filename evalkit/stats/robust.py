@@ -134,9 +134,12 @@ class BootstrapT(_SubsetTest):
     def _est_se_many(c: np.ndarray, b: np.ndarray | None, idx: list[np.ndarray], w: np.ndarray,
                      fpc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Row-wise estimate and SE: c (and b) are k x n, idx the columns of each stratum."""
+        def var(x: np.ndarray) -> np.ndarray:  # a one-case stratum has none: NaN, and the test keeps every value
+            return x.var(axis=1, ddof=1) if x.shape[1] > 1 else np.full(x.shape[0], np.nan)
+
         def strat(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             m = sum(wh * x[:, ix].mean(axis=1) for wh, ix in zip(w, idx, strict=True))
-            v = sum(wh * wh * f * x[:, ix].var(axis=1, ddof=1) / len(ix) for wh, ix, f in zip(w, idx, fpc, strict=True))
+            v = sum(wh * wh * f * var(x[:, ix]) / len(ix) for wh, ix, f in zip(w, idx, fpc, strict=True))
             return np.asarray(m), np.sqrt(np.asarray(v))
 
         if b is None:
