@@ -444,3 +444,23 @@ def test_the_grade_failures_the_ledger_counts_are_their_definition(swept: Path, 
         want = _failure_lines(db, run_id)
         assert grade_failures(db, run_id) == want
     assert bool(want) == (shape != "none")
+
+
+@pytest.mark.parametrize("shape", [[], ["delete from requests where variant = 'w8a8' and case_id in "
+                                        "(select case_id from requests where variant = 'w8a8' limit 7)",
+                                        "update requests set concurrency = 2 where variant = 'base' and concurrency = 1"]],
+                         ids=["as_shaped", "cases_and_a_level_apart"])
+def test_the_pairs_a_reviewer_can_be_shown_are_their_definition(swept: Path, tmp_path: Path, shape: list[str]) -> None:
+    """Each candidate's cases at its first level that the baseline sent at its own first level."""
+    from evalkit.reporting.rows import request_rows
+    from evalkit.reporting.selection import first_level
+
+    path = shaped_copy(swept, tmp_path / "reviewable.db", shape)
+    with open_ledger(path, create=False) as db:
+        run_id = db.require_run(None)["id"]
+        rows = request_rows(db, run_id)
+        cases: dict[str, set[str]] = defaultdict(set)
+        for r in first_level(rows):
+            cases[r["variant"]].add(r["case_id"])
+        want = sum(len(c & cases["base"]) for v, c in cases.items() if v != "base")
+        assert db.reviewable_pairs(run_id, "base") == want

@@ -243,6 +243,16 @@ join l.cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
 where r.run_id = $run and r.ok and c.task is distinct from 'trace'"""
 
 
+# The pairs a reviewer can be shown: each candidate's cases at its first level that the baseline
+# also sent at its first (`reporting.reviews`)
+_REVIEWABLE = """
+with m as (select r.variant, r.case_id, r.load_level from l.measured r join l.runs u on u.id = r.run_id
+           join l.cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash where r.run_id = $run),
+firsts as (select variant, min(load_level) as first from m group by variant),
+fc as (select distinct m.variant, m.case_id from m join firsts f on f.variant = m.variant and f.first = m.load_level)
+select count(*) from fc c join fc b on b.case_id = c.case_id where b.variant = $baseline and c.variant <> $baseline"""
+
+
 class CaseReads:
     """Per-case values of the graders' margins, paired where the grades are."""
 
@@ -358,3 +368,9 @@ class CaseReads:
         _, ((graded,),) = self.query(_GRADED, {"run": run_id})
         keys = ("grader", "n", "kinds", "error_class", "error", "case_id", "variant")
         return [dict(zip(keys, (g, n, kinds, *first), strict=True)) for g, n, kinds, first in rows], int(graded)
+
+    def reviewable_pairs(self, run_id: str, baseline: str) -> int:
+        """How many (candidate, case) pairs a reviewer can be shown: the candidate's cases at its
+        first level that the baseline sent at its first too."""
+        _, ((n,),) = self.query(_REVIEWABLE, {"run": run_id, "baseline": baseline})
+        return int(n)

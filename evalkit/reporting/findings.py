@@ -229,22 +229,22 @@ def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = N
     """Everything the report says beyond its tables, from ledger queries and the report's tables.
     ``margins``: non-inferiority margins (the matrix's `margins:` when not given); each variant's
     verdicts (the gate's reading of the first levels) open the findings. The run's rows are read
-    only for what a person asked of them, --by's quality and the reviews; the grader notes read
-    them a stretch at a time."""
+    only for what a person asked of them, --by's quality; the reviews read the reviewed answers'
+    alone, the grader notes the rows a stretch at a time."""
     run = ledger.require_run(run_id)
     run_id = run["id"]
     use_run(run)  # its graders' margins parse like a built-in's
     specs = parse_margins(margins if margins is not None else run.margins,
                           "--margins" if margins is not None else "matrix margins")
     report = report or build_report(ledger, run_id)
-    rows = request_rows(ledger, run_id) if by or ledger.reviews(run_id) else None
+    rows = request_rows(ledger, run_id) if by else None
     baseline = ledger.baseline(run_id)
     lv = level_findings(ledger, run, baseline, ledger.variants(run_id), ledger.slice_levels(run_id))
     qul = quality_under_load(ledger, run_id)
     cut = slices(ledger, run, baseline, by or ["complexity"])
     lf = ledger_findings(ledger, run_id, baseline, specs, run.repeats)  # the order, the machine, accuracy
     _, vs = ledger_verdicts(ledger, run_id, baseline, specs, lf["timeshare"], levels=False)
-    revs = review_summary(ledger, run_id, rows, baseline) if rows is not None else None
+    revs = review_summary(ledger, run_id, baseline)
     return {
         "run_id": run_id, "baseline": baseline,
         "slices": cut,

@@ -10,7 +10,6 @@ from typing import Any
 
 from ..grading.calibrate_labels import against_reviews
 from ..ledger import Ledger
-from .selection import first_level
 
 LABELS = {"same": "same", "candidate_better": "candidate better", "candidate_worse": "candidate worse",
           "both_fail": "both fail"}
@@ -36,17 +35,20 @@ def flipped(base: dict[str, Any], cand: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def review_summary(ledger: Ledger, run_id: str, rows: list[dict[str, Any]], baseline: str | None
-                   ) -> dict[str, Any] | None:
-    """None without reviews; else pairs reviewed of all, reviewers, the verdicts' split (each
-    reviewer's newest per pair), and the split again for reviewed pairs whose candidate lost a
-    pass, gained one, or flipped nothing."""
+def review_summary(ledger: Ledger, run_id: str, baseline: str | None) -> dict[str, Any] | None:
+    """None without reviews; else pairs reviewed of all (`Ledger.reviewable_pairs`), reviewers,
+    the verdicts' split (each reviewer's newest per pair), and the split again for reviewed pairs
+    whose candidate lost a pass, gained one, or flipped nothing: the reviewed answers' rows alone
+    are read."""
+    from .rows import request_rows  # here: the report's import of this module stays light
+
     revs = ledger.reviews(run_id)
     if not revs or baseline is None:
         return None
+    ids = sorted({i for r in revs for i in (r["baseline_request_id"], r["candidate_request_id"])})
+    rows = request_rows(ledger, run_id, ids=ids)
     by_id = {r["id"]: r for r in rows}
-    cases = {v: {r["case_id"] for r in first_level(rows) if r["variant"] == v} for v in {r["variant"] for r in rows}}
-    pairs = sum(len(c & cases.get(baseline, set())) for v, c in cases.items() if v != baseline)
+    pairs = ledger.reviewable_pairs(run_id, baseline)
     against: dict[str, Counter[str]] = {"lost": Counter(), "gained": Counter(), "no flip": Counter()}
     for r in revs:
         base, cand = by_id.get(r["baseline_request_id"]), by_id.get(r["candidate_request_id"])
