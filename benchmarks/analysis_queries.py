@@ -45,6 +45,7 @@ QUERIES = {
     "position_groups (the position effect)": "db.position_groups(rid)",
     "grader_summaries (the quality table)": "db.grader_summaries(rid, base, run.repeats, summaries())[0]",
     "grade_failure_counts (the graders' failures)": "db.grade_failure_counts(rid)",
+    "reviewable_pairs (the reviews' pairs)": "[db.reviewable_pairs(rid, base)]",
 }
 CHILD = """
 import json, resource, sys, time
