@@ -229,8 +229,8 @@ def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = N
     """Everything the report says beyond its tables, from ledger queries and the report's tables.
     ``margins``: non-inferiority margins (the matrix's `margins:` when not given); each variant's
     verdicts (the gate's reading of the first levels) open the findings. The run's rows are read
-    only for what a person asked of them, --by's quality; the reviews read the reviewed answers'
-    alone, the grader notes the rows a stretch at a time."""
+    only for what a person asked of them, --by's quality; the reviews read only the reviewed
+    answers, the grader notes the rows a stretch at a time."""
     run = ledger.require_run(run_id)
     run_id = run["id"]
     use_run(run)  # its graders' margins parse like a built-in's
