@@ -72,3 +72,26 @@ def test_the_charts_read_a_stretch_at_a_time_are_the_known_charts(synth_ledger, 
         got = html_text(render_html(db, info["run_id"], (rep, fnd)), rep)
     assert same_text(got, known("report_plain.html", got)) == []
     assert got.count("<svg") >= 8  # the charts are there, not skipped
+
+
+# The charts' other roads, written by the chart pass that read every row (at fd1a7dd): a run small
+# enough that every point is drawn (CDF steps, box points, jittered scatters), and cases without
+# the shipped complexity (one box a variant), small and large.
+CHART_SHAPES = {"small": (300, []), "small_no_complexity": (300, ["update cases set complexity = 'any'"]),
+                "plain_no_complexity": (5000, ["update cases set complexity = null"])}
+
+
+@pytest.mark.parametrize("shape", sorted(CHART_SHAPES))
+def test_the_html_report_of_each_chart_shape_is_its_known_answer(tmp_path, shape):
+    from evalkit.reporting.html import render_html
+
+    n, sqls = CHART_SHAPES[shape]
+    info = synth().synthesize(tmp_path / "s.db", n, ["base", "w8a8", "fp8"], [1, 4], seed=5)
+    with open_ledger(tmp_path / "s.db", create=False) as db:
+        for sql in sqls:
+            db._db.execute(sql)
+        db._db.conn.commit()
+        use_run(db.require_run(info["run_id"]))
+        rep, fnd = report_findings(db, info["run_id"])
+        got = html_text(render_html(db, info["run_id"], (rep, fnd)), rep)
+    assert same_text(got, known(f"report_{shape}.html", got)) == []
