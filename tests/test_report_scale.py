@@ -257,56 +257,6 @@ def test_run_rows_are_every_row_in_order(synth_ledger):
     assert [dict(r) for r in RunRows(db, info["run_id"], size=700)] == [dict(r) for r in request_rows(db, info["run_id"])]
 
 
-def test_the_ttft_p99_of_each_level_is_taken_over_its_every_stretch(synth_ledger, monkeypatch):
-    from evalkit.reporting import plots
-    from evalkit.stats import percentile
-
-    path, info = synth_ledger
-    db = open_ledger(path, create=False)
-    use_run(db.require_run(info["run_id"]))
-    rep, fnd = report_findings(db, info["run_id"])
-    seen: list[plots.PlotData] = []
-    monkeypatch.setattr(plots, "STRETCH", 400)
-    monkeypatch.setattr(plots, "draw", lambda ledger, run_id, data, f, report: seen.append(data) or [])
-    plots.plots(db, info["run_id"], fnd, rep)
-    rows = request_rows(db, info["run_id"], "fp8", 4)
-    assert seen[0].p99[("fp8", "c=4")] == percentile([r["ttft_ms"] for r in rows if r["error_class"] is None], 99)
-
-
-def test_the_charts_refuse_a_variant_fed_again_after_another(synth_ledger):
-    """A variant's p99 per level and jitter stream are taken as one stretch: a second, later
-    stretch of it would draw other points, so it is refused, not drawn."""
-    from evalkit.reporting import plots
-
-    path, info = synth_ledger
-    db = open_ledger(path, create=False)
-    rep, fnd = report_findings(db, info["run_id"])
-    data = plots.PlotData(["base", "w8a8"], fnd)
-    data.add(request_rows(db, info["run_id"], "base", 1))
-    data.add(request_rows(db, info["run_id"], "w8a8", 1))
-    with pytest.raises(ValueError, match="'base' again after 'w8a8'"):
-        data.add(request_rows(db, info["run_id"], "base", 4))
-
-
-def test_kl_along_the_answer_taken_a_variant_at_a_time_is_taken_from_every_row():
-    from evalkit.reporting.token_plots import kl_add, kl_along, kl_series
-
-    def row(i: int, variant: str, kind: str, kl: list[float]) -> dict[str, Any]:
-        return {"id": f"r{i:03d}", "seq": i, "variant": variant,
-                "grades": {"divergence": {"detail": {"status": "ok", "kind": kind, "kl_tokens": kl}}}}
-
-    rows = [row(i, ("b", "a")[i % 2], ("floor", "candidate")[i % 3 == 0], [0.1 * i, 0.01 * i, 1e-3 * (i % 7)][: 1 + i % 3])
-            for i in range(40)]
-    acc: dict[str, Any] = {}
-    first: dict[str, Any] = {}
-    for v in ("a", "b"):  # a variant's rows at a time, not in the run's order
-        for r in rows:
-            if r["variant"] == v:
-                kl_add(acc, first, r)
-    assert kl_series(acc, first) == kl_along(rows)
-    assert list(kl_along(rows)) == ["b", "a (floor)", "b (floor)", "a"]  # the rows' order
-
-
 def _study_from_rows(db: Any, run: Any, rows: list[Any], pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The study's table by its definition, from every row: each variant's first level, its
     successful cases' means, its servers' KV cache up to their last request, its quality against
@@ -389,16 +339,6 @@ def test_the_level_outline_from_sql_is_the_one_from_the_rows(synth_ledger, tmp_p
         [(k, list(sp.items())) for k, sp in expected.items()]
 
 
-def test_the_level_outline_knows_each_variant_s_first_request(synth_ledger):
-    path, info = synth_ledger
-    db = open_ledger(path, create=False)
-    rows = request_rows(db, info["run_id"])
-    firsts: dict[str, int] = {}
-    for r in rows:
-        firsts.setdefault(r["variant"], r["seq"])
-    assert db.level_outline(info["run_id"])["first_seq"] == firsts
-
-
 @pytest.mark.parametrize(("values", "itemsize"), [
     ([0, 1, None], 1), ([-127, 127], 1), ([128, None], 2), ([-32767, 32767], 2), ([40_000, None], 4),
     ([2**31], 8), (["a", "b", None], 1), ([f"s{i}" for i in range(200)], 2),
@@ -421,7 +361,7 @@ def test_a_narrowed_column_s_nulls_and_floats_agree_with_its_values(values):
 
 
 def test_rows_read_with_some_columns_equal_those_columns_of_every_row(synth_ledger):
-    """The charts read the columns and graders they declare (`PlotData.reads`): the same values."""
+    """A reader that declares the columns and graders it reads gets the same values of them."""
     path, info = synth_ledger
     db = open_ledger(path, create=False)
     full = request_rows(db, info["run_id"], "w8a8", 4)
@@ -478,10 +418,10 @@ def test_an_aggregate_asked_again_is_the_same_until_the_ledger_changes(synth_led
     other.commit()
     other.close()
     assert db.slice_levels(run_id)["base"] == {1, 8}
-    assert {lv for (v, lv) in db.level_outline(run_id)["seqs"] if v == "base"} == {1, 8}
-    db._db.execute("update requests set concurrency = 2 where run_id = ? and variant = 'base' and concurrency = 8",
+    assert db.level_outline(run_id)["traced"]["base"] == 0
+    db._db.execute("update requests set trace_row = 1 where run_id = ? and variant = 'base' and concurrency = 8",
                    [run_id])  # and one by this connection
-    assert {lv for (v, lv) in db.level_outline(run_id)["seqs"] if v == "base"} == {1, 2}
+    assert db.level_outline(run_id)["traced"]["base"] > 0
 
 
 MARKED = ["update requests set timing_suspect = (id % 7 = 0), timestamp_source = case when id % 3 = 0 then 'kernel' "

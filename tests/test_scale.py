@@ -182,13 +182,16 @@ def test_the_text_report_lists_the_largest_spikes_and_says_how_many_there_are():
 
 @pytest.mark.parametrize("n", [50_000, 400_000])
 def test_a_cdf_of_many_points_is_drawn_through_quantiles_and_says_so(n):
-    svg = svgplot.cdf("t", "x", {"a": [float(k % 997) for k in range(n)]})
+    ranks = sorted({0, n - 1, *(round(k * (n - 1) / svgplot.MAX_POINTS) for k in range(svgplot.MAX_POINTS + 1))})
+    svg = svgplot.cdf("t", "x", {"a": (n, [(i, float(i % 997)) for i in ranks])})
     assert (len(svg) < 120_000, f"{n:,} requests per line at most" in svg) == (True, True)
 
 
-def test_a_large_scatter_becomes_bands_and_says_so():
-    pts = {"a": [(float(k % 100), float(k % 37)) for k in range(30_000)]}
-    svg = svgplot.scatter("t", "x", "y", pts, marked=[(1.0, 36.0)] * 500)
+def test_a_large_scatter_drawn_as_bands_says_so():
+    from evalkit.ledger.chart_reads import Bands
+
+    rows = {"a": [(k + 0.5, float(k), k + 1.0, k + 2.0) for k in range(40)]}
+    svg = svgplot.bands("t", "x", "y", Bands(30_000, 0.0, 40.0, False, rows), [(1.0, 36.0)] * 500, None)
     assert (len(svg) < 40_000, "10th-90th percentile band" in svg, "the 50 largest of 500 spikes" in svg) == \
         (True, True, True)
 

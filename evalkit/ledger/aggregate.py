@@ -160,11 +160,8 @@ class ReportReads:
     def level_outline(self, run_id: str) -> dict[str, Any]:
         """What a report read one variant x load level at a time needs from the other levels, by
         SQL over the measured rows: ``spans`` (variant, level label) -> replica -> (first send, last
-        end), replicas in the order the rows first show them; ``first_seq``
-        variant -> its first seq; ``slices`` (variant, label) -> the load levels (concurrency, 1
-        when none) its rows fall in; ``ok`` (variant, level) -> its rows without an error;
-        ``traced`` variant -> its rows of a replayed trace; ``seqs`` (variant, level) -> its first and
-        last seq."""
+        end), replicas in the order the rows first show them; ``traced`` variant -> its rows of a
+        replayed trace."""
         return self._unchanged(("level_outline", run_id), lambda: self._level_outline(run_id))  # type: ignore[no-any-return]
 
     def _level_outline(self, run_id: str) -> dict[str, Any]:
@@ -177,23 +174,10 @@ class ReportReads:
                     group by 1, 2, 3 order by 6 nulls first, 7""",
                 {"run": run_id})[1]:
             spans.setdefault((v, lab), {})[rep] = (lo, hi)
-        first_seq: dict[str, int] = {}
-        slices: dict[tuple[str, str], set[int]] = {}
-        ok: dict[tuple[str, int], int] = {}
-        traced: dict[str, int] = {}
-        seqs: dict[tuple[str, int], tuple[int, int]] = {}
         trace = "count(r.trace_row)" if "trace_row" in self._db["requests"].columns_dict else "0"
-        for v, lab, lv, seq, n_ok, n_trace, last in self.query(  # type: ignore[attr-defined]
-                f"""select r.variant, {label}, r.load_level, min(r.seq), count(*) filter (where r.error_class is null),
-                           {trace}, max(r.seq) {_MEASURED} where r.run_id = $run group by 1, 2, 3 order by 1, 2, 3""",
-                {"run": run_id})[1]:
-            first_seq[v] = min(first_seq.get(v, seq), seq)
-            lo, hi = seqs.get((v, lv), (seq, last))
-            seqs[(v, lv)] = (min(lo, seq), max(hi, last))
-            slices.setdefault((v, lab), set()).add(lv)
-            ok[(v, lv)] = ok.get((v, lv), 0) + n_ok
-            traced[v] = traced.get(v, 0) + n_trace
-        return {"spans": spans, "first_seq": first_seq, "slices": slices, "ok": ok, "traced": traced, "seqs": seqs}
+        _, rows = self.query(f"select r.variant, {trace} {_MEASURED} where r.run_id = $run group by 1",  # type: ignore[attr-defined]
+                             {"run": run_id})
+        return {"spans": spans, "traced": {v: int(n) for v, n in rows}}
 
     def trace_rows(self, run_id: str, variant: str, size: int = 20_000) -> Iterator[dict[str, Any]]:
         """One variant's measured rows of a replayed trace in trace order (then seq, id: the order

@@ -22,6 +22,7 @@ from ..errors import LedgerWriteError, UsageError
 from .aggregate import ReportReads
 from .analysis import AnalysisReads
 from .case_reads import CaseReads
+from .chart_reads import ChartReads
 from .derived import DerivedTables
 from .done import DoneKeys
 from .env import EnvSamples
@@ -110,7 +111,7 @@ class RunRecord(dict):
 
 
 class Ledger(SeriesReads, TokenScoresMixin, DerivedTables, ReviewsMixin, ReportReads, AnalysisReads,  # their own modules
-             LevelReads, CaseReads, VerdictReads, EnvSamples):
+             LevelReads, CaseReads, VerdictReads, EnvSamples, ChartReads):
     """One ledger file, migrated. Its sqlite-utils connection is private: every read and write the
     rest of evalkit needs is a method here."""
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from array import array
 from html import escape
 from typing import Any
 
@@ -162,24 +161,13 @@ def lines(title: str, xlabel: str, ylabel: str, series: dict[str, list[tuple[flo
     return c.svg()
 
 
-def cdf(title: str, xlabel: str, samples: dict[str, list[float]], colors: dict[str, str] | None = None) -> str:
-    """The empirical CDF of each sample; above MAX_POINTS values, drawn through its exact
-    quantiles at MAX_POINTS evenly spaced fractions (and its extremes), said under the plot."""
-    series = {}
-    big = 0
-    for name, vals in samples.items():
-        n = sum(1 for x in vals if x is not None)
-        if n > MAX_POINTS:
-            import numpy as np
-
-            big = max(big, n)
-            a = np.fromiter((x for x in vals if x is not None), dtype=float, count=n)  # 8 bytes a value
-            a.sort()
-            idx = sorted({0, n - 1, *(round(k * (n - 1) / MAX_POINTS) for k in range(MAX_POINTS + 1))})
-            series[name] = list(zip(a[idx].tolist(), [(i + 1) / n for i in idx], strict=True))
-        else:
-            xs = sorted(x for x in vals if x is not None)
-            series[name] = [(x, (i + 1) / n) for i, x in enumerate(xs)]
+def cdf(title: str, xlabel: str, ranked: dict[str, tuple[int, list[tuple[int, float]]]],
+        colors: dict[str, str] | None = None) -> str:
+    """The empirical CDF of each sample, from its values ranked (`ChartSeries.cdf`: (how many,
+    [(0-based rank, value)])): every value up to MAX_POINTS, else its exact quantiles at MAX_POINTS
+    evenly spaced fractions (and its extremes), said under the plot."""
+    series = {name: [(x, (i + 1) / n) for i, x in pts] for name, (n, pts) in ranked.items()}
+    big = max((n for n, _ in ranked.values() if n > MAX_POINTS), default=0)
     note = f"{big:,} requests per line at most: drawn through {MAX_POINTS:,} exact quantiles" if big else None
     return lines(title, xlabel, "fraction of requests", series, step=True, ylim=(0, 1), colors=colors, note=note)
 
@@ -187,12 +175,8 @@ def cdf(title: str, xlabel: str, samples: dict[str, list[float]], colors: dict[s
 def scatter(title: str, xlabel: str, ylabel: str, series: dict[str, list[tuple[float, float]]],
             marked: list[tuple[float, float]] | None = None, colors: dict[str, str] | None = None,
             labels: list[tuple[float, float, str]] | None = None) -> str:
-    """Points per series; ``marked`` circled (spikes); ``labels``: text next to a point. Above
-    MAX_POINTS points in all, each series is drawn as bands instead (`bands`), and only the
-    MAX_MARKED most extreme marked points are circled; said under the plot."""
-    n = sum(len(s) for s in series.values())
-    if n > MAX_POINTS:
-        return bands(title, xlabel, ylabel, series, marked, colors, n)
+    """Points per series (MAX_POINTS at most in all: past that the caller draws `bands`); ``marked``
+    circled (spikes); ``labels``: text next to a point."""
     pts = [p for s in series.values() for p in s] + (marked or [])
     names = list(series) + (["○ spike"] if marked else [])
     c = Chart(title, xlabel, ylabel, [p[0] for p in pts], [p[1] for p in pts], legend_items=len(names))
@@ -211,40 +195,22 @@ def scatter(title: str, xlabel: str, ylabel: str, series: dict[str, list[tuple[f
     return c.svg()
 
 
-def bands(title: str, xlabel: str, ylabel: str, series: dict[str, list[tuple[float, float]]],
-          marked: list[tuple[float, float]] | None, colors: dict[str, str] | None, n: int, bins: int = 40) -> str:
-    """A large scatter summarised: x cut into equal bins; per series and bin, the median of y (a
-    line) and its 10th-90th percentile band (shaded); the most extreme marked points circled."""
-    from ..stats import percentile
-
-    # the x range without a list of every point (a run's worth of them; issue 37)
-    lo = min((x for s in series.values() for x, _ in s), default=None)
-    hi = max((x for s in series.values() for x, _ in s), default=None)
-    lo, hi = (lo, hi) if lo is not None and hi is not None else (0.0, 1.0)
-    width = (hi - lo) / bins or 1.0
-    summary: dict[str, list[tuple[float, float, float, float]]] = {}
-    for name, s in series.items():
-        by: dict[int, array[float]] = {}  # doubles, not a Python float a point
-        for x, y in s:
-            b = min(bins - 1, int((x - lo) / width))
-            got = by.get(b)
-            if got is None:
-                got = by[b] = array("d")
-            got.append(y)
-        summary[name] = [(lo + (b + 0.5) * width, percentile(ys, 10) or 0.0, percentile(ys, 50) or 0.0,
-                          percentile(ys, 90) or 0.0) for b, ys in sorted(by.items())]
+def bands(title: str, xlabel: str, ylabel: str, b: Any, marked: list[tuple[float, float]] | None,
+          colors: dict[str, str] | None, bins: int = 40) -> str:
+    """A large scatter summarised (`chart_reads.Bands`: per series and bin of x, the median of y (a
+    line) and its 10th-90th percentile band (shaded)); the most extreme marked points circled."""
     shown = sorted(marked or [], key=lambda p: -p[1])[:MAX_MARKED]
-    names = list(series) + (["○ spike"] if shown else [])
-    ys = [v for rows in summary.values() for _, a, _, b in rows for v in (a, b)] + [p[1] for p in shown]
-    c = Chart(title, xlabel, ylabel, [lo, hi], ys, legend_items=len(names))
-    cols = colors or color_map(list(series))
+    names = list(b.rows) + (["○ spike"] if shown else [])
+    ys = [v for rows in b.rows.values() for _, lo, _, hi in rows for v in (lo, hi)] + [p[1] for p in shown]
+    c = Chart(title, xlabel, ylabel, [b.lo, b.hi], ys, legend_items=len(names))
+    cols = colors or color_map(list(b.rows))
     c.axes()
-    for name, rows in summary.items():
+    for name, rows in b.rows.items():
         if not rows:
             continue
         col = cols.get(name, PALETTE[0])
-        band = [f"{c.px(x):.1f},{c.py(b):.1f}" for x, _, _, b in rows] + \
-            [f"{c.px(x):.1f},{c.py(a):.1f}" for x, a, _, _ in reversed(rows)]
+        band = [f"{c.px(x):.1f},{c.py(hi):.1f}" for x, _, _, hi in rows] + \
+            [f"{c.px(x):.1f},{c.py(lo):.1f}" for x, lo, _, _ in reversed(rows)]
         c.parts.append(f'<polygon points="{" ".join(band)}" fill="{col}" fill-opacity="0.2" stroke="none"/>')
         c.parts.append(f'<polyline fill="none" stroke="{col}" stroke-width="2" '
                        f'points="{" ".join(f"{c.px(x):.1f},{c.py(m):.1f}" for x, _, m, _ in rows)}"/>')
@@ -253,19 +219,18 @@ def bands(title: str, xlabel: str, ylabel: str, series: dict[str, list[tuple[flo
                        f'stroke-width="2"><title>spike</title></circle>')
     c.legend(names, cols)
     more = f"; the {len(shown)} largest of {len(marked or []):,} spikes circled" if len(marked or []) > len(shown) else ""
-    c.note(f"{n:,} points: median line and 10th-90th percentile band per {bins} bins of x{more}")
+    per = "per value of x" if b.values else f"per {bins} bins of x"
+    c.note(f"{b.n:,} points: median line and 10th-90th percentile band {per}{more}")
     return c.svg()
 
 
-def boxes(title: str, ylabel: str, groups: dict[str, list[float]], colors: dict[str, str] | None = None,
+def boxes(title: str, ylabel: str, groups: dict[str, Any], n_vals: int, colors: dict[str, str] | None = None,
           owner: dict[str, str] | None = None) -> str:
-    """Box plot (p10-p90 whiskers, p25-p75 box, median line) plus the points themselves. A box takes
-    the colour of its ``owner`` (its variant), so one variant is one colour in every chart."""
-    from ..stats import percentile
-
-    # how many values and their finite range (all the chart's scale reads), not a list of them all
-    n_vals = sum(1 for g in groups.values() for v in g if v is not None)
-    fin = [v for g in groups.values() for v in (_finite_range(g)) if v is not None]
+    """Box plot (p10-p90 whiskers, p25-p75 box, median line) plus the points themselves while there
+    are at most MAX_POINTS (``n_vals`` in all). ``groups``: name -> its `chart_reads.Box` (None: no
+    value). A box takes the colour of its ``owner`` (its variant), so one variant is one colour in
+    every chart."""
+    fin = [v for g in groups.values() if g is not None for v in (g.lo, g.hi) if v is not None]
     vals = [min(fin), max(fin)] if fin else []
     owners = owner or {g: g for g in groups}
     cols = colors or color_map(list(dict.fromkeys(owners.values())))
@@ -274,13 +239,12 @@ def boxes(title: str, ylabel: str, groups: dict[str, list[float]], colors: dict[
     c.x0, c.x1 = 0, max(1, len(groups))
     c.axes(xticks=False)
     for i, (name, g) in enumerate(groups.items()):
-        g = array("d", (v for v in g if v is not None))  # 8 bytes a value, not a Python float
         x = c.px(i + 0.5)
         col = cols.get(owners.get(name, name), PALETTE[0])
         c.parts.append(f'<text x="{x:.1f}" y="{H - B + 30}" text-anchor="middle">{escape(name)}</text>')
-        if not g:
+        if g is None or g.q is None:
             continue
-        q = {k: percentile(g, k) for k in (10, 25, 50, 75, 90)}
+        q = g.q
         w = 18
         c.parts.append(
             f'<line x1="{x:.1f}" y1="{c.py(q[10]):.1f}" x2="{x:.1f}" y2="{c.py(q[90]):.1f}" stroke="{col}"/>'
@@ -290,16 +254,11 @@ def boxes(title: str, ylabel: str, groups: dict[str, list[float]], colors: dict[
             f'stroke-width="2"/>')
         if n_vals <= MAX_POINTS:  # the points themselves, while they can be told apart
             c.parts += [f'<circle cx="{x + 26 + (j % 5) * 3:.1f}" cy="{c.py(v):.1f}" r="2" fill="{col}"/>'
-                        for j, v in enumerate(g)]
+                        for j, v in enumerate(g.points)]
     c.legend(legend, cols)
     if n_vals > MAX_POINTS:
         c.note(f"{n_vals:,} values: boxes only (p10-p90 whiskers, p25-p75 box, median), no points")
     return c.svg()
-
-
-def _finite_range(g: Any) -> tuple[float | None, float | None]:
-    lo = min((v for v in g if v is not None and math.isfinite(v)), default=None)
-    return lo, max((v for v in g if v is not None and math.isfinite(v)), default=None)
 
 
 def bars(title: str, ylabel: str, groups: dict[str, float | None], errors: dict[str, tuple[float, float]] | None = None,
