@@ -80,6 +80,11 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> Path:
     db = Database(path)
     rng = random.Random(3)
     run_id = db.execute("select id from runs").fetchone()[0]
+    # a case#repeat sent twice on a side (loaded and one at a time): the copy sent after it, or before
+    again = [{**{k: v for k, v in r.items() if k != "id"},
+              "seq": -r["seq"] if r["variant"] == "base" and r["id"] % 2 else r["seq"] + 10**6}
+             for r in db.query("select * from requests where id % 9 = 0 and (concurrency = 4 or level = 'c=1')")]
+    db["requests"].insert_all(again)
     ids = [r[0] for r in db.execute("select id from requests where run_id = ?", [run_id]).fetchall()]
     grades = []
     for rid in ids:

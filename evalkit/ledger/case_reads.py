@@ -62,28 +62,38 @@ from entries e left join drift d using (variant)"""
 # with a margin) one part ran out of the 128 MB pool, 2 fit (90 s), 4 took 107 s, 16 took 148 s (each
 # part reads the spilled table again); past that the query worker's larger pool takes over
 _PARTS = 2
+_DUP_PARTS = 4
 _PAIR_STEPS = [
     _OK,
+    # ``dup``: a side's case#repeat sent more than once (few or none): only those need a first or a mean
     "create temp table sd as " + _SIDES + " select id, seq, variant, loaded, case_id, repeat from sides",
+    "create temp table dups as select variant, loaded, case_id, repeat from sd where false",
+    *(f"insert into dups select variant, loaded, case_id, repeat from sd where hash(case_id, repeat) % {_DUP_PARTS} = "
+      f"{part} group by all having count(*) > 1" for part in range(_DUP_PARTS)),
     "create temp table mm as select * from (values {margins}) t(o, grader, m, first)",
     # built on the sides' requests (a few columns), probed with the grades (their texts too)
     """create temp table gv as select * from (
   select s.variant, s.loaded, s.case_id, s.repeat, s.seq, s.id, mm.o, mm.first,
          case mm.o {values} end as x, case mm.o {suites} end as suite,
-         (hash(s.case_id, s.repeat) % {parts})::integer as part
-  from l.grade_latest g join sd s on s.id = g.request_id join mm on mm.grader = g.grader) where x is not null""",
+         (hash(s.case_id, s.repeat) % {parts})::integer as part, d.case_id is not null as dup
+  from l.grade_latest g join sd s on s.id = g.request_id join mm on mm.grader = g.grader
+  left join dups d on d.variant = s.variant and d.loaded = s.loaded and d.case_id = s.case_id and d.repeat = s.repeat)
+where x is not null""",
     # a first-repeat margin's value is its first grade's (as sent: a window), a mean margin's the
     # mean; in parts by case#repeat (`_PARTS`), which no window or group spans
     "create temp table per (variant varchar, loaded boolean, o integer, case_id varchar, repeat bigint, seq bigint, "
     "id bigint, v double, suite varchar)",
+    # a case#repeat sent once: its one value is its first and its mean
+    """insert into per select variant, loaded, o, case_id, repeat, seq, id, x, case when first then suite end from gv
+where not dup""",
     *(f"""insert into per
 select variant, loaded, o, case_id, repeat, seq, id, x, suite from (
   select *, row_number() over (partition by variant, loaded, o, case_id, repeat order by seq, id) as k
-  from gv where first and part = {part})
+  from gv where dup and first and part = {part})
 where k = 1
 union all
 select variant, loaded, o, case_id, repeat, min(seq), min(id), avg(x), null from gv
-where not first and part = {part} group by all""" for part in range(_PARTS)),
+where dup and not first and part = {part} group by all""" for part in range(_PARTS)),
     # the sides paired per case#repeat, each margin also under NAME:SUITE where both sides' suites
     # agree; the differences as distinct values and how often each came: a bootstrap needs no more
     """with pairs as (
@@ -300,8 +310,10 @@ class CaseReads:
         values = " ".join(f"when {i} then case when s.loaded then {value_sql(mine)} else {value_sql(theirs)} end"
                           for i, (_, _, mine, theirs) in enumerate(margins))
         suites = " ".join(f"when {i} then {_SUITE}" for i, (_, _, mine, _) in enumerate(margins) if mine.by_suite)
-        steps = [*_PAIR_STEPS[:2], _PAIR_STEPS[2].format(margins=mm),
-                 _PAIR_STEPS[3].format(values=values, suites=suites or "when -1 then null", parts=_PARTS), *_PAIR_STEPS[4:]]
+        at = 3 + _DUP_PARTS
+        steps = [*_PAIR_STEPS[:at], _PAIR_STEPS[at].format(margins=mm),
+                 _PAIR_STEPS[at + 1].format(values=values, suites=suites or "when -1 then null", parts=_PARTS),
+                 *_PAIR_STEPS[at + 2:]]
         *_, (_, rows) = self.queries(steps, {"run": run_id, "reference": reference})
         out: dict[str, list[tuple[str, tuple[list[float], list[int]]]]] = {}
         for v, m, values, counts, *_ in rows:
