@@ -46,6 +46,8 @@ QUERIES = {
     "grader_summaries (the quality table)": "db.grader_summaries(rid, base, run.repeats, summaries())[0]",
     "grade_failure_counts (the graders' failures)": "db.grade_failure_counts(rid)",
     "reviewable_pairs (the reviews' pairs)": "[db.reviewable_pairs(rid, base)]",
+    "chart_series (the HTML report's charts)": "[len(db.chart_series(rid, [base], [], {'formality': 'formality'}, "
+                                               "True, 2000, 40, 3).cdf)]",
 }
 CHILD = """
 import json, resource, sys, time

@@ -58,9 +58,10 @@ from entries e left join drift d using (variant)"""
 # read twice is held whole, and at a million rows the pairs' did not fit): the two sides' requests;
 # each margin's value of each of their grades (`mm`: the margins, numbered); each (side, case#repeat)
 # reduced to one value; that value also under NAME:SUITE where declared; the sides paired.
-# quality under load's reductions, a part at a time (`_PAIR_STEPS`): at 10 M requests (30 M grades
-# with a margin) one part ran out of the 128 MB pool, 2 fit (90 s), 4 took 107 s, 16 took 148 s (each
-# part reads the spilled table again); past that the query worker's larger pool takes over
+# A (side, case#repeat) sent once (nearly all) is its one value; those sent more than once (`dups`,
+# found a hash part at a time: in one, 10 M keys ran out of the 128 MB pool) are reduced by a window
+# (a first) or a mean, a part at a time (`_PARTS`: over every key at 10 M requests, 30 M grades with
+# a margin, one part ran out of the pool, 2 fit (90 s), 4 took 107 s, 16 took 148 s)
 _PARTS = 2
 _DUP_PARTS = 4
 _PAIR_STEPS = [
