@@ -275,19 +275,26 @@ group by grouping sets ((s.variant, s.case_complexity), (s.variant))""")
         repeat) the baseline sent too, each side's successful repeats averaged over the repeats both
         sent (the baseline's noise-floor passes are no cases); a mean is None where that side has
         no successful request. Ordered by candidate and case."""
-        m = _ident(metric)
+        return self.case_pairs_many(run_id, baseline, repeats, [metric])[metric]
+
+    def case_pairs_many(self, run_id: str, baseline: str, repeats: int, metrics: Sequence[str]
+                        ) -> dict[str, list[tuple[str, str, Any, float, float]]]:
+        """`case_pairs` of each of ``metrics``, from one pass over the rows."""
+        ms = [_ident(m) for m in metrics]
+        mine = ", ".join(f"avg(c.{m}) filter (where c.ok) as a{i}" for i, m in enumerate(ms))
+        theirs = ", ".join(f"avg(r.{m}) filter (where r.ok) as b{i}" for i, m in enumerate(ms))
         _, rows = self.query(_first_level_sql() + f"""
 , base_keys as (select distinct case_id, repeat from sel where variant = $baseline),
 cand as (select * from sel where variant <> $baseline),
 shared as (select distinct variant, repeat from cand where repeat in (select repeat from base_keys)),
 member as (select distinct c.variant, c.case_id, c.case_complexity from cand c join base_keys k using (case_id, repeat)),
-a as (select c.variant, c.case_id, avg(c.{m}) as mean from cand c join shared s using (variant, repeat)
-      where c.ok and c.{m} is not null group by all),
-b as (select s.variant, r.case_id, avg(r.{m}) as mean from sel r join shared s using (repeat)
-      where r.variant = $baseline and r.ok and r.{m} is not null group by all)
-select m.variant, m.case_id, m.case_complexity, a.mean, b.mean from member m left join a using (variant, case_id)
-left join b using (variant, case_id) order by m.variant, m.case_id""", {"run": run_id, "baseline": baseline, "repeats": repeats})
-        return rows
+a as (select c.variant, c.case_id, {mine} from cand c join shared s using (variant, repeat) group by all),
+b as (select s.variant, r.case_id, {theirs} from sel r join shared s using (repeat)
+      where r.variant = $baseline group by all)
+select m.variant, m.case_id, m.case_complexity, {', '.join(f'a.a{i}, b.b{i}' for i in range(len(ms)))}
+from member m left join a using (variant, case_id) left join b using (variant, case_id)
+order by m.variant, m.case_id""", {"run": run_id, "baseline": baseline, "repeats": repeats})
+        return {m: [(r[0], r[1], r[2], r[3 + 2 * i], r[4 + 2 * i]) for r in rows] for i, m in enumerate(metrics)}
 
     def client_lag_p99(self, run_id: str) -> dict[str, tuple[float | None, bool]]:
         """Per variant over every level: the p99 of its requests' client event-loop lag, and whether

@@ -158,8 +158,8 @@ def build_report(ledger: Ledger, run_id: str | None = None, slo: dict[str, float
         r["ttft_p50_delta_pct"] = pct_delta(r["ttft_p50_ms"], b and b["ttft_p50_ms"])
         r["e2e_mean_delta_pct"] = pct_delta(r["e2e_mean_ms"], b and b["e2e_mean_ms"])
     # paired against the baseline on the same cases: per-case means in SQL
-    pairs = [p for m in ("ttft_ms", "e2e_ms", "tpot_ms")
-             for p in (paired(ledger.case_pairs(run_id, baseline, repeats, m), m) if baseline else [])]
+    per_case = ledger.case_pairs_many(run_id, baseline, repeats, ("ttft_ms", "e2e_ms", "tpot_ms")) if baseline else {}
+    pairs = [p for m, rows in per_case.items() for p in paired(rows, m)]
     multiplicity = apply_holm(table, pairs, baseline)
     attempts = ledger.attempt_counts(run_id)
     return {
