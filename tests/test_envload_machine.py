@@ -80,8 +80,8 @@ FLAT_E2E = noisy([(800.0, 50)], 40.0)
     (BaseSeries(foreign_cpu=FLAT_CPU), False),
     (BaseSeries(foreign_cpu=SMALL_STEP_CPU), False),
     (BaseSeries(foreign_cpu=STEP_CPU[:8]), False),  # too short to test
-    (BaseSeries(latency_ms=STEP_E2E), True),
-    (BaseSeries(latency_ms=FLAT_E2E), False),
+    (BaseSeries(latency=mean_shift(STEP_E2E)), True),
+    (BaseSeries(latency=mean_shift(FLAT_E2E)), False),
 ])
 def test_a_step_in_the_baselines_own_series(series, moved):
     same = {"foreign_cpu_mean": 0.5}
@@ -92,7 +92,8 @@ def test_a_step_in_the_baselines_own_series(series, moved):
 
 
 def test_the_step_line_names_the_levels():
-    out = machine_moved(base_side(foreign_cpu_mean=0.5), cand_side(foreign_cpu_mean=0.5), BaseSeries(latency_ms=STEP_E2E))
+    out = machine_moved(base_side(foreign_cpu_mean=0.5), cand_side(foreign_cpu_mean=0.5),
+                        BaseSeries(latency=mean_shift(STEP_E2E)))
     assert out is not None and out.startswith("machine load changed: base's own E2E stepped 8")
     assert "→ 1" in out and "ms during its run (CUSUM p=" in out
 
@@ -101,7 +102,7 @@ def test_alternating_sides_see_the_same_load():
     # interleaved in time: equal means, and the baseline's step is one the candidate saw too
     base = side("base", 0.0, 60000.0, foreign_cpu_mean=0.5)
     cand = side("cand", 500.0, 60500.0, foreign_cpu_mean=0.5)
-    assert machine_moved(base, cand, BaseSeries(foreign_cpu=STEP_CPU, latency_ms=STEP_E2E)) is None
+    assert machine_moved(base, cand, BaseSeries(foreign_cpu=STEP_CPU, latency=mean_shift(STEP_E2E))) is None
 
 
 def test_several_causes_share_one_line():

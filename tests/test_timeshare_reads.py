@@ -1,5 +1,5 @@
 """The A/A control, the position effect and the baseline's latency series read per case and per
-group from the ledger (`Ledger.aa_cases`, `position_groups`, `series_values`), never a row per
+group from the ledger (`Ledger.aa_cases`, `position_groups`, `series_shift`), never a row per
 request: equal to their definitions over the requests themselves (the rows below, read as the
 timeshare read them before), on a ledger shaped at the margins: alternation blocks and positions,
 failed requests, a noise floor of three passes past the run's repeats, values of 0."""
@@ -7,6 +7,7 @@ failed requests, a noise floor of three passes past the run's repeats, values of
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from evalkit.reporting.pairing import blocked, latency_pairs
 from evalkit.reporting.timeshare import LEVEL, aa_control, position_effect
 from evalkit.reporting.verdicts import parse_margins
 from evalkit.stats import robust_mean, robust_ratio
+from evalkit.stats.changepoint import mean_shift
 
 from .report_golden import synth as _synth
 from .test_ledger_verdicts import same
@@ -104,8 +106,22 @@ def test_the_position_effect_equals_its_definition(floored: Path) -> None:
     assert same([got["groups"], got["estimate_pct"]], [t.n, 100.0 * (math.exp(t.estimate) - 1.0)])
 
 
-def test_the_latency_series_is_every_request_in_send_order(floored: Path) -> None:
-    with open_ledger(floored, create=False) as db:
+# the baseline's series shaped at the test's margins: a step, every value the same (no test), a
+# value tied at the largest |S_k| (the first split wins), and too short a series to split
+SERIES = {
+    "as is": [],
+    "stepped": ["update requests set e2e_ms = e2e_ms + 900 where seq > (select max(seq) / 2 from requests)"],
+    "constant": ["update requests set e2e_ms = 250 where e2e_ms is not null"],
+    "two values": ["update requests set e2e_ms = 100 + 50 * (seq % 2) where e2e_ms is not null"],
+    "short": ["delete from requests where variant = 'base' and id > (select min(id) + 12 from requests)"],
+}
+
+
+@pytest.mark.parametrize("shape", SERIES)
+def test_the_latency_change_point_test_sums_in_the_ledger_as_over_the_series(floored: Path, shape: str) -> None:
+    path = shaped_copy(floored, floored.with_name(f"series-{shape.replace(' ', '-')}-{floored.name}"), SERIES[shape])
+    with open_ledger(path, create=False) as db:
         run_id = db.require_run(None)["id"]
-        want = [r["value"] for r in _requests(db, run_id, "e2e_ms", "base")]
-        assert list(db.series_values(run_id, "e2e_ms", "base")) == want
+        want = mean_shift([r["value"] for r in _requests(db, run_id, "e2e_ms", "base")])
+        got = db.series_shift(run_id, "e2e_ms", "base")
+    assert same(None if got is None else asdict(got), None if want is None else asdict(want))

@@ -10,11 +10,13 @@ and a sample that several of the variant's requests overlap counts once.
 
 from __future__ import annotations
 
-from array import array
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from .writes import _write
+
+if TYPE_CHECKING:  # `evalkit.stats` brings scipy: imported where the test is asked for
+    from ..stats.changepoint import MeanShift
 
 ENV_COLUMNS = ("run_id", "t_ms", "span_ms", "ts", "variant_active", "foreign_cpu", "own_cpu", "server_cpu", "busy_cpu",
                "steal", "iowait", "load1", "cpu_mhz", "mem_pressure", "mem_available_mb", "gpu_sm_clock_ratio",
@@ -140,15 +142,35 @@ class EnvSamples:
                          "order by concurrency nulls first, seq nulls first limit 1", {"run": run_id})[1]
         return got[0][0] if got else None
 
-    def series_values(self, run_id: str, field: str, variant: str) -> array[float]:
-        """One variant's successful final measured values of a request column at the run's first
-        level, in send order, as doubles: the change-point test's series (`machine.BaseSeries`)."""
+    def series_shift(self, run_id: str, field: str, variant: str, min_segment: int = 3) -> MeanShift | None:
+        """The CUSUM test (`changepoint.mean_shift`) over one variant's successful final measured
+        values of a request column at the run's first level, in send order (`machine.BaseSeries`),
+        its sums taken where the rows are: a window numbers the series and keeps each value's
+        predecessor, a second one sums S_k. Python sees eight numbers, not the series (2.5 M values
+        at 10 M rows)."""
         col = self._column(field)
-        _, got = self.query(  # type: ignore[attr-defined]
-            f"select {col} from l.measured where run_id = $run and ok and coalesce(level, 'main') = $level "
-            f"and {col} is not null and variant = $variant order by seq nulls first, id",
-            {"run": run_id, "level": self.first_level(run_id), "variant": variant})
-        return array("d", (x for (x,) in got))
+        got = self.queries([  # type: ignore[attr-defined]
+            f"""create temp table x as select row_number() over w as k, v, lag(v) over w as pv
+from (select {col} as v, seq, id from l.measured where run_id = $run and ok and coalesce(level, 'main') = $level
+      and {col} is not null and variant = $variant) window w as (order by seq nulls first, id)""",
+            "create temp table st as select count(*) as n, sum(v) / count(*) as m, "
+            "coalesce(sum((v - pv) * (v - pv)), 0) as diff2 from x",
+            """create temp table b as select k, a from (
+  select x.k, st.n, abs(sum(x.v - st.m) over (order by x.k rows between unbounded preceding and current row)) as a
+  from x, st) where k >= $seg and k <= n - $seg order by a desc, k limit 1""",
+            """create temp table c as select avg(v) filter (where x.k <= b.k) as before,
+  avg(v) filter (where x.k > b.k) as after from x, b""",
+            """select st.n, st.diff2, b.k, b.a, c.before, c.after, sum(e * e), coalesce(sum(e * pe), 0) from (
+  select v - case when x.k <= b.k then c.before else c.after end as e,
+         pv - case when x.k - 1 <= b.k then c.before else c.after end as pe from x, b, c) r, st, b, c
+group by all"""],
+            {"run": run_id, "level": self.first_level(run_id), "variant": variant, "seg": min_segment})[-1][1]
+        from ..stats.changepoint import CusumSums
+
+        if not got or got[0][0] < 2 * max(1, min_segment):
+            return None
+        n, diff2, k, a, before, after, g0, g1 = got[0]
+        return CusumSums(n, diff2, k, a, before, after, g0, g1).shift()
 
     def aa_cases(self, run_id: str, field: str, variant: str, repeats: int
                  ) -> tuple[bool, bool, list[tuple[str, float, float, Any]]]:

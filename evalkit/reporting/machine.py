@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ..stats.changepoint import mean_shift
+from ..stats.changepoint import MeanShift, mean_shift
 
 
 @dataclass(frozen=True)
@@ -59,10 +59,11 @@ class SideLoad:
 @dataclass(frozen=True)
 class BaseSeries:
     """The baseline's own series, in time order: foreign CPU over the samples its requests
-    overlapped (`Ledger.env_series`), and/or one latency per request in send order."""
+    overlapped (`Ledger.env_series`), and/or the CUSUM test of its latency per request in send
+    order (`Ledger.series_shift`, or `mean_shift` of the values: one request a point)."""
 
     foreign_cpu: Sequence[float] = ()
-    latency_ms: Sequence[float] = ()
+    latency: MeanShift | None = None
     latency_name: str = "E2E"
 
 
@@ -121,12 +122,11 @@ def _step_causes(base: SideLoad, series: BaseSeries, t: MachineThresholds, host_
         if s is not None and s.p_value <= t.change_alpha and abs(s.delta) >= _cpu_bar(t, host_cores):
             out.append(f"foreign CPU stepped {s.before:.2f} → {s.after:.2f} cores during {base.variant}'s run "
                        f"(CUSUM p={s.p_value:.2g})")
-    if len(series.latency_ms) >= t.change_min_points:
-        s = mean_shift(series.latency_ms)
-        if s is not None and s.p_value <= t.change_alpha and s.before > 0 \
-                and abs(s.delta) >= t.latency_shift * s.before:
-            out.append(f"{base.variant}'s own {series.latency_name} stepped {s.before:.0f} → {s.after:.0f} ms "
-                       f"during its run (CUSUM p={s.p_value:.2g})")
+    s = series.latency
+    if s is not None and s.n >= t.change_min_points and s.p_value <= t.change_alpha and s.before > 0 \
+            and abs(s.delta) >= t.latency_shift * s.before:
+        out.append(f"{base.variant}'s own {series.latency_name} stepped {s.before:.0f} → {s.after:.0f} ms "
+                   f"during its run (CUSUM p={s.p_value:.2g})")
     return out
 
 

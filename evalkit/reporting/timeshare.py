@@ -67,7 +67,7 @@ def machine_time(ledger: Ledger, run_id: str, baseline: str) -> dict[str, Any]:
     cores = ledger.env_cpus(run_id) or host.get("threads") or host.get("cores")  # the CPUs the load was read on
     env = ledger.env_load(run_id)
     series = BaseSeries(foreign_cpu=[v for _, v in ledger.env_series(run_id, baseline)],
-                        latency_ms=ledger.series_values(run_id, "e2e_ms", baseline))
+                        latency=ledger.series_shift(run_id, "e2e_ms", baseline))
     blocks = ledger.env_by_block(run_id) if kind == "blocks" else []
     out: dict[str, Any] = {"machine": {}, "notes": {}}
     for v in [x["name"] for x in ledger.variants(run_id) if x["name"] != baseline]:

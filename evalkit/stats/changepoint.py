@@ -40,10 +40,38 @@ class MeanShift:
     statistic: float
     p_value: float
     rho: float = 0.0  # the lag-one autocorrelation the variance was widened for
+    n: int = 0  # the series' length
 
     @property
     def delta(self) -> float:
         return self.after - self.before
+
+
+@dataclass(frozen=True)
+class CusumSums:
+    """What the test reads of a series: its length, the sum of its squared successive differences,
+    the split with the largest |S_k| (the first such k) and that |S_k|, the two segments' means,
+    and the residuals' sum of squares and of lag-one products. `mean_shift` sums them in Python;
+    `Ledger.series_shift` in a query over the ledger's rows."""
+
+    n: int
+    diff2: float
+    index: int
+    cusum: float
+    before: float
+    after: float
+    g0: float
+    g1: float
+
+    def shift(self) -> MeanShift | None:
+        sigma2 = self.diff2 / (2.0 * (self.n - 1))
+        if sigma2 == 0.0:
+            return None
+        # the residuals' lag-one autocorrelation, bias-corrected (Kendall) and clamped
+        r = self.g1 / self.g0 if self.g0 else 0.0
+        rho = min(0.95, max(0.0, r + (1.0 + 3.0 * r) / self.n)) if self.g0 else 0.0
+        t = self.cusum / math.sqrt(sigma2 * (1.0 + rho) / (1.0 - rho) ** 2 * self.n)
+        return MeanShift(self.index, self.before, self.after, round(t, 4), kolmogorov_sf(t), round(rho, 3), self.n)
 
 
 def mean_shift(values: Sequence[float], min_segment: int = 3) -> MeanShift | None:
@@ -54,8 +82,8 @@ def mean_shift(values: Sequence[float], min_segment: int = 3) -> MeanShift | Non
     n = len(x)
     if n < 2 * max(1, min_segment):
         return None
-    sigma2 = sum((b - a) ** 2 for a, b in zip(x, x[1:], strict=False)) / (2.0 * (n - 1))
-    if sigma2 == 0.0:
+    diff2 = sum((b - a) ** 2 for a, b in zip(x, x[1:], strict=False))
+    if diff2 == 0.0:
         return None
     m = sum(x) / n
     best_k, best, s = 0, -1.0, 0.0
@@ -64,18 +92,6 @@ def mean_shift(values: Sequence[float], min_segment: int = 3) -> MeanShift | Non
         if min_segment <= k <= n - min_segment and abs(s) > best:
             best_k, best = k, abs(s)
     before, after = sum(x[:best_k]) / best_k, sum(x[best_k:]) / (n - best_k)
-    rho = lag_one(x, best_k, before, after)
-    t = best / math.sqrt(sigma2 * (1.0 + rho) / (1.0 - rho) ** 2 * n)
-    return MeanShift(best_k, before, after, round(t, 4), kolmogorov_sf(t), round(rho, 3))
-
-
-def lag_one(x: Sequence[float], k: int, before: float, after: float) -> float:
-    """Lag-one autocorrelation of the residuals of a two-segment fit split at ``k``, bias-corrected
-    and clamped to [0, 0.95] (a negative one is treated as none: conservative)."""
-    e = [v - before for v in x[:k]] + [v - after for v in x[k:]]
-    n = len(e)
-    g0 = sum(v * v for v in e)
-    if g0 == 0.0:
-        return 0.0
-    r = sum(e[i] * e[i + 1] for i in range(n - 1)) / g0
-    return min(0.95, max(0.0, r + (1.0 + 3.0 * r) / n))
+    e = [v - before for v in x[:best_k]] + [v - after for v in x[best_k:]]
+    g0, g1 = sum(v * v for v in e), sum(e[i] * e[i + 1] for i in range(n - 1))
+    return CusumSums(n, diff2, best_k, best, before, after, g0, g1).shift()
