@@ -8,6 +8,7 @@ import math
 import subprocess
 import sys
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,8 @@ from sqlite_utils import Database
 from evalkit.catalogue import REPORT, named
 from evalkit.errors import UsageError
 from evalkit.ledger import copy_ledger, open_ledger
-from evalkit.ledger.analysis import DESCRIBE
-from evalkit.ledger.duck import Duck, extension_path
+from evalkit.ledger.analysis import _SPIKE_STEPS, DESCRIBE
+from evalkit.ledger.duck import Duck, PerGroup, extension_path
 
 from .report_golden import synth as _synth
 
@@ -475,3 +476,38 @@ def test_a_statement_out_of_memory_is_retried_with_a_larger_pool(monkeypatch, fa
     duck_worker.serve("ledger.db")
     out.seek(0)
     assert (duck_worker._receive(out)[0], seen) == (kind, limits)
+
+
+def _batched(step: Any, most: int) -> Any:
+    return replace(step, most=most) if isinstance(step, PerGroup) else step
+
+
+@pytest.mark.parametrize("most", [1, 700, 10**9], ids=["a group a batch", "a few groups a batch", "one batch"])
+def test_the_spike_medians_a_batch_of_slices_at_a_time_equal_them_all_at_once(bare: Path, most: int) -> None:
+    """`PerGroup` (what bounds a percentile's values at 10 M rows) changes no figure: the spikes'
+    medians and MADs of the slices a batch at a time, a group past the batch's size alone, equal
+    DuckDB's over every slice at once (the statements as written, their batch `true`)."""
+    steps = [str(_SPIKE_STEPS[0]).format(metric="ttft_ms"), *_SPIKE_STEPS[1:]]
+    whole = [s.sql.replace("{batch}", "true") if isinstance(s, PerGroup) else s for s in steps]
+    whole = [f"create temp table {s.into} as {w}" if isinstance(s, PerGroup) else w for s, w in zip(steps, whole, strict=True)]
+    read = "select * from med join mad using (variant, load_level, complexity) order by all"
+    with Duck(bare) as d:
+        params = {"run": d.rows("select id from l.runs")[0][0]}
+        for s in [_batched(s, most) for s in steps]:
+            d.columns(s, params)
+        got = d.rows(read)
+    with Duck(bare) as d:
+        for s in whole:
+            d.columns(s, params)
+        want = d.rows(read)
+    assert got == want
+
+
+def test_a_batch_is_a_group_past_its_size_or_groups_up_to_it(bare: Path) -> None:
+    """Every group in exactly one batch, in key order; a NULL key kept (`is not distinct from`)."""
+    step = PerGroup("select 1 from t where {batch}", "t", ("k",), most=5)
+    with Duck(bare) as d:
+        d.columns("create temp table t as select * from (values (1), (1), (2), (3), (3), (3), (3), (3), (3), (null)) v(k)")
+        got = step.batches(d, {})
+        rows = [d.rows(f"select k from t where {b} order by k nulls first") for b in got]
+    assert [sorted({r[0] for r in b}, key=lambda k: (k is not None, k or 0)) for b in rows] == [[1, 2], [3], [None]]

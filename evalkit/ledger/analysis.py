@@ -19,7 +19,7 @@ from typing import Any
 
 from ..catalogue import DERIVED, Metric
 from ..errors import UsageError
-from .duck import literal, newest_grades
+from .duck import PerGroup, literal, newest_grades
 
 _P = re.compile(r"^p(\d+(?:\.\d+)?)$")
 REQUEST_KEYS = ("complexity", "replica", "level", "concurrency")  # a slice key from the row; else a case attribute
@@ -109,7 +109,8 @@ class AnalysisReads:
         """(column names, rows) of one analysis query over this ledger (`duck.Duck`: ``l.`` names its tables)."""
         return self._worker_of().columns(sql, params)  # type: ignore[no-any-return]
 
-    def queries(self, sqls: list[str], params: dict[str, Any] | None = None) -> list[tuple[list[str], list[tuple[Any, ...]]]]:
+    def queries(self, sqls: list[str | PerGroup], params: dict[str, Any] | None = None
+                ) -> list[tuple[list[str], list[tuple[Any, ...]]]]:
         """`query` of each statement in order on one DuckDB connection: a temp table the first makes
         (in DuckDB's own storage, spilled to disk past its memory limit) the later ones read."""
         return self._worker_of().columns(sqls, params)  # type: ignore[no-any-return]
@@ -172,10 +173,11 @@ select id from p where load_level = (select min(load_level) from p q where q.var
         cols.append("list_sort(list(distinct srv_method) filter (where srv_method is not null "
                     "and srv_method <> '')) as srv_methods")
         head = "select variant, case_complexity, grouping(case_complexity) as whole"
-        sqls = [make, f"{head}, {', '.join(cols)} from x group by {_SLICES}"]
+        sqls: list[str | PerGroup] = [make, f"{head}, {', '.join(cols)} from x group by {_SLICES}"]
         for (src, only), qs in pcts.items():
             where = " filter (where ok)" if only else ""
-            sqls.append(f"{head}, quantile_cont({alias[src]}, {qs!r}){where} from x group by {_SLICES}")
+            sqls.append(PerGroup(f"{head}, quantile_cont({alias[src]}, {qs!r}){where} from x where {{batch}} "
+                                 f"group by {_SLICES}", "x", ("variant",)))
         _, (names, rows), *quantiles = self.queries(sqls, {"run": run_id, "baseline": baseline, "repeats": repeats})
         out: dict[tuple[str, str], dict[str, Any]] = {}
         for row in rows:
@@ -210,13 +212,19 @@ select id from p where load_level = (select min(load_level) from p q where q.var
             raise UsageError(f"--by: unknown slice field(s) {', '.join(bad)} (known: {', '.join([*REQUEST_KEYS, *known])})")
         keys = [_key_sql(b, i) for i, b in enumerate(by)]
         cols = ["variant", *(f"by{i}" for i in range(len(by))), "count(*)", "count(*) filter (where not ok)"]
+        alias = {src: f"s{i}" for i, src in enumerate(dict.fromkeys(_source(m) for m in fields))}
         for m in fields:
-            src, q = _source(m), f"(quantile_cont({_source(m)}, [0.5, 0.9, 0.95, 0.99]) filter (where ok))"
+            src = alias[_source(m)]
+            q = f"(quantile_cont({src}, [0.5, 0.9, 0.95, 0.99]) filter (where ok))"
             cols += [f"count({src}) filter (where ok)", f"avg({src}) filter (where ok)",
                      f"stddev_samp({src}) filter (where ok)", *(f"{q}[{i}]" for i in range(1, 5)),
                      f"max({src}) filter (where ok)"]
-        _, rows = self._first_level(run_id, baseline, repeats, keys, cols,
-                                    ", ".join(["variant", *(f"by{i}" for i in range(len(by)))]))
+        group = ["variant", *(f"by{i}" for i in range(len(by)))]
+        *_, (_, rows) = self.queries([  # the rows' keys made once; the percentiles a batch of slices at a time
+            f"create temp table d as {_first_level_sql()} select "
+            + ", ".join(["variant", *keys, "ok", *(f"{src} as {a}" for src, a in alias.items())]) + " from sel",
+            PerGroup(f"select {', '.join(cols)} from d where {{batch}} group by {', '.join(group)}", "d", tuple(group))],
+            {"run": run_id, "baseline": baseline, "repeats": repeats})
         out = []
         for row in rows:
             entry: dict[str, Any] = {"variant": row[0], **{b: _value(b, row[1 + i]) for i, b in enumerate(by)},
@@ -322,7 +330,7 @@ order by m.variant, m.case_id""", {"run": run_id, "baseline": baseline, "repeats
         """`_SPIKES` of ``metric``: few rows, each attributed in Python (`findings.attribute_spike`)."""
         if metric not in ("ttft_ms", "e2e_ms"):
             raise ValueError(f"no spikes of {metric!r}")
-        *_, (_, rows) = self.queries([_SPIKE_STEPS[0].format(metric=metric), *_SPIKE_STEPS[1:], _SPIKES], {
+        *_, (_, rows) = self.queries([str(_SPIKE_STEPS[0]).format(metric=metric), *_SPIKE_STEPS[1:], _SPIKES], {
             "run": run_id, "k": float(k), "c": 1.4826, "low": 0.01, "rel": 1 + SPIKE_MIN_EXCESS[0],
             "abs": SPIKE_MIN_EXCESS[1]})
         return [dict(zip(SPIKE_FIELDS, r, strict=True)) for r in rows]
@@ -366,7 +374,8 @@ SPIKE_FIELDS = ("id", "variant", "load_level", "complexity", "case_id", "seq", "
 # of at least 5 successful requests; with what `attribute_spike` weighs them by.
 # Step by step, each a table in DuckDB's own storage (spilled past its memory limit): the slices' rows
 # read from the ledger once, their medians, their MADs, the spikes.
-_SPIKE_STEPS = [
+_SLICE = ("variant", "load_level", "complexity")
+_SPIKE_STEPS: list[str | PerGroup] = [
     """create temp table sr as
 select r.id, r.variant, r.load_level, coalesce(nullif(c.complexity, ''), 'all') as complexity, r.case_id, r.seq,
        r."{metric}" as value, r.srv_preemptions, r.srv_queue_ms, r.srv_waiting_start, r.srv_prefill_ms,
@@ -374,11 +383,11 @@ select r.id, r.variant, r.load_level, coalesce(nullif(c.complexity, ''), 'all') 
 from l.measured r join l.runs u on u.id = r.run_id
 join l.cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
 where r.run_id = $run and r.ok and r."{metric}" is not null""",
-    """create temp table med as select variant, load_level, complexity, count(*) as n,
-       quantile_cont(value, 0.5) as median, quantile_cont(srv_prefill_ms, 0.5) as prefill_median from sr group by all""",
-    """create temp table mad as select s.variant, s.load_level, s.complexity,
+    PerGroup("""select variant, load_level, complexity, count(*) as n, quantile_cont(value, 0.5) as median,
+       quantile_cont(srv_prefill_ms, 0.5) as prefill_median from sr where {batch} group by all""", "sr", _SLICE, "med"),
+    PerGroup("""select s.variant, s.load_level, s.complexity,
        quantile_cont(abs(s.value - m.median), 0.5) as mad from sr s join med m using (variant, load_level, complexity)
-group by all""",
+where {batch} group by all""", "sr", _SLICE, "mad"),
 ]
 _SPIKES = """
 with firsts as (select variant, min(seq) as first_seq from l.measured where run_id = $run group by variant)

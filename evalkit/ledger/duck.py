@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import tempfile
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,9 @@ MEMORY_LIMIT = "128MB"
 # What a statement that runs out of that memory is retried with, in turn (the query worker): at 10 M
 # rows the level figures' and the spikes' joins and windows did not fit 128 MB.
 RETRY_LIMITS = ("512MB", "2GB")
+# The values a batch of `PerGroup` groups may hold: an exact percentile keeps every value of its group
+# outside the pool (10 M rows' medians by slice: ~100 MB over it at once, ~25 MB a million at a time).
+BATCH_VALUES = 1_000_000
 
 
 @cache
@@ -96,6 +100,50 @@ def bind(sql: str, params: dict[str, Any]) -> str:
     return _PARAM.sub(lambda m: literal(params[m.group(1)]), sql)
 
 
+@dataclass(frozen=True)
+class PerGroup:
+    """A statement run a batch of groups at a time: ``sql`` reads ``{batch}``, a condition on
+    ``keys`` (columns of ``table``) that keeps one batch's groups, of at most ``most`` rows each
+    (a group past it is a batch alone). Its rows are each batch's in turn; with ``into``, the
+    first batch creates that temp table and the others add to it. What all groups hold at once is
+    one batch's: a percentile's values, which DuckDB keeps outside its memory limit. One batch (the
+    statement as written, ``{batch}`` true) when every row fits in one."""
+
+    sql: str
+    table: str
+    keys: tuple[str, ...]
+    into: str | None = None
+    most: int = BATCH_VALUES
+
+    def batches(self, duck: Duck, params: dict[str, Any]) -> list[str]:
+        keys = ", ".join(self.keys)
+        _, counts = duck.columns(f"select {keys}, count(*) from {self.table} group by all order by all", params)
+        if sum(c[-1] for c in counts) <= self.most:
+            return ["true"]
+        out: list[list[tuple[Any, ...]]] = [[]]
+        held = 0
+        for *key, n in counts:
+            if out[-1] and held + n > self.most:
+                out.append([])
+                held = 0
+            out[-1].append(tuple(key))
+            held += n
+        return [" or ".join("(" + " and ".join(f"{k} is not distinct from {literal(v)}" for k, v in
+                                               zip(self.keys, group, strict=True)) + ")" for group in batch)
+                for batch in out]
+
+    def run(self, duck: Duck, params: dict[str, Any]) -> tuple[list[str], list[tuple[Any, ...]]]:
+        names: list[str] = []
+        rows: list[tuple[Any, ...]] = []
+        for i, batch in enumerate(self.batches(duck, params)):
+            sql = self.sql.replace("{batch}", f"({batch})")
+            if self.into is not None:
+                sql = f"create temp table {self.into} as {sql}" if i == 0 else f"insert into {self.into} {sql}"
+            names, got = duck.columns(sql, params)
+            rows += got
+        return names, rows
+
+
 class Duck:
     """One in-memory DuckDB with a ledger attached read-only as ``l``: the ledger's tables and its
     views (`measured`, `grade_latest`) are ``l.name``. Close it (or use it in a ``with``)."""
@@ -148,9 +196,12 @@ class Duck:
     def rows(self, sql: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
         return self.columns(sql, params)[1]
 
-    def columns(self, sql: str, params: dict[str, Any] | None = None) -> tuple[list[str], list[tuple]]:
+    def columns(self, sql: str | PerGroup, params: dict[str, Any] | None = None) -> tuple[list[str], list[tuple]]:
         """(column names, rows) of ``sql``, its ``$name``s replaced by ``params``' values as literals
-        (none of either for a statement that returns no rows, e.g. one that makes a temp table)."""
+        (none of either for a statement that returns no rows, e.g. one that makes a temp table);
+        a `PerGroup` a batch of groups at a time."""
+        if isinstance(sql, PerGroup):
+            return sql.run(self, params or {})
         cur = self.con.execute(bind(sql, params or {}))
         if cur.description is None:
             return [], []

@@ -26,9 +26,12 @@ import sys
 import tempfile
 import weakref
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from ..errors import LedgerError
+
+if TYPE_CHECKING:
+    from .duck import PerGroup
 
 _HEAD = struct.Struct("<Q")
 MODULE = "evalkit.ledger.duck_worker"
@@ -72,7 +75,7 @@ class QueryWorker:
         self.err: IO[bytes] | None = None
         self.peak_kb = 0
 
-    def columns(self, sql: str | list[str], params: dict[str, Any] | None = None) -> Any:
+    def columns(self, sql: str | list[str | PerGroup], params: dict[str, Any] | None = None) -> Any:
         """(column names, rows) of ``sql`` (`duck.Duck.columns`), run by the worker; for a list of
         statements, theirs in a list, run in order on one connection (a temp table the first makes
         is the later ones' to read)."""
