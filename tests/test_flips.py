@@ -49,6 +49,15 @@ def test_the_interval_is_clopper_pearson(k, n):
     assert (lo, hi) == pytest.approx((100 * ref.low, 100 * ref.high), abs=1e-6)
 
 
+@pytest.mark.parametrize("k,n", [(1, 12), (5, 24), (23, 24), (3, 48), (40, 1000), (366, 1000)])
+@pytest.mark.parametrize("delta", [0.0, 0.5, 5.0, 36.6, 50.0, 100.0])
+def test_the_tails_are_the_binomial_s(k, n, delta):
+    """The one-sided p-values (scipy.special's incomplete beta, not scipy.stats) are the binomial tails."""
+    t, p = FlipRate(k, n), delta / 100
+    assert (t.p_greater(delta), t.p_less(delta)) == pytest.approx((binom.sf(k - 1, n, p), binom.cdf(k, n, p)),
+                                                                   rel=1e-12, abs=1e-300)
+
+
 @pytest.mark.parametrize("n", [12, 24, 48])
 @pytest.mark.parametrize("level", [0.05, 0.0125])
 def test_the_test_rejects_exactly_outside_its_interval(n, level):

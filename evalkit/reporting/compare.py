@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from scipy.stats import t as student_t
+from scipy.special import stdtrit  # Student's t quantile (what scipy.stats' t.ppf calls)
 
 from ..errors import UsageError
 from ..host import hosts_differ
@@ -75,7 +75,7 @@ def compare(ledger: Ledger, run_ids: list[str] | None, metrics: list[str] | None
         ests = [x["estimate"] for x in xs]
         mu = sum(ests) / len(ests)
         sd_between = math.sqrt(sum((e - mu) ** 2 for e in ests) / (len(ests) - 1))
-        half = float(student_t.ppf(0.975, len(ests) - 1)) * sd_between / math.sqrt(len(ests))
+        half = float(stdtrit(len(ests) - 1, 0.975)) * sd_between / math.sqrt(len(ests))
         within = mean([x["se"] for x in xs])
         pooled.append({"variant": v, "metric": metric, "runs": len(xs), "pooled": mu,
                        "between_run_ci95": [mu - half, mu + half], "between_run_sd": sd_between,

@@ -12,7 +12,10 @@ disagree. The test is exact at any n (conservative, as every exact test of a dis
 
 from __future__ import annotations
 
-from scipy.stats import beta, binom
+# scipy.special, not scipy.stats (~45 MB of distributions in every report): binom.sf and beta.ppf are
+# betainc and betaincinv, the Boost functions they call; binom.cdf is betaincc (its complement: within
+# 1e-13 of it, and not 0 in a far tail where binom.cdf underflowed)
+from scipy.special import betainc, betaincc, betaincinv
 
 from .signflip import PairedTest
 
@@ -39,21 +42,21 @@ class FlipRate(PairedTest):
         """p of "the rate is at most δ" against "it is larger": P(X ≥ k | δ)."""
         if self.n == 0 or self.k == 0:
             return 1.0
-        return float(binom.sf(self.k - 1, self.n, self._rate(delta)))
+        return float(betainc(self.k, self.n - self.k + 1, self._rate(delta)))  # binom.sf(k - 1, n, p)
 
     def p_less(self, delta: float) -> float:
         """p of "the rate is at least δ" against "it is smaller": P(X ≤ k | δ)."""
         if self.n == 0 or self.k == self.n:
             return 1.0
-        return float(binom.cdf(self.k, self.n, self._rate(delta)))
+        return float(betaincc(self.k + 1, self.n - self.k, self._rate(delta)))  # binom.cdf(k, n, p)
 
     def _bounds(self, a: float) -> tuple[float, float] | None:
         """Clopper–Pearson at level a, in percentage points."""
         if self.n == 0:
             return None
         k, n = self.k, self.n
-        lo = 0.0 if k == 0 else float(beta.ppf(a / 2, k, n - k + 1))
-        hi = 1.0 if k == n else float(beta.ppf(1 - a / 2, k + 1, n - k))
+        lo = 0.0 if k == 0 else float(betaincinv(k, n - k + 1, a / 2))
+        hi = 1.0 if k == n else float(betaincinv(k + 1, n - k, 1 - a / 2))
         return 100.0 * lo, 100.0 * hi
 
     def interval(self, a: float, also: tuple[float, ...] = ()) -> tuple[float, float] | None:

@@ -16,8 +16,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 import numpy as np
-from scipy.special import gammaln, xlogy
-from scipy.stats import norm
+from scipy.special import gammaln, ndtr, xlogy
 
 from .signflip import PairedTest
 
@@ -78,7 +77,7 @@ class PairedProportions(PairedTest):
         n = self.n
         z_obs = float(tango_z(np.array([self.gains]), np.array([self.losses]), n, d)[0])
         if n > EXACT_UP_TO:
-            p = float(norm.sf(z_obs) if upper else norm.cdf(z_obs))
+            p = float(ndtr(-z_obs) if upper else ndtr(z_obs))
         else:
             g, l_, r, logc = _outcomes(n)
             z = tango_z(g, l_, n, d)
