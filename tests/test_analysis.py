@@ -332,6 +332,40 @@ def test_a_worker_that_died_is_said_and_the_next_query_starts_another(synth):
         assert db.client_lag_p99(run_id)
 
 
+@pytest.mark.parametrize("chunk", [1, 7, 10_000])
+def test_a_stream_is_the_rows_of_its_last_statement_a_chunk_at_a_time(synth, chunk):
+    sqls = ["create temp table t as select range as i from range(23)", "select i, i * i from t order by i"]
+    with open_ledger(synth, create=False) as db:
+        got = list(db._worker_of().stream(sqls, {}, chunk))
+    assert got == [(i, i * i) for i in range(23)]
+
+
+def test_a_stream_left_early_keeps_the_worker_in_step(synth):
+    with open_ledger(synth, create=False) as db:
+        rows = db._worker_of().stream(["select range from range(50)"], {}, 4)
+        first = [next(rows), next(rows)]
+        rows.close()
+        assert (first, db.query("select 42")[1]) == ([(0,), (1,)], [(42,)])
+
+
+def test_a_query_while_a_stream_is_read_is_refused(synth):
+    from evalkit.errors import LedgerError
+
+    with open_ledger(synth, create=False) as db:
+        rows = db._worker_of().stream(["select range from range(50)"], {}, 4)
+        next(rows)
+        with pytest.raises(LedgerError, match="while a stream of rows is read"):
+            db.query("select 1")
+        assert sum(1 for _ in rows) == 49
+
+
+def test_a_stream_that_fails_says_so_in_one_line_naming_the_ledger(synth):
+    from evalkit.errors import LedgerError
+
+    with open_ledger(synth, create=False) as db, pytest.raises(LedgerError, match=f"^{synth}: query failed: .*no_such"):
+        list(db.stream(["select * from l.no_such_table"]))
+
+
 @pytest.mark.parametrize("value", [1.1, 0.30000000000000004, 1e-9, 1.4826, 123456789.12345679, 2.5e300, 5e-324, -0.5,
                                    7, "it's", None])
 def test_a_value_bound_into_a_query_reads_back_as_itself(bare, value):
@@ -469,7 +503,7 @@ def test_a_statement_out_of_memory_is_retried_with_a_larger_pool(monkeypatch, fa
 
     monkeypatch.setattr(duck, "Duck", Tight)
     inp, out = io.BytesIO(), io.BytesIO()
-    duck_worker._send(inp, ("select 1", {}))
+    duck_worker._send(inp, ("select 1", {}, None))
     inp.seek(0)
     monkeypatch.setattr(duck_worker.sys, "stdin", types.SimpleNamespace(buffer=inp))
     monkeypatch.setattr(duck_worker.sys, "stdout", types.SimpleNamespace(buffer=out))

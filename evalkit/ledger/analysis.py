@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..catalogue import DERIVED, Metric
@@ -114,6 +114,10 @@ class AnalysisReads:
         """`query` of each statement in order on one DuckDB connection: a temp table the first makes
         (in DuckDB's own storage, spilled to disk past its memory limit) the later ones read."""
         return self._worker_of().columns(sqls, params)  # type: ignore[no-any-return]
+
+    def stream(self, sqls: list[str | PerGroup], params: dict[str, Any] | None = None) -> Iterator[tuple[Any, ...]]:
+        """The rows of the last of ``sqls`` (`queries`), a part at a time (`QueryWorker.stream`)."""
+        return self._worker_of().stream(sqls, params)  # type: ignore[no-any-return]
 
     def first_answers(self, run_id: str) -> list[int]:
         """The answer each (variant, case) pair compares, in id order: at the variant's first load
@@ -326,14 +330,16 @@ order by m.variant, m.case_id""", {"run": run_id, "baseline": baseline, "repeats
                              "order by min({'k': r.seq is not null, 's': r.seq, 'i': r.id})", {"run": run_id})
         return {lv: (int(n), set(src), int(sus)) for lv, n, src, sus in rows}
 
-    def spike_rows(self, run_id: str, metric: str, k: float) -> list[dict[str, Any]]:
-        """`_SPIKES` of ``metric``: few rows, each attributed in Python (`findings.attribute_spike`)."""
+    def spike_rows(self, run_id: str, metric: str, k: float) -> Iterator[dict[str, Any]]:
+        """`_SPIKES` of ``metric``, each attributed in Python (`findings.attribute_spike`): a dict a
+        row as the caller takes it, streamed (132,000 spikes at 10 M rows), so no query may run on
+        this ledger until it is read."""
         if metric not in ("ttft_ms", "e2e_ms"):
             raise ValueError(f"no spikes of {metric!r}")
-        *_, (_, rows) = self.queries([str(_SPIKE_STEPS[0]).format(metric=metric), *_SPIKE_STEPS[1:], _SPIKES], {
+        rows = self.stream([str(_SPIKE_STEPS[0]).format(metric=metric), *_SPIKE_STEPS[1:], _SPIKES], {
             "run": run_id, "k": float(k), "c": 1.4826, "low": 0.01, "rel": 1 + SPIKE_MIN_EXCESS[0],
             "abs": SPIKE_MIN_EXCESS[1]})
-        return [dict(zip(SPIKE_FIELDS, r, strict=True)) for r in rows]
+        return (dict(zip(SPIKE_FIELDS, r, strict=True)) for r in rows)
 
 
 def _ident(key: str) -> str:

@@ -34,20 +34,20 @@ class DerivedTables:
         return [rid for rid in self.run_ids() if done.get(rid) != self.derived_signature(rid)]
 
     @_write
-    def replace_derived(self, run_id: str, spikes: list[dict[str, Any]], summary: list[dict[str, Any]],
-                        cost: list[dict[str, Any]] | None = None, verdicts: list[dict[str, Any]] | None = None) -> None:
+    def replace_derived(self, run_id: str, spikes: Iterable[dict[str, Any]], summary: Iterable[dict[str, Any]],
+                        cost: Iterable[dict[str, Any]] | None = None, verdicts: Iterable[dict[str, Any]] | None = None
+                        ) -> None:
         """One run's findings that need Python (robust statistics), for Datasette, in one
-        transaction, with the signature they were computed from."""
+        transaction, with the signature they were computed from. Rows are taken as inserted (a
+        large run's spikes are never all dicts at once)."""
         signature = self.derived_signature(run_id)
         with self._db.conn:
             for table, rows in (("derived_spikes", spikes), ("derived_summary", summary), ("derived_cost", cost or []),
                                 ("derived_verdicts", verdicts or [])):
                 self._db[table].delete_where("run_id = ?", [run_id])
-                if rows:  # the migrations made these tables: plain inserts (a large run has 10^5 spikes)
-                    cols = list(self._db[table].columns_dict)
-                    self._db.conn.executemany(
-                        f"insert into [{table}] ({', '.join(f'[{c}]' for c in cols)}) values "
-                        f"({', '.join('?' * len(cols))})", [tuple(r.get(c) for c in cols) for r in rows])
+                cols = list(self._db[table].columns_dict)  # the migrations made these tables: plain inserts
+                self._db.conn.executemany(f"insert into [{table}] ({', '.join(f'[{c}]' for c in cols)}) values "
+                                          f"({', '.join('?' * len(cols))})", (tuple(r.get(c) for c in cols) for r in rows))
             self._db["derived_runs"].upsert({"run_id": run_id, "signature": signature, "computed_at": utcnow()},
                                             pk="run_id")
 

@@ -207,6 +207,10 @@ class Duck:
             return [], []
         return [d[0] for d in cur.description], cur.fetchall()
 
+    def cursor(self, sql: str, params: dict[str, Any] | None = None) -> Any:
+        """``sql``'s result, to be fetched a part at a time (`QueryWorker.stream`)."""
+        return self.con.execute(bind(sql, params or {}))
+
     def close(self) -> None:
         self.con.close()
         shutil.rmtree(self.spill, ignore_errors=True)

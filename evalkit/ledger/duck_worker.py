@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -74,26 +75,63 @@ class QueryWorker:
         self.proc: subprocess.Popen[bytes] | None = None
         self.err: IO[bytes] | None = None
         self.peak_kb = 0
+        self.streaming = False
 
     def columns(self, sql: str | list[str | PerGroup], params: dict[str, Any] | None = None) -> Any:
         """(column names, rows) of ``sql`` (`duck.Duck.columns`), run by the worker; for a list of
         statements, theirs in a list, run in order on one connection (a temp table the first makes
         is the later ones' to read)."""
+        self._ask(sql, params, None)
+        return self._answer()
+
+    def stream(self, sqls: list[str | PerGroup], params: dict[str, Any] | None = None, chunk: int = 10_000
+               ) -> Iterator[tuple[Any, ...]]:
+        """The rows of the last of ``sqls`` (the others run before it on its connection), ``chunk``
+        at a time: neither process holds them all (132,000 spikes of 17 columns: ~100 MB in each)."""
+        self._ask(sqls, params, chunk)
+        done, self.streaming = False, True
+        try:
+            while True:
+                try:
+                    rows = self._answer(more=True)
+                except LedgerError:  # its last reply (an error, or the worker gone)
+                    done = True
+                    raise
+                if rows is None:
+                    done = True
+                    break
+                yield from rows
+        finally:
+            try:
+                while not done:  # a caller that stopped early: the rest is read, the pipe stays in step
+                    done = self._answer(more=True) is None
+            finally:
+                self.streaming = False
+
+    def _ask(self, sql: Any, params: dict[str, Any] | None, chunk: int | None) -> None:
+        if self.streaming:  # its replies are still on the pipe
+            raise LedgerError(f"{self.path}: a query while a stream of rows is read")
         if self.proc is None:
             self._start()
-        assert self.proc is not None and self.proc.stdin is not None and self.proc.stdout is not None
+        assert self.proc is not None and self.proc.stdin is not None
         try:
-            _send(self.proc.stdin, (sql, params or {}))
-            reply = _receive(self.proc.stdout)
+            _send(self.proc.stdin, (sql, params or {}, chunk))
         except BrokenPipeError:
-            reply = None
+            raise LedgerError(f"{self.path}: the query worker stopped ({self._death()})") from None
+
+    def _answer(self, more: bool = False) -> Any:
+        """The next reply's payload (with ``more``: a chunk of rows, or None at the stream's end)."""
+        assert self.proc is not None and self.proc.stdout is not None
+        reply = _receive(self.proc.stdout)
         if reply is None:
             raise LedgerError(f"{self.path}: the query worker stopped ({self._death()})")
         kind, payload, peak = reply
         self.peak_kb = max(self.peak_kb, peak)
         if kind == "error":
             raise LedgerError(f"{self.path}: query failed: {payload}")
-        return payload  # type: ignore[no-any-return]
+        if more:
+            return payload if kind == "rows" else None
+        return payload
 
     def _start(self) -> None:
         from ..spawn import with_parent_death
@@ -149,19 +187,32 @@ def serve(path: str) -> None:
 
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but frames on the pipe
+    def send(kind: str, payload: Any) -> None:
+        _send(out, (kind, payload, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
+
     while (request := _receive(inp)) is not None:
-        sql, params = request
+        sql, params, chunk = request
+        sent = False  # a chunk of a stream gone: what fails after it is not retried
         for limit in (MEMORY_LIMIT, *RETRY_LIMITS):  # a larger pool only for what did not fit
             try:
                 with Duck(path, limit) as duck:
-                    got = [duck.columns(s, params) for s in sql] if isinstance(sql, list) else duck.columns(sql, params)
+                    if chunk is None:
+                        got = [duck.columns(s, params) for s in sql] if isinstance(sql, list) else duck.columns(sql, params)
+                    else:
+                        for s in sql[:-1]:
+                            duck.columns(s, params)
+                        cur = duck.cursor(sql[-1], params)
+                        while rows := cur.fetchmany(chunk):
+                            send("rows", rows)
+                            sent = True
+                        got = None
                     reply: tuple[str, Any] = ("ok", got)
                 break
             except Exception as e:  # the caller raises it, naming the ledger
                 reply = ("error", f"{type(e).__name__}: {e}".splitlines()[0])
-                if type(e).__name__ != "OutOfMemoryException":
+                if type(e).__name__ != "OutOfMemoryException" or sent:
                     break
-        _send(out, (*reply, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
+        send(*reply)
 
 
 if __name__ == "__main__":  # `python -m evalkit.ledger.duck_worker PATH`, by hand

@@ -7,7 +7,7 @@ process that writes the ledger file, translating the worker's request ids and se
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .opening import open_ledger
@@ -37,6 +37,8 @@ def _forward(name: str) -> Callable[..., Any]:
     write = getattr(Ledger, name)
 
     def method(self: MirroredLedger, *a: Any, **kw: Any) -> Any:
+        # rows given as they are made (`replace_derived`'s) are made here: both sides read them
+        a = tuple(list(x) if isinstance(x, Iterator) else x for x in a)
         # the arguments as they are now: a row the caller goes on updating must not change what was sent
         sent = tuple(dict(x) if isinstance(x, dict) else [dict(r) for r in x] if _rows(x) else x for x in a)
         out = write(self, *a, **kw)

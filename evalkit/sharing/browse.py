@@ -38,7 +38,7 @@ def store_derived(ledger: Ledger, run_id: str, f: dict[str, Any]) -> None:
     `evalkit run` and `report` store what they computed anyway, so `browse` need not."""
     ledger.replace_derived(
         run_id,
-        [{**{k: s[k] for k in SPIKE_FIELDS}, "run_id": run_id} for s in f["spikes"]],
+        ({**{k: s[k] for k in SPIKE_FIELDS}, "run_id": run_id} for s in f["spikes"]),
         [{"run_id": run_id, "variant": s["variant"], "json": json.dumps(s)} for s in f["study_summary"]],
         [{"run_id": run_id, **{k: c.get(k) for k in COST_FIELDS}} for c in f["cost"]],
         [verdict_row(run_id, e) for e in f["verdicts"]])
