@@ -111,6 +111,19 @@ def test_bands_of_a_level_are_percentiles_per_level(synth_ledger):
     assert close(got.rows, _bands(pts, 7)) == []
 
 
+def test_the_percentiles_a_batch_of_groups_at_a_time_equal_them_all_at_once(synth_ledger, monkeypatch):
+    """The boxes, the levels' p99 and the bands with every group a batch of its own (`PerGroup`, as
+    at 10 M rows) are the figures of one statement over every group."""
+    from evalkit.ledger import duck
+
+    path, run_id = synth_ledger
+    with open_ledger(path, create=False) as db:
+        whole = _series(db, run_id)
+        monkeypatch.setattr(duck, "BATCH_VALUES", 1)
+        got = _series(db, run_id)
+    assert (got.boxes, got.p99, got.tok, got.scatter) == (whole.boxes, whole.p99, whole.tok, whole.scatter)
+
+
 def test_a_small_scatter_is_its_points_in_the_rows_order(synth_ledger):
     path, run_id = synth_ledger
     with open_ledger(path, create=False) as db:

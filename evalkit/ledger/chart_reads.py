@@ -15,7 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from .duck import literal
+from .duck import PerGroup, literal
 
 COMPLEXITIES = ("short", "medium", "long")
 BOX_PCTS = (10, 25, 50, 75, 90)
@@ -96,8 +96,8 @@ class ChartReads:
         by_cx = any(cx in COMPLEXITIES for _, cx in n)
         box_values = sum(int(e) for _, cx, _, e in counts if cx in COMPLEXITIES or not by_cx)
         got = self.queries([*steps, _cdf(most), *_boxes(by_cx, box_values <= most),
-                            f"select variant, label, quantile_cont(ttft_ms, 0.99) from mine where ttft_ms is not null "
-                            f"and {literal(sweep)} group by all",
+                            PerGroup(f"select variant, label, quantile_cont(ttft_ms, 0.99) from mine where ttft_ms is not "
+                                     f"null and {literal(sweep)} and {{batch}} group by all", "mine", ("variant", "label")),
                             _MARKED, _KL.format(least=int(min_cases))],
                            {**p, "spiked": [int(i) for i in spiked]})[len(steps):]
         cdf_rows, box_rows, point_rows, p99_rows, marked, kl_rows = got if box_values <= most else \
@@ -136,9 +136,10 @@ class ChartReads:
         by_value = values <= bins
         width = (hi - lo) / bins or 1.0
         b = "x" if by_value else f"least({bins - 1}, trunc((x - {literal(lo)}) / {literal(float(width))}))"
-        _, rows = self.queries([*steps, pts, f"select variant, {b} as b, quantile_cont(y, "
-                                             f"[{', '.join(str(q / 100) for q in BAND_PCTS)}]) from pts group by all "
-                                             "order by variant, b"], p)[-1]
+        qs = ", ".join(str(q / 100) for q in BAND_PCTS)
+        _, rows = self.queries([*steps, pts, f"create temp table bt as select variant, {b} as b, y from pts",
+                                PerGroup(f"select variant, b, quantile_cont(y, [{qs}]) from bt where {{batch}} "
+                                         "group by all order by variant, b", "bt", ("variant", "b"))], p)[-1]
         bands: dict[str, list[tuple[float, float, float, float]]] = {v: [] for v in variants}
         for v, at, (q10, q50, q90) in rows:
             bands[v].append((at if by_value else lo + (at + 0.5) * width, q10, q50, q90))
@@ -161,13 +162,16 @@ select w.variant, w.complexity, w.k, w.i, w.x from w left join idx using (varian
 where w.k <= {most} or w.i = w.k - 1 or idx.i is not null order by w.variant, w.complexity, w.i"""
 
 
-def _boxes(by_cx: bool, points: bool) -> list[str]:
-    """E2E percentiles per box (and, while the chart draws them, the values in the rows' order)."""
+def _boxes(by_cx: bool, points: bool) -> list[str | PerGroup]:
+    """E2E percentiles per box, a batch of boxes at a time (`PerGroup`), and, while the chart draws
+    them, the values in the rows' order."""
     cx = "complexity" if by_cx else "null"
     where = f"e2e_ms is not null{' and complexity in (' + ', '.join(map(literal, COMPLEXITIES)) + ')' if by_cx else ''}"
     qs = ", ".join(str(q / 100) for q in BOX_PCTS)
-    out = [f"select variant, {cx} as complexity, quantile_cont(e2e_ms, [{qs}]), min(e2e_ms) filter (where isfinite(e2e_ms)), "
-           f"max(e2e_ms) filter (where isfinite(e2e_ms)) from mine where {where} group by all"]
+    out: list[str | PerGroup] = [PerGroup(
+        f"select variant, {cx} as complexity, quantile_cont(e2e_ms, [{qs}]), min(e2e_ms) filter (where isfinite(e2e_ms)), "
+        f"max(e2e_ms) filter (where isfinite(e2e_ms)) from mine where {where} and {{batch}} group by all", "mine",
+        ("variant", "complexity") if by_cx else ("variant",))]
     if points:
         out.append(f"select variant, complexity, e2e_ms from mine where {where} order by {_ORDER}")
     return out

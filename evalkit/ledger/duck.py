@@ -15,7 +15,7 @@ import os
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -113,7 +113,7 @@ class PerGroup:
     table: str
     keys: tuple[str, ...]
     into: str | None = None
-    most: int = BATCH_VALUES
+    most: int = field(default_factory=lambda: BATCH_VALUES)  # read as it is made (a test sets a small one)
 
     def batches(self, duck: Duck, params: dict[str, Any]) -> list[str]:
         keys = ", ".join(self.keys)
