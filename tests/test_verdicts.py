@@ -152,9 +152,11 @@ def test_one_verdict_line_per_variant_and_the_gate_fails_an_inferior_one(runner,
     fails = ET.parse(junit).getroot().findall("testcase/failure")
     assert len(fails) == 1
     assert "e2e_mean" in fails[0].get("message")
-    r = runner.invoke(cli, ["check", "--ledger", str(slow_candidate_ledger), "--margins", "e2e_mean=+500%"])
+    # within a generous margin: non-inferior, not a failure. Nine pairs of a ~3.5x ratio: the interval's
+    # upper end reached +788 % once in the suite on a loaded machine (Zen 5), so +500 % was not generous
+    r = runner.invoke(cli, ["check", "--ledger", str(slow_candidate_ledger), "--margins", "e2e_mean=+5000%"])
     assert r.exit_code == 0
-    assert "1 passed" in r.output  # within a generous margin: non-inferior, not a failure
+    assert "1 passed" in r.output, r.output
 
 
 def test_a_nine_case_report_flags_no_slice_that_does_not_survive_holm(runner, slow_candidate_ledger):
