@@ -545,3 +545,12 @@ def test_a_batch_is_a_group_past_its_size_or_groups_up_to_it(bare: Path) -> None
         got = step.batches(d, {})
         rows = [d.rows(f"select k from t where {b} order by k nulls first") for b in got]
     assert [sorted({r[0] for r in b}, key=lambda k: (k is not None, k or 0)) for b in rows] == [[1, 2], [3], [None]]
+
+
+def test_groups_past_the_most_a_condition_names_are_one_batch(bare: Path) -> None:
+    """Thousands of small groups (`--by case_id`) are not listed in a condition every row is tested on."""
+    step = PerGroup("select 1 from t where {batch}", "t", ("k",), most=5, max_groups=3)
+    with Duck(bare) as d:
+        d.columns("create temp table t as select * from (values (1), (1), (2), (3), (3), (3), (3), (3), (3), (null)) v(k)")
+        got = step.batches(d, {})
+    assert got == ["true"]

@@ -114,11 +114,14 @@ class PerGroup:
     keys: tuple[str, ...]
     into: str | None = None
     most: int = field(default_factory=lambda: BATCH_VALUES)  # read as it is made (a test sets a small one)
+    # past this many groups, one batch: a condition naming thousands of groups is tested on every row
+    # (`--by case_id` at 10 M rows), and groups that many are small ones
+    max_groups: int = 256
 
     def batches(self, duck: Duck, params: dict[str, Any]) -> list[str]:
         keys = ", ".join(self.keys)
         _, counts = duck.columns(f"select {keys}, count(*) from {self.table} group by all order by all", params)
-        if sum(c[-1] for c in counts) <= self.most:
+        if sum(c[-1] for c in counts) <= self.most or len(counts) > self.max_groups:
             return ["true"]
         out: list[list[tuple[Any, ...]]] = [[]]
         held = 0
