@@ -202,13 +202,20 @@ def test_real_saturation_preempts_and_the_sweep_says_so(tmp_path):
     assert all(x["error_class"] is None for x in rows)
     preempted = [x for x in rows if (x["srv_preemptions"] or 0) > 0]
     v = next(db["variants"].rows)
-    why = (f"KV trace {[(round(x['mono_ms']), x['value']) for x in db.query(KV_TRACE)]}; "
+    why = (f"rows {[(round(x['mono_start_ms']), round(x['e2e_ms']), x['srv_kv_cache_usage_peak']) for x in rows]}; "
+           f"KV trace {[(round(x['mono_ms']), x['value']) for x in db.query(KV_TRACE)]}; "
            f"scrape errors {v['scrape_errors']} ({v['scrape_last_error']})")
     assert preempted, why
     assert all(x["srv_scrapes"] >= 2 for x in rows), why
-    # The KV peak is a sampled gauge and the instant of preemption (a full cache) may fall between
-    # two samples; but the medium request alone holds ~70 % of it while it decodes, for seconds.
-    assert max(x["srv_kv_cache_usage_peak"] for x in rows) >= 0.6, why
+    # The KV peak is a sampled gauge: the instant of preemption (a full cache) may fall between two
+    # samples, and one CI run's gauge read 0.2 for 8 s while both decoded. What evalkit controls is
+    # that each row's peak is the trace's over the row's own window (the value it began with too).
+    trace = [(x["mono_ms"], x["value"]) for x in db.query(KV_TRACE)]
+    for x in rows:
+        start, end = x["mono_start_ms"], x["mono_start_ms"] + x["e2e_ms"]
+        held = [val for t, val in trace if t <= start][-1:] + [val for t, val in trace if start <= t <= end]
+        assert x["srv_kv_cache_usage_peak"] == max(held), why
+    assert max(x["srv_kv_cache_usage_peak"] for x in rows) > 0, why
     assert attribute_spike(preempted[0], "e2e_ms", None, (min(x["e2e_ms"] for x in rows), None))[0] == "preemption"
 
 
