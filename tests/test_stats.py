@@ -1,5 +1,6 @@
 import math
 
+import numpy as np
 import pytest
 
 from evalkit.stats import mean, pct_delta, percentile
@@ -188,3 +189,11 @@ def test_a_bootstrap_of_few_distinct_values_covers_the_mean_at_its_stated_rate(n
                           bootstrap_seed=rng.randrange(10**6))
         held += ci is not None and ci[0] <= mu <= ci[1]
     assert 0.90 <= held / trials <= 0.99
+
+
+@pytest.mark.parametrize("n", [15, 21, 2001])  # past EXACT_UP_TO; not a multiple of 8; a block a pattern
+def test_random_subsets_kept_as_bits_sum_to_their_sizes(n):
+    from evalkit.stats.signflip import _subset_sums
+
+    sums, _, _ = _subset_sums(np.ones((n, 1)), 3000, 0)  # a column of ones sums to each subset's size
+    assert np.array_equal(sums[0], sums[1])
