@@ -112,7 +112,7 @@ def test_first_request_on_a_server_is_called_cold():
 def test_spike_lines_name_the_cause(tmp_path):
     db, run = _spiky(tmp_path, [400.0 + i % 3 for i in range(1, 12)] + [1740.34])  # its prefill: 1735.34 ms
     with db:
-        s = spikes(db, run)
+        s = list(spikes(db, run))
     assert len(s) == 1
     assert s[0]["cause"] == "cold/long prefill"
     assert "TTFT 1,740 ms" in s[0]["line"]

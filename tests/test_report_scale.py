@@ -6,8 +6,10 @@ answers: tests/test_report_golden.py)."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ from evalkit.reporting.findings import build_report, kv_use, report_findings, re
 from evalkit.reporting.report import quality, to_json
 from evalkit.reporting.rows import Column, RunRows
 from evalkit.reporting.selection import by_variant, first_level
-from evalkit.reporting.spike_summary import SPIKES_TOP
+from evalkit.reporting.spike_summary import SPIKES_TOP, Spikes
 from evalkit.spec.traces import TraceError, iter_trace, load_trace
 from evalkit.stats import mean
 
@@ -98,6 +100,40 @@ def test_the_json_report_counts_every_spike_per_slice_and_cause():
 def test_the_text_report_counts_spikes_per_slice_and_cause():
     lines = findings_blocks({"spikes": _spikes(500), "paired": [], "verdicts": [], "notes": []}, None)
     assert "  a long c=3 TTFT: 67 queued, 16 preemption" in lines  # k = 2 mod 6: 83, of which k = 20 mod 30: 16
+
+
+def _tied(n: int) -> list[dict[str, Any]]:
+    """Spikes whose robust z repeats (k mod 7): ties broken by their order, as a stable sort does."""
+    return [{**s, "robust_z": float(k % 7), "request_id": k} for k, s in enumerate(_spikes(n))]
+
+
+def test_the_largest_spikes_are_a_stable_sort_s():
+    top = sorted(_tied(300), key=lambda s: -s["robust_z"])[:40]  # columns a spike was not given: None
+    assert Spikes(_tied(300)).largest(40) == [{k: s.get(k) for k in Spikes.COLUMNS} for s in top]
+
+
+def test_spikes_iterate_in_the_order_they_came():
+    assert [s["request_id"] for s in Spikes(_tied(300))] == list(range(300))
+
+
+def test_spike_counts_are_a_counter_s_largest_first():
+    got = Counter((s["variant"], s["concurrency"], s["complexity"], s["metric"], s["cause"]) for s in _tied(300))
+    assert [(c["variant"], c["concurrency"], c["complexity"], c["metric"], c["cause"], c["n"])
+            for c in Spikes(_tied(300)).counts()] == \
+        [(*k, n) for k, n in sorted(got.items(), key=lambda kv: (-kv[1], *map(str, kv[0])))]
+
+
+def test_spikes_added_in_two_goes_are_one_set():
+    s = Spikes(_tied(100))
+    s.add(_tied(300)[100:])
+    assert s.request_ids() == list(range(300))
+
+
+def test_closed_spikes_answer_no_more():
+    s = Spikes(_tied(10))
+    s.close()
+    with pytest.raises(sqlite3.ProgrammingError):
+        len(s)
 
 
 def _dict_rows(db: Any, run_id: str) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ from ..host import host_line
 from ..spec.sizes import human
 from .by_attr import by_table
 from .report import latency_columns, quality_columns, server_columns, table_cells
-from .spike_summary import count_lines
+from .spike_summary import count_lines, spike_set
 from .verdicts import level_text
 
 SPIKES_SHOWN = 20  # the text report lists the largest; every one is in --json and derived_spikes
@@ -292,12 +292,13 @@ def _ci(x: list[float] | None, d: str = "+.3g") -> str:
 
 def spike_blocks(f: dict[str, Any]) -> list[Block]:
     out: list[Block] = []
-    spikes = sorted(f.get("spikes", []), key=lambda s: -s["robust_z"])
+    spikes = spike_set(f.get("spikes"))
+    n = len(spikes)
     out.append("spikes (median + k x MAD per variant x level x complexity)"
-               + (f": the {SPIKES_SHOWN} largest of {len(spikes):,} (every one: the derived_spikes table in "
-                  "`evalkit browse`)" if len(spikes) > SPIKES_SHOWN else "") + ":")
-    out += [f"  {s['line']}" for s in spikes[:SPIKES_SHOWN] or [{"line": "none"}]]
-    if len(spikes) > SPIKES_SHOWN:  # the rest counted per slice and cause
+               + (f": the {SPIKES_SHOWN} largest of {n:,} (every one: the derived_spikes table in "
+                  "`evalkit browse`)" if n > SPIKES_SHOWN else "") + ":")
+    out += [f"  {s['line']}" for s in spikes.largest(SPIKES_SHOWN) or [{"line": "none"}]]
+    if n > SPIKES_SHOWN:  # the rest counted per slice and cause
         out += ["spikes per slice and cause:", *(f"  {line}" for line in count_lines(spikes))]
     return out
 

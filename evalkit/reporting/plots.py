@@ -11,6 +11,7 @@ from ..ledger import Ledger
 from ..ledger.chart_reads import COMPLEXITIES, Bands, ChartSeries
 from . import svgplot
 from .load_curve import curve_plots
+from .spike_summary import spike_set
 from .token_plots import MIN_CASES, divergence_plots
 
 # the graders whose pass/fail makes the quality score of the quality-vs-speed/price charts
@@ -55,7 +56,7 @@ def plots(ledger: Ledger, run_id: str, f: dict[str, Any], report: dict[str, Any]
     present = list(ledger.slice_levels(run_id))
     variants = list(dict.fromkeys(v["name"] for v in report["variants"])) or present
     scatter = {name: cls.aggregate.scatter for name, cls in available().items() if cls.aggregate.scatter}
-    data = ledger.chart_series(run_id, variants, [s["request_id"] for s in f["spikes"]],
+    data = ledger.chart_series(run_id, variants, spike_set(f["spikes"]).request_ids(),
                                {name: fld for name, (fld, _, _) in scatter.items()},
                                len({lv["concurrency"] for lv in f["load_levels"]}) > 1, svgplot.MAX_POINTS, BINS,
                                MIN_CASES)
