@@ -56,14 +56,22 @@ from entries e left join drift d using (variant)"""
 
 # Each step below is a table in DuckDB's own storage, spilled to disk past its memory limit (a CTE
 # read twice is held whole, and at a million rows the pairs' did not fit): the two sides' requests;
-# each margin's value of each of their grades (`mm`: the margins, numbered); each (side, case#repeat)
-# reduced to one value; that value also under NAME:SUITE where declared; the sides paired.
-# A (side, case#repeat) sent once (nearly all) is its one value; those sent more than once (`dups`,
-# found a hash part at a time: in one, 10 M keys ran out of the 128 MB pool) are reduced by a window
-# (a first) or a mean, a part at a time (`_PARTS`: over every key at 10 M requests, 30 M grades with
-# a margin, one part ran out of the pool, 2 fit (90 s), 4 took 107 s, 16 took 148 s)
+# each (side, case#repeat) reduced to one value of each margin (`mm`: the margins, numbered); that
+# value also under NAME:SUITE where declared; the sides paired.
+# A (side, case#repeat) sent once (nearly all) is its one grade's value, straight from the join of
+# the grades; those sent more than once (`dups`, found a hash part at a time: in one, 10 M keys ran
+# out of the 128 MB pool) have their grades kept (`gv`: none, at once, when there are none) and are
+# reduced by a window (a first) or a mean, a part at a time (`_PARTS`: over every key at 10 M
+# requests, 30 M grades with a margin, one part ran out of the pool, 2 fit (90 s), 4 took 107 s,
+# 16 took 148 s). At 10 M requests, 22 M graded: 50 s, 63 s with every grade kept first.
 _PARTS = 2
 _DUP_PARTS = 4
+_DUP_KEYS = "d.variant = s.variant and d.loaded = s.loaded and d.case_id = s.case_id and d.repeat = s.repeat"
+# each margin's value of each grade of the sides' requests in ``{sides}``: built on the requests (a
+# few columns), probed with the grades (their texts too)
+_GRADED = """select s.variant, s.loaded, s.case_id, s.repeat, s.seq, s.id, mm.o, mm.first,
+         case mm.o {values} end as x, case mm.o {suites} end as suite
+  from l.grade_latest g join {sides} s on s.id = g.request_id join mm on mm.grader = g.grader"""
 _PAIR_STEPS = [
     _OK,
     # ``dup``: a side's case#repeat sent more than once (few or none): only those need a first or a mean
@@ -72,29 +80,23 @@ _PAIR_STEPS = [
     *(f"insert into dups select variant, loaded, case_id, repeat from sd where hash(case_id, repeat) % {_DUP_PARTS} = "
       f"{part} group by all having count(*) > 1" for part in range(_DUP_PARTS)),
     "create temp table mm as select * from (values {margins}) t(o, grader, m, first)",
-    # built on the sides' requests (a few columns), probed with the grades (their texts too)
-    """create temp table gv as select * from (
-  select s.variant, s.loaded, s.case_id, s.repeat, s.seq, s.id, mm.o, mm.first,
-         case mm.o {values} end as x, case mm.o {suites} end as suite,
-         (hash(s.case_id, s.repeat) % {parts})::integer as part, d.case_id is not null as dup
-  from l.grade_latest g join sd s on s.id = g.request_id join mm on mm.grader = g.grader
-  left join dups d on d.variant = s.variant and d.loaded = s.loaded and d.case_id = s.case_id and d.repeat = s.repeat)
-where x is not null""",
-    # a first-repeat margin's value is its first grade's (as sent: a window), a mean margin's the
-    # mean; in parts by case#repeat (`_PARTS`), which no window or group spans
+    f"""create temp table gv as select *, (hash(case_id, repeat) % {_PARTS})::integer as part from (
+  {_GRADED.replace("{sides}", f"(select s.* from sd s semi join dups d on {_DUP_KEYS})")}) where x is not null""",
     "create temp table per (variant varchar, loaded boolean, o integer, case_id varchar, repeat bigint, seq bigint, "
     "id bigint, v double, suite varchar)",
     # a case#repeat sent once: its one value is its first and its mean
-    """insert into per select variant, loaded, o, case_id, repeat, seq, id, x, case when first then suite end from gv
-where not dup""",
+    f"""insert into per select variant, loaded, o, case_id, repeat, seq, id, x, case when first then suite end from (
+  {_GRADED.replace("{sides}", f"(select s.* from sd s anti join dups d on {_DUP_KEYS})")}) where x is not null""",
+    # a first-repeat margin's value is its first grade's (as sent: a window), a mean margin's the
+    # mean; in parts by case#repeat (`_PARTS`), which no window or group spans
     *(f"""insert into per
 select variant, loaded, o, case_id, repeat, seq, id, x, suite from (
   select *, row_number() over (partition by variant, loaded, o, case_id, repeat order by seq, id) as k
-  from gv where dup and first and part = {part})
+  from gv where first and part = {part})
 where k = 1
 union all
 select variant, loaded, o, case_id, repeat, min(seq), min(id), avg(x), null from gv
-where dup and not first and part = {part} group by all""" for part in range(_PARTS)),
+where not first and part = {part} group by all""" for part in range(_PARTS)),
     # the sides paired per case#repeat, each margin also under NAME:SUITE where both sides' suites
     # agree; the differences as distinct values and how often each came: a bootstrap needs no more
     """with pairs as (
@@ -311,10 +313,8 @@ class CaseReads:
         values = " ".join(f"when {i} then case when s.loaded then {value_sql(mine)} else {value_sql(theirs)} end"
                           for i, (_, _, mine, theirs) in enumerate(margins))
         suites = " ".join(f"when {i} then {_SUITE}" for i, (_, _, mine, _) in enumerate(margins) if mine.by_suite)
-        at = 3 + _DUP_PARTS
-        steps = [*_PAIR_STEPS[:at], _PAIR_STEPS[at].format(margins=mm),
-                 _PAIR_STEPS[at + 1].format(values=values, suites=suites or "when -1 then null", parts=_PARTS),
-                 *_PAIR_STEPS[at + 2:]]
+        fill = {"margins": mm, "values": values, "suites": suites or "when -1 then null"}
+        steps = [x.format(**fill) for x in _PAIR_STEPS]
         *_, (_, rows) = self.queries(steps, {"run": run_id, "reference": reference})
         out: dict[str, list[tuple[str, tuple[list[float], list[int]]]]] = {}
         for v, m, values, counts, *_ in rows:
