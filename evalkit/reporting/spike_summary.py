@@ -4,12 +4,11 @@ the largest and count the rest per slice and cause."""
 
 from __future__ import annotations
 
-import sqlite3
-import weakref
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..ledger.spike_store import SPIKE_COLUMNS, Spikes
 from .rows import FixedKeys
 
 SPIKES_TOP = 50  # what `report --json` lists (the text report and the HTML page show fewer)
@@ -19,9 +18,8 @@ class Spike(FixedKeys):
     """One spike as a read-only mapping with the keys of `KEYS`, its ``line`` written when read, as
     it goes into `Spikes`."""
 
-    KEYS = ("request_id", "variant", "complexity", "case_id", "concurrency", "metric", "value", "slice_median",
-            "robust_z", "cause", "evidence", "line")
-    __slots__ = KEYS[:-1]
+    KEYS = SPIKE_COLUMNS
+    __slots__ = SPIKE_COLUMNS[:-1]
 
     def __init__(self, request_id: int, variant: str, complexity: str, case_id: str, concurrency: int, metric: str,
                  value: float, slice_median: float, robust_z: float, cause: str, evidence: str) -> None:
@@ -41,53 +39,6 @@ class Spike(FixedKeys):
         return getattr(self, key)
 
 
-class Spikes:
-    """A run's spikes, every one a row of a private temporary SQLite database (on disk, deleted when
-    closed): a 10 M-row run has 10^5 of them and the report holds none; its lists and counts are
-    queries. Iterating gives them as dicts in the findings' order (TTFT's, then E2E's)."""
-
-    COLUMNS = Spike.KEYS
-
-    def __init__(self, spikes: Iterable[Mapping[str, Any]] = ()) -> None:
-        self._db = sqlite3.connect("", check_same_thread=False)  # "": SQLite's own temporary file
-        self._db.execute(f"create table s (ord integer primary key, {', '.join(self.COLUMNS)})")
-        self._close = weakref.finalize(self, self._db.close)
-        self.add(spikes)
-
-    def add(self, spikes: Iterable[Mapping[str, Any]]) -> None:
-        """Append spikes (a `Spike` or a dict with the keys it has; the rest None), taken as inserted."""
-        with self._db:
-            self._db.executemany(f"insert into s ({', '.join(self.COLUMNS)}) values ({', '.join('?' * len(self.COLUMNS))})",
-                                 (tuple(sp.get(k) for k in self.COLUMNS) for sp in spikes))
-
-    def close(self) -> None:
-        self._close()
-
-    def __len__(self) -> int:
-        return int(self._db.execute("select count(*) from s").fetchone()[0])
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        return self._dicts("select * from s order by ord")
-
-    def _dicts(self, sql: str, *args: Any) -> Iterator[dict[str, Any]]:
-        for r in self._db.execute(sql.replace("*", ", ".join(self.COLUMNS), 1), args):
-            yield dict(zip(self.COLUMNS, r, strict=True))
-
-    def largest(self, n: int = SPIKES_TOP) -> list[dict[str, Any]]:
-        """The ``n`` largest by robust z (ties: in their order in the findings)."""
-        return list(self._dicts("select * from s order by robust_z desc, ord limit ?", n))
-
-    def request_ids(self) -> list[int]:
-        return [r[0] for r in self._db.execute("select request_id from s order by ord")]
-
-    def counts(self) -> list[dict[str, Any]]:
-        """How many per variant x level x complexity x metric x cause, largest counts first."""
-        got = self._db.execute("select variant, concurrency, complexity, coalesce(metric, ''), cause, count(*) from s "
-                               "group by 1, 2, 3, 4, 5").fetchall()
-        return [{"variant": v, "concurrency": lv, "complexity": cx, "metric": m, "cause": cause, "n": n}
-                for v, lv, cx, m, cause, n in sorted(got, key=lambda r: (-r[5], *map(str, r[:5])))]
-
-
 def spike_set(spikes: Spikes | Iterable[Mapping[str, Any]] | None) -> Spikes:
     """The findings' spikes as a `Spikes` (a list given, as a test or an older caller has them)."""
     return spikes if isinstance(spikes, Spikes) else Spikes(spikes or ())
@@ -97,7 +48,7 @@ def bounded(f: dict[str, Any]) -> dict[str, Any]:
     """The findings as `report --json` writes them: the largest spikes, their total and the counts
     per slice and cause (the full list: `derived_spikes`)."""
     spikes = spike_set(f.get("spikes"))
-    return {**f, "spikes": spikes.largest(), "spikes_total": len(spikes), "spike_counts": spikes.counts()}
+    return {**f, "spikes": spikes.largest(SPIKES_TOP), "spikes_total": len(spikes), "spike_counts": spikes.counts()}
 
 
 def count_lines(spikes: Spikes, limit: int = 12) -> list[str]:
