@@ -40,15 +40,16 @@ class Spikes:
         return int(self._db.execute("select count(*) from s").fetchone()[0])
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        return self._dicts("select * from s order by ord")
+        return self._dicts("order by ord")
 
-    def _dicts(self, sql: str, *args: Any) -> Iterator[dict[str, Any]]:
-        for r in self._db.execute(sql.replace("*", ", ".join(self.COLUMNS), 1), args):
+    def _dicts(self, order: str, *args: Any) -> Iterator[dict[str, Any]]:
+        """Every column of the spikes in ``order`` (an ORDER BY clause, a LIMIT after it), as dicts."""
+        for r in self._db.execute(f"select {', '.join(self.COLUMNS)} from s {order}", args):
             yield dict(zip(self.COLUMNS, r, strict=True))
 
     def largest(self, n: int) -> list[dict[str, Any]]:
         """The ``n`` largest by robust z (ties: in their order in the findings)."""
-        return list(self._dicts("select * from s order by robust_z desc, ord limit ?", n))
+        return list(self._dicts("order by robust_z desc, ord limit ?", n))
 
     def request_ids(self) -> list[int]:
         return [r[0] for r in self._db.execute("select request_id from s order by ord")]
