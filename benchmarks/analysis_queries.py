@@ -32,7 +32,7 @@ QUERIES = {
     "case_pairs e2e": "db.case_pairs(rid, base, run.repeats, 'e2e_ms')",
     "client_lag_p99": "db.client_lag_p99(rid)",
     "level_table": "db.level_table(rid, {'ttft': 2000.0}, {'e2e': 2.0}, ('schema', 'persona', 'formality'))",
-    "level_counts (over-saturation's points)": "db.level_counts(rid)",
+    "level_series (over-saturation's points)": "db.level_series(rid, thinned)",
     "level_usage": "db.level_usage(rid, 0.9)",
     "traffic_sums": "db.traffic_sums(rid)",
     "load_pairs (quality under load)": "db.load_pairs(rid, 'c=1', margins())",
@@ -52,6 +52,7 @@ QUERIES = {
 CHILD = """
 import json, resource, sys, time
 from evalkit.catalogue import REPORT, named
+from evalkit.execution.stops import thinned
 from evalkit.ledger import open_ledger
 db = open_ledger(sys.argv[1], create=False)
 run = db.require_run(None)

@@ -16,7 +16,7 @@ import pytest
 from sqlite_utils import Database
 
 from evalkit.catalogue import REPORT, named
-from evalkit.errors import UsageError
+from evalkit.errors import LedgerError, UsageError
 from evalkit.ledger import copy_ledger, open_ledger
 from evalkit.ledger.analysis import _SPIKE_STEPS, DESCRIBE
 from evalkit.ledger.duck import Duck, PerGroup, extension_path
@@ -490,10 +490,7 @@ def test_a_statement_out_of_memory_is_retried_with_a_larger_pool(monkeypatch, fa
         def __init__(self, path, limit):
             seen.append(limit)
 
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
+        def close(self):
             return None
 
         def columns(self, sql, params):
@@ -503,13 +500,67 @@ def test_a_statement_out_of_memory_is_retried_with_a_larger_pool(monkeypatch, fa
 
     monkeypatch.setattr(duck, "Duck", Tight)
     inp, out = io.BytesIO(), io.BytesIO()
-    duck_worker._send(inp, ("select 1", {}, None))
+    duck_worker._send(inp, ("select 1", {}, None, False))
     inp.seek(0)
     monkeypatch.setattr(duck_worker.sys, "stdin", types.SimpleNamespace(buffer=inp))
     monkeypatch.setattr(duck_worker.sys, "stdout", types.SimpleNamespace(buffer=out))
     duck_worker.serve("ledger.db")
     out.seek(0)
     assert (duck_worker._receive(out)[0], seen) == (kind, limits)
+
+
+def test_a_session_keeps_its_tables_between_calls_and_drops_them_after(synth: Path) -> None:
+    """`Ledger.session`: a temp table one call makes, the next reads; gone when the block ends."""
+    with open_ledger(synth, create=False) as db:
+        with db.session():
+            db.query("create temp table kept as select 7 as x")
+            inside = db.query("select x from kept")[1]
+        with pytest.raises(LedgerError, match="kept"):
+            db.query("select x from kept")
+    assert inside == [(7,)]
+
+
+def test_a_session_out_of_memory_makes_its_tables_again_on_the_larger_pool(monkeypatch) -> None:
+    """The worker's loop, in this process: a session's second frame runs out of memory once; the
+    retry's connection (512 MB) runs the first frame's table again, then the frame; the session's
+    end closes it, and a frame after it starts on 128 MB."""
+    import io
+    import types
+
+    from evalkit.ledger import duck, duck_worker
+
+    class OutOfMemoryException(Exception):  # DuckDB's own is matched by name
+        pass
+
+    ran: list[tuple[str, str]] = []
+    failed: list[bool] = []
+
+    class Tight:
+        def __init__(self, path, limit):
+            self.limit = limit
+
+        def close(self):
+            ran.append((self.limit, "closed"))
+
+        def columns(self, sql, params):
+            if sql == "select n from t" and not failed:
+                failed.append(True)
+                raise OutOfMemoryException("could not allocate block")
+            ran.append((self.limit, sql))
+            return ["n"], [(1,)]
+
+    monkeypatch.setattr(duck, "Duck", Tight)
+    inp, out = io.BytesIO(), io.BytesIO()
+    for frame in [(["create temp table t as select 1 as n"], {}, None, True), ("select n from t", {}, None, True),
+                  (None, {}, None, False), ("select 2", {}, None, False)]:
+        duck_worker._send(inp, frame)
+    inp.seek(0)
+    monkeypatch.setattr(duck_worker.sys, "stdin", types.SimpleNamespace(buffer=inp))
+    monkeypatch.setattr(duck_worker.sys, "stdout", types.SimpleNamespace(buffer=out))
+    duck_worker.serve("ledger.db")
+    assert ran == [("128MB", "create temp table t as select 1 as n"), ("128MB", "closed"),
+                   ("512MB", "create temp table t as select 1 as n"), ("512MB", "select n from t"),
+                   ("512MB", "closed"), ("128MB", "select 2"), ("128MB", "closed")]
 
 
 def _batched(step: Any, most: int) -> Any:

@@ -263,16 +263,15 @@ def test_traffic_sums_are_their_plain_computation(shaped):
 
 @pytest.mark.parametrize("cap", [7, 4096])
 def test_a_level_s_stop_rule_view_is_the_one_fed_its_rows_in_send_order(shaped, monkeypatch, cap):
-    """What over-saturation reads of each level from the ledger (`level_counts`, the points
-    `thinned` keeps, `level_points`) is what `LevelOutcome` holds after being fed the level's rows
+    """What over-saturation reads of each level from the ledger (`level_series`: its counts, the
+    points `thinned` keeps) is what `LevelOutcome` holds after being fed the level's rows
     in send order: the same points (thinned at a small cap too), KV peak and summed preemptions."""
     from evalkit.execution import stops
 
     monkeypatch.setattr(stops, "SERIES_CAP", cap)
     run_id, rows = _rows(shaped)
     with open_ledger(shaped, create=False) as db:
-        counts = db.level_counts(run_id)
-        points = db.level_points(run_id, {k: stops.thinned(c["n"], c["unkept"]) for k, c in counts.items()})
+        counts, points = db.level_series(run_id, stops.thinned)
     want = {}
     for r in rows:
         want.setdefault((r["variant"], r["label"]), stops.LevelOutcome(keep_latencies=False, keep_cases=False)).add(r)

@@ -119,6 +119,11 @@ class AnalysisReads:
         """The rows of the last of ``sqls`` (`queries`), a part at a time (`QueryWorker.stream`)."""
         return self._worker_of().stream(sqls, params)  # type: ignore[no-any-return]
 
+    def session(self) -> Any:
+        """A block whose queries share one DuckDB connection (`QueryWorker.session`): a temp table
+        one makes, a later one reads."""
+        return self._worker_of().session()
+
     def first_answers(self, run_id: str) -> list[int]:
         """The answer each (variant, case) pair compares, in id order: at the variant's first load
         level, its lowest repeat, the first sent of it (lowest id), as the divergence grader picks

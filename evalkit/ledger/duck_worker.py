@@ -26,6 +26,7 @@ import sys
 import tempfile
 import weakref
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -67,8 +68,9 @@ def _receive(inp: IO[bytes]) -> Any:
 
 class QueryWorker:
     """This process's side of the query worker for one ledger file: started at the first query,
-    stopped by `close`. ``peak_kb``: the worker's peak resident memory so far (its own, apart
-    from this process's), what the benchmarks add to the command's."""
+    stopped by `close`; the queries of a `session` share one connection. ``peak_kb``: the worker's
+    peak resident memory so far (its own, apart from this process's), what the benchmarks add to
+    the command's."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
@@ -76,6 +78,7 @@ class QueryWorker:
         self.err: IO[bytes] | None = None
         self.peak_kb = 0
         self.streaming = False
+        self.in_session = False
 
     def columns(self, sql: str | list[str | PerGroup], params: dict[str, Any] | None = None) -> Any:
         """(column names, rows) of ``sql`` (`duck.Duck.columns`), run by the worker; for a list of
@@ -108,6 +111,28 @@ class QueryWorker:
             finally:
                 self.streaming = False
 
+    @contextmanager
+    def session(self) -> Iterator[None]:
+        """Every query in the block on one DuckDB connection, kept between them: a temp table one
+        call makes, a later call reads (a call whose statements depend on what Python made of an
+        earlier one's rows). Its memory is the worker's until the block ends. A statement that runs
+        out of memory is retried on a larger pool with the session's tables made again. Nested:
+        the outer block's."""
+        if self.in_session:
+            yield
+            return
+        self.in_session = True
+        try:
+            yield
+        finally:
+            self.in_session = False
+            if self.proc is not None and not self.streaming:
+                try:
+                    self._ask(None, None, None)  # the connection closes; nothing else comes back
+                    self._answer()
+                except LedgerError:  # a worker already gone: the next query starts another
+                    pass
+
     def _ask(self, sql: Any, params: dict[str, Any] | None, chunk: int | None) -> None:
         if self.streaming:  # its replies are still on the pipe
             raise LedgerError(f"{self.path}: a query while a stream of rows is read")
@@ -115,7 +140,7 @@ class QueryWorker:
             self._start()
         assert self.proc is not None and self.proc.stdin is not None
         try:
-            _send(self.proc.stdin, (sql, params or {}, chunk))
+            _send(self.proc.stdin, (sql, params or {}, chunk, self.in_session))
         except BrokenPipeError:
             raise LedgerError(f"{self.path}: the query worker stopped ({self._death()})") from None
 
@@ -179,8 +204,17 @@ def _hang_up(proc: subprocess.Popen[bytes]) -> None:
                 pass
 
 
+def _lasting(statement: str | PerGroup) -> bool:
+    """Whether a statement leaves something a later one reads (a temp table or view): what a
+    session replays on a larger pool."""
+    if not isinstance(statement, str):
+        return statement.into is not None
+    return statement.lstrip().lower().startswith(("create", "insert", "drop"))
+
+
 def serve(path: str) -> None:
-    """The worker: a query a frame, each on a DuckDB connection of its own, until end of input."""
+    """The worker: a query a frame, each on a DuckDB connection of its own, until end of input;
+    the frames of a session (`QueryWorker.session`) on one connection, kept until it ends."""
     import resource
 
     from .duck import MEMORY_LIMIT, RETRY_LIMITS, Duck
@@ -190,29 +224,59 @@ def serve(path: str) -> None:
     def send(kind: str, payload: Any) -> None:
         _send(out, (kind, payload, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
 
+    held: Duck | None = None  # a session's connection, the pool it has, and what it made so far
+    held_at = 0
+    made: list[tuple[Any, dict[str, Any]]] = []
+    limits = (MEMORY_LIMIT, *RETRY_LIMITS)
     while (request := _receive(inp)) is not None:
-        sql, params, chunk = request
+        sql, params, chunk, session = request
+        if not session and held is not None:  # the session ended: its tables and memory go
+            held.close()
+            held, made = None, []
+        if sql is None:
+            send("ok", None)
+            continue
+        steps = sql if isinstance(sql, list) else [sql]
         sent = False  # a chunk of a stream gone: what fails after it is not retried
-        for limit in (MEMORY_LIMIT, *RETRY_LIMITS):  # a larger pool only for what did not fit
+        at = held_at if held is not None else 0
+        while True:  # a larger pool only for what did not fit
+            duck = held
             try:
-                with Duck(path, limit) as duck:
-                    if chunk is None:
-                        got = [duck.columns(s, params) for s in sql] if isinstance(sql, list) else duck.columns(sql, params)
-                    else:
-                        for s in sql[:-1]:
-                            duck.columns(s, params)
-                        cur = duck.cursor(sql[-1], params)
-                        while rows := cur.fetchmany(chunk):
-                            send("rows", rows)
-                            sent = True
-                        got = None
-                    reply: tuple[str, Any] = ("ok", got)
-                break
+                if duck is None:
+                    duck = Duck(path, limits[at])
+                    for s, p in made:  # a session's tables, made again on the larger pool
+                        duck.columns(s, p)
+                if chunk is None:
+                    got = [duck.columns(s, params) for s in steps]
+                    got = got if isinstance(sql, list) else got[0]
+                else:
+                    for s in steps[:-1]:
+                        duck.columns(s, params)
+                    cur = duck.cursor(steps[-1], params)
+                    while rows := cur.fetchmany(chunk):
+                        send("rows", rows)
+                        sent = True
+                    got = None
+                reply: tuple[str, Any] = ("ok", got)
             except Exception as e:  # the caller raises it, naming the ledger
                 reply = ("error", f"{type(e).__name__}: {e}".splitlines()[0])
-                if type(e).__name__ != "OutOfMemoryException" or sent:
-                    break
+                if duck is not None:
+                    duck.close()
+                held = None
+                if type(e).__name__ == "OutOfMemoryException" and not sent and at + 1 < len(limits):
+                    at += 1
+                    continue
+                made = []  # a session that failed is over: its later frames start afresh
+                break
+            if session:
+                held, held_at = duck, at
+                made += [(s, params) for s in steps if _lasting(s)]
+            else:
+                duck.close()
+            break
         send(*reply)
+    if held is not None:
+        held.close()
 
 
 if __name__ == "__main__":  # `python -m evalkit.ledger.duck_worker PATH`, by hand

@@ -12,6 +12,7 @@ level's last successful request of it with any latency, else the same case's rep
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from sqlite_utils import Database
@@ -78,6 +79,7 @@ class LevelReads:
     _db: Database
     query: Any  # `AnalysisReads.query`
     queries: Any  # `AnalysisReads.queries`
+    session: Any  # `AnalysisReads.session`
 
     def level_table(self, run_id: str, absolute: dict[str, float], relative: dict[str, float],
                     quality_graders: tuple[str, ...], reference: str = "c=1") -> list[dict[str, Any]]:
@@ -157,33 +159,33 @@ from rows group by variant""", {"run": run_id})
             out[v]["prompt"][cx] = [total, n]
         return out
 
-    def level_counts(self, run_id: str) -> dict[tuple[str, str], dict[str, Any]]:
+    def level_series(self, run_id: str, thin: Callable[[int, list[int]], list[int]]
+                     ) -> tuple[dict[tuple[str, str], dict[str, Any]], dict[tuple[str, str], list[tuple]]]:
         """Per variant x level label, what over-saturation reads of it (`stops.LevelOutcome`, fed the
-        level's requests in send order) beyond its points: ``n`` requests, ``unkept``: the numbers
-        (1-based, in send order) of those it keeps no point of (failed, or never sent), ``kv_peak``
-        and ``preemptions_summed``. With them `stops.thinned` says which points it keeps, and
-        `level_points` reads those: all Python sees of a level's rows."""
-        _, levels = self.queries([_ROWS_VIEW, _NUMBERED, """
+        level's requests in send order): first ``n`` requests, ``unkept``: the numbers (1-based, in
+        send order) of those it keeps no point of (failed, or never sent), ``kv_peak`` and
+        ``preemptions_summed``; then the points (sent, end, scheduled, queue time, waiting) of the
+        requests numbered ``thin(n, unkept)`` (`stops.thinned`: those it keeps), in that order: all
+        Python sees of a level's rows. One session (`session`): the levels' requests are numbered once."""
+        with self.session():
+            _, levels = self.queries([_ROWS_VIEW, _NUMBERED, """
 select variant, label, count(*), coalesce(list(n order by n) filter (where not keeps), []),
        greatest(max(srv_kv_cache_usage_peak), 0.0), coalesce(sum(srv_preemptions) filter (where srv_preemptions <> 0), 0)
 from numbered group by all"""], {"run": run_id})[2]
-        return {(v, lab): {"n": n, "unkept": unkept, "kv_peak": kv, "preemptions_summed": float(pre)}
-                for v, lab, n, unkept, kv, pre in levels}
-
-    def level_points(self, run_id: str, kept: dict[tuple[str, str], list[int]]) -> dict[tuple[str, str], list[tuple]]:
-        """Per variant x level label, the points (sent, end, scheduled, queue time, waiting) of its
-        requests numbered ``kept`` (`level_counts`), in that order."""
-        if not any(kept.values()):
-            return {}
-        values = ", ".join(f"({literal(v)}, {literal(lab)}, [{', '.join(str(int(i)) for i in ns)}])"
-                           for (v, lab), ns in kept.items() if ns)
-        _, points = self.queries([_ROWS_VIEW, _NUMBERED, f"""
+            counts = {(v, lab): {"n": n, "unkept": unkept, "kv_peak": kv, "preemptions_summed": float(pre)}
+                      for v, lab, n, unkept, kv, pre in levels}
+            kept = {k: thin(c["n"], c["unkept"]) for k, c in counts.items()}
+            if not any(kept.values()):
+                return counts, {}
+            values = ", ".join(f"({literal(v)}, {literal(lab)}, [{', '.join(str(int(i)) for i in ns)}])"
+                               for (v, lab), ns in kept.items() if ns)
+            _, points = self.query(f"""
 select n.variant, n.label, list((n.mono_start_ms, n.mono_start_ms + coalesce(n.e2e_ms, 0.0), n.scheduled_ms,
                                  n.srv_queue_ms, n.waiting) order by n.n)
 from numbered n join (select variant, label, unnest(ns) as n from (values {values}) t(variant, label, ns)) k
   on k.variant = n.variant and k.label = n.label and k.n = n.n
-group by all"""], {"run": run_id})[2]
-        return {(v, lab): [tuple(p) for p in pts] for v, lab, pts in points}
+group by all""", {"run": run_id})
+        return counts, {(v, lab): [tuple(p) for p in pts] for v, lab, pts in points}
 
     def traffic_sums(self, run_id: str) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
         """Per variant, in the order the rows first show them: the prefix sums (`traffic._PREFIX`)

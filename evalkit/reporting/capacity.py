@@ -35,8 +35,7 @@ def load_levels(ledger: Ledger, run_id: str, load: dict[str, Any]) -> tuple[list
     starts = {k: {rep: lo for rep, (lo, _) in sp.items()} for k, sp in spans.items()}
     slo = bool(absolute or relative)
     out, scores = [], []
-    counts = ledger.level_counts(run_id)  # over-saturation's points: those the stop rule would keep
-    points = ledger.level_points(run_id, {k: thinned(c["n"], c["unkept"]) for k, c in counts.items()})
+    counts, points = ledger.level_series(run_id, thinned)  # over-saturation's: the points the stop rule keeps
     for t in ledger.level_table(run_id, absolute, relative, QUALITY_GRADERS, REFERENCE):
         v, level, n = t["variant"], t["label"], t["n"]
         sp = spans.get((v, level), {})

@@ -18,8 +18,8 @@ from ..spec.matrix import arg_value
 def level_signals(counts: dict[str, Any], points: list[tuple[Any, ...]], preemptions: float | None,
                   kv_ceiling: float = 0.9) -> dict[str, Any]:
     """One level's over-saturation as the stop rule saw it: its signals, offered and achieved rates,
-    from what `stops.LevelOutcome` would hold after its rows (`Ledger.level_counts`, and the points
-    `stops.thinned` keeps, `Ledger.level_points`)."""
+    from what `stops.LevelOutcome` would hold after its rows (`Ledger.level_series`: its counts, and
+    the points `stops.thinned` keeps)."""
     o = LevelOutcome(keep_latencies=False, keep_cases=False, kv_peak=counts["kv_peak"],
                      preemptions_summed=counts["preemptions_summed"], series=[Point(*p) for p in points])
     o.preemptions = preemptions
