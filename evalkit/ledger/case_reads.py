@@ -72,8 +72,7 @@ _DUP_KEYS = "d.variant = s.variant and d.loaded = s.loaded and d.case_id = s.cas
 _GRADED = """select s.variant, s.loaded, s.case_id, s.repeat, s.seq, s.id, mm.o, mm.first,
          case mm.o {values} end as x, case mm.o {suites} end as suite
   from l.grade_latest g join {sides} s on s.id = g.request_id join mm on mm.grader = g.grader"""
-_PAIR_STEPS = [
-    _OK,
+_PAIR_STEPS = [  # after `_OK`, on its connection
     # ``dup``: a side's case#repeat sent more than once (few or none): only those need a first or a mean
     "create temp table sd as " + _SIDES + " select id, seq, variant, loaded, case_id, repeat from sides",
     "create temp table dups as select variant, loaded, case_id, repeat from sd where false",
@@ -271,6 +270,7 @@ class CaseReads:
 
     query: Any  # `AnalysisReads.query`
     queries: Any  # `AnalysisReads.queries`
+    session: Any  # `AnalysisReads.session`
 
     def slice_case_values(self, run_id: str, baseline: str | None, repeats: int,
                           margins: Sequence[tuple[str, str, CaseValue, CaseValue]]
@@ -291,35 +291,35 @@ class CaseReads:
             values.setdefault((v, m), {})[c] = float(x)
         return values, {c: cx for c, cx in got[1][1]}
 
-    def load_entries(self, run_id: str, reference: str) -> dict[str, dict[str, Any]]:
-        """variant -> its quality-under-load entry's outline: the highest level (``top``) and its
-        `load_drift` grades: how many (``n``), byte-identical (``same``), the sum and count of their
-        drift (``drift_sum`` by `fsum`, ``drift_n``). Only the variants with both sides."""
-        _, (_, rows) = self.queries([_OK, _ENTRIES], {"run": run_id, "reference": reference})
-        return {v: {"top": int(top), "n": n, "same": same, "drift_sum": total, "drift_n": counted}
-                for v, top, n, same, total, counted in rows}
-
-    def load_pairs(self, run_id: str, reference: str, margins: Sequence[tuple[str, str, CaseValue, CaseValue]]
-                   ) -> dict[str, list[tuple[str, tuple[list[float], list[int]]]]]:
-        """variant -> (margin, its differences loaded minus unloaded over the case#repeat keys both
-        sides have, as (distinct values ascending, how often each came)) for each margin with a
-        pair, in ``margins``' order (a `by_suite` margin's suites after it, in the order the loaded
-        side first shows them). ``margins``: (grader, margin, its `CaseValue` on the loaded side,
-        on the unloaded side)."""
-        if not margins:
-            return {}
-        mm = ", ".join(f"({i}, {literal(grader)}, {literal(m)}, {literal(mine.first)})"
-                       for i, (grader, m, mine, _) in enumerate(margins))
-        values = " ".join(f"when {i} then case when s.loaded then {value_sql(mine)} else {value_sql(theirs)} end"
-                          for i, (_, _, mine, theirs) in enumerate(margins))
-        suites = " ".join(f"when {i} then {_SUITE}" for i, (_, _, mine, _) in enumerate(margins) if mine.by_suite)
-        fill = {"margins": mm, "values": values, "suites": suites or "when -1 then null"}
-        steps = [x.format(**fill) for x in _PAIR_STEPS]
-        *_, (_, rows) = self.queries(steps, {"run": run_id, "reference": reference})
+    def load_quality(self, run_id: str, reference: str, margins: Sequence[tuple[str, str, CaseValue, CaseValue]]
+                     ) -> tuple[dict[str, dict[str, Any]], dict[str, list[tuple[str, tuple[list[float], list[int]]]]]]:
+        """Quality under load from the ledger, the run's successful requests read once (a `session`):
+        first, variant -> its entry's outline: the highest level (``top``) and its `load_drift`
+        grades: how many (``n``), byte-identical (``same``), the sum and count of their drift
+        (``drift_sum`` by `fsum`, ``drift_n``), only the variants with both sides; then variant ->
+        (margin, its differences loaded minus unloaded over the case#repeat keys both sides have,
+        as (distinct values ascending, how often each came)) for each margin with a pair, in
+        ``margins``' order (a `by_suite` margin's suites after it, in the order the loaded side
+        first shows them). ``margins``: (grader, margin, its `CaseValue` on the loaded side, on
+        the unloaded side)."""
+        params = {"run": run_id, "reference": reference}
+        with self.session():
+            _, (_, rows) = self.queries([_OK, _ENTRIES], params)
+            entries = {v: {"top": int(top), "n": n, "same": same, "drift_sum": total, "drift_n": counted}
+                       for v, top, n, same, total, counted in rows}
+            if not entries or not margins:
+                return entries, {}
+            mm = ", ".join(f"({i}, {literal(grader)}, {literal(m)}, {literal(mine.first)})"
+                           for i, (grader, m, mine, _) in enumerate(margins))
+            values = " ".join(f"when {i} then case when s.loaded then {value_sql(mine)} else {value_sql(theirs)} end"
+                              for i, (_, _, mine, theirs) in enumerate(margins))
+            suites = " ".join(f"when {i} then {_SUITE}" for i, (_, _, mine, _) in enumerate(margins) if mine.by_suite)
+            fill = {"margins": mm, "values": values, "suites": suites or "when -1 then null"}
+            *_, (_, rows) = self.queries([x.format(**fill) for x in _PAIR_STEPS], params)  # `ok` is made
         out: dict[str, list[tuple[str, tuple[list[float], list[int]]]]] = {}
         for v, m, values, counts, *_ in rows:
             out.setdefault(v, []).append((m, (values, counts)))
-        return out
+        return entries, out
 
     def flip_counts(self, run_id: str, baseline: str, graders: Sequence[str], by: Sequence[str] = (),
                     repeats: int | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -30,10 +30,9 @@ def quality_under_load(ledger: Ledger, run_id: str) -> list[dict[str, Any]]:
             read.append((name, cls))
         else:
             declared += [(name, m, v, theirs[m]) for m, v in mine.items() if m in theirs]
-    entries = ledger.load_entries(run_id, REFERENCE)
+    entries, pairs = ledger.load_quality(run_id, REFERENCE, declared)
     if not entries:
         return []
-    pairs = ledger.load_pairs(run_id, REFERENCE, declared)
     by_grader = {m: name for name, m, _, _ in declared}
     # variant -> grader -> margin -> the differences (distinct values, how often each came)
     diffs: dict[str, dict[str, dict[str, tuple[list[float], list[int]]]]] = {v: {} for v in entries}
