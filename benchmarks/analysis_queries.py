@@ -28,7 +28,7 @@ QUERIES = {
     "slice_table": "db.slice_table(rid, base, run.repeats, [m for m in REPORT if m.agg], {'ttft': 2000.0})",
     "distributions": "db.distributions(rid, base, run.repeats, ['complexity'], list(named('summary').values()))",
     "distributions --by persona": "db.distributions(rid, base, run.repeats, ['persona'], list(named('summary').values()))",
-    "spike_rows ttft, e2e": "list(db.spike_rows(rid, ('ttft_ms', 'e2e_ms'), 3.5))",
+    "spike_rows ttft": "list(db.spike_rows(rid, 'ttft_ms', 3.5))",
     "case_pairs e2e": "db.case_pairs(rid, base, run.repeats, 'e2e_ms')",
     "client_lag_p99": "db.client_lag_p99(rid)",
     "level_table": "db.level_table(rid, {'ttft': 2000.0}, {'e2e': 2.0}, ('schema', 'persona', 'formality'))",

@@ -91,26 +91,6 @@ def test_the_spike_query_flags_what_the_rule_written_out_flags(tmp_path, seed):
     assert _spikes_at(tmp_path, values) == _rule_spikes(values)
 
 
-def test_both_metrics_spikes_from_one_read_are_each_alone_in_turn(tmp_path):
-    """`spike_rows` of TTFT and E2E at once (the report's one pass) gives each metric's rows as it
-    alone would, TTFT's first."""
-    import random
-
-    rng = random.Random(5)
-    db, run = _spiky(tmp_path, [rng.gauss(400, 20) if i % 41 else rng.uniform(600, 2000) for i in range(2001)])
-    with db:
-        both = list(db.spike_rows(run, ("ttft_ms", "e2e_ms"), 3.5))
-        alone = [*db.spike_rows(run, ("ttft_ms",), 3.5), *db.spike_rows(run, ("e2e_ms",), 3.5)]
-    assert both == alone
-
-
-@pytest.mark.parametrize("metrics", [(), ("tpot_ms",), ("ttft_ms", "ttft_ms")])
-def test_spikes_of_no_metric_an_unknown_one_or_one_twice_are_refused(tmp_path, metrics):
-    db, run = _spiky(tmp_path, [400.0] * 6)
-    with db, pytest.raises(ValueError, match="no spikes of"):
-        db.spike_rows(run, metrics, 3.5)
-
-
 @pytest.mark.parametrize("kw, cause", [
     ({"srv_preemptions": 2.0}, "preemption"),
     ({"srv_queue_ms": 1200.0, "srv_prefill_ms": 395.0, "srv_waiting_start": 3.0}, "queued"),

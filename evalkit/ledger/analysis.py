@@ -335,16 +335,13 @@ order by m.variant, m.case_id""", {"run": run_id, "baseline": baseline, "repeats
                              "order by min({'k': r.seq is not null, 's': r.seq, 'i': r.id})", {"run": run_id})
         return {lv: (int(n), set(src), int(sus)) for lv, n, src, sus in rows}
 
-    def spike_rows(self, run_id: str, metrics: Sequence[str], k: float) -> Iterator[dict[str, Any]]:
-        """`_SPIKES` of each of ``metrics``, in that order, from one read of the run's rows; a dict a
-        row with its ``metric``, as the caller takes it (to attribute it in Python:
-        `findings.attribute_spike`), streamed (132,000 spikes at 10 M rows), so no query may run
-        on this ledger until it is read."""
-        if not metrics or set(metrics) - {"ttft_ms", "e2e_ms"} or len(set(metrics)) < len(metrics):
-            raise ValueError(f"no spikes of {list(metrics)!r}")
-        names = ", ".join(_ident(m) for m in metrics)
-        first = str(_SPIKE_STEPS[0]).format(values=", ".join(f"r.{_ident(m)}" for m in metrics), metrics=names)
-        rows = self.stream([first, *_SPIKE_STEPS[1:], _SPIKES.format(order=", ".join(literal(m) for m in metrics))], {
+    def spike_rows(self, run_id: str, metric: str, k: float) -> Iterator[dict[str, Any]]:
+        """`_SPIKES` of ``metric``, each attributed in Python (`findings.attribute_spike`): a dict a
+        row as the caller takes it, streamed (132,000 spikes at 10 M rows), so no query may run on
+        this ledger until it is read."""
+        if metric not in ("ttft_ms", "e2e_ms"):
+            raise ValueError(f"no spikes of {metric!r}")
+        rows = self.stream([str(_SPIKE_STEPS[0]).format(metric=metric), *_SPIKE_STEPS[1:], _SPIKES], {
             "run": run_id, "k": float(k), "c": 1.4826, "low": 0.01, "rel": 1 + SPIKE_MIN_EXCESS[0],
             "abs": SPIKE_MIN_EXCESS[1]})
         return (dict(zip(SPIKE_FIELDS, r, strict=True)) for r in rows)
@@ -379,7 +376,7 @@ def _value(key: str, raw: Any) -> Any:
 # spread is near zero, a stub server or a cached answer, the robust z of a 1 ms wiggle is large,
 # but the request was not slow).
 SPIKE_MIN_EXCESS = (0.10, 1.0)
-SPIKE_FIELDS = ("metric", "id", "variant", "load_level", "complexity", "case_id", "seq", "value", "median", "scale",
+SPIKE_FIELDS = ("id", "variant", "load_level", "complexity", "case_id", "seq", "value", "median", "scale",
                 "prefill_median", "first_seq", "srv_preemptions", "srv_queue_ms", "srv_waiting_start",
                 "srv_prefill_ms", "srv_running_start", "srv_method")
 
@@ -388,30 +385,29 @@ SPIKE_FIELDS = ("metric", "id", "variant", "load_level", "complexity", "case_id"
 # of at least 5 successful requests; with what `attribute_spike` weighs them by.
 # Step by step, each a table in DuckDB's own storage (spilled past its memory limit): the slices' rows
 # read from the ledger once, their medians, their MADs, the spikes.
-_SLICE = ("metric", "variant", "load_level", "complexity")
+_SLICE = ("variant", "load_level", "complexity")
 _SPIKE_STEPS: list[str | PerGroup] = [
-    # each successful request a row per metric it has a value of (UNPIVOT leaves out the nulls)
-    """create temp table sr as unpivot (
+    """create temp table sr as
 select r.id, r.variant, r.load_level, coalesce(nullif(c.complexity, ''), 'all') as complexity, r.case_id, r.seq,
-       {values}, r.srv_preemptions, r.srv_queue_ms, r.srv_waiting_start, r.srv_prefill_ms,
+       r."{metric}" as value, r.srv_preemptions, r.srv_queue_ms, r.srv_waiting_start, r.srv_prefill_ms,
        r.srv_running_start, r.srv_method
 from l.measured r join l.runs u on u.id = r.run_id
 join l.cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
-where r.run_id = $run and r.ok) on {metrics} into name metric value value""",
-    PerGroup("""select metric, variant, load_level, complexity, count(*) as n, quantile_cont(value, 0.5) as median,
+where r.run_id = $run and r.ok and r."{metric}" is not null""",
+    PerGroup("""select variant, load_level, complexity, count(*) as n, quantile_cont(value, 0.5) as median,
        quantile_cont(srv_prefill_ms, 0.5) as prefill_median from sr where {batch} group by all""", "sr", _SLICE, "med"),
-    PerGroup("""select s.metric, s.variant, s.load_level, s.complexity,
-       quantile_cont(abs(s.value - m.median), 0.5) as mad from sr s join med m using (metric, variant, load_level, complexity)
+    PerGroup("""select s.variant, s.load_level, s.complexity,
+       quantile_cont(abs(s.value - m.median), 0.5) as mad from sr s join med m using (variant, load_level, complexity)
 where {batch} group by all""", "sr", _SLICE, "mad"),
 ]
 _SPIKES = """
 with firsts as (select variant, min(seq) as first_seq from l.measured where run_id = $run group by variant)
-select s.metric, s.id, s.variant, s.load_level, s.complexity, s.case_id, s.seq, s.value, m.median,
+select s.id, s.variant, s.load_level, s.complexity, s.case_id, s.seq, s.value, m.median,
        greatest($c * d.mad, $low * abs(m.median), 1e-9) as scale, m.prefill_median, f.first_seq,
        s.srv_preemptions, s.srv_queue_ms, s.srv_waiting_start, s.srv_prefill_ms, s.srv_running_start, s.srv_method
-from sr s join med m using (metric, variant, load_level, complexity) join mad d using (metric, variant, load_level, complexity)
+from sr s join med m using (variant, load_level, complexity) join mad d using (variant, load_level, complexity)
 join firsts f using (variant)
 where m.n >= 5 and s.value > m.median + $k * greatest($c * d.mad, $low * abs(m.median), 1e-9)
   and s.value >= greatest(m.median * $rel, m.median + $abs)
-order by list_position([{order}], s.metric), s.variant, s.load_level, s.complexity, s.seq, s.id"""
+order by s.variant, s.load_level, s.complexity, s.seq, s.id"""
 

@@ -5,7 +5,7 @@ and the study-style summary. Everything here reads rows; nothing is measured aga
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..catalogue import named
@@ -67,19 +67,17 @@ def attribute_spike(r: dict[str, Any], metric: str, first_seq: int | None,
     return "unexplained", "queue, prefill and preemptions were all normal"
 
 
-def spikes(ledger: Ledger, run_id: str, metrics: Sequence[str] = ("ttft_ms",), k: float = 3.5) -> Spikes:
-    """Requests far above their slice (variant x level x complexity: like with like) in each of
-    ``metrics``, in that order, found in SQL from one read of the rows (`Ledger.spike_rows`: median
-    + k x 1.4826 MAD, and 10 % and 1 ms above the median), each with its likely cause, put in a
-    `Spikes` store as they are attributed."""
-    out = Spikes()
-    out.add(_attributed(ledger.spike_rows(run_id, metrics, k)))
+def spikes(ledger: Ledger, run_id: str, metric: str = "ttft_ms", k: float = 3.5, into: Spikes | None = None) -> Spikes:
+    """Requests far above their slice (variant x level x complexity: like with like), found in SQL
+    (`Ledger.spike_rows`: median + k x 1.4826 MAD, and 10 % and 1 ms above the median), each with
+    its likely cause, added to ``into`` (a new `Spikes` when not given) as they are attributed."""
+    out = into if into is not None else Spikes()
+    out.add(_attributed(ledger.spike_rows(run_id, metric, k), metric))
     return out
 
 
-def _attributed(rows: Iterable[dict[str, Any]]) -> Iterator[Spike]:
+def _attributed(rows: Iterable[dict[str, Any]], metric: str) -> Iterator[Spike]:
     for r in rows:
-        metric = r["metric"]
         cause, why = attribute_spike({**r, metric: r["value"]}, metric, r["first_seq"],
                                      (r["median"], r["prefill_median"]))
         yield Spike(r["id"], r["variant"], r["complexity"], r["case_id"], r["load_level"], metric, r["value"],
@@ -264,7 +262,7 @@ def findings(ledger: Ledger, run_id: str | None = None, by: list[str] | None = N
         "verdict_lines": sentences(vs, baseline) if baseline else [],
         "timeshare": lf["timeshare"], "accuracy": lf["accuracy"],
         "margins_given": [m.text for m in specs],  # so "no verdict" can say why truthfully
-        "spikes": spikes(ledger, run_id, ("ttft_ms", "e2e_ms"), k),  # a `Spikes`: queries
+        "spikes": spikes(ledger, run_id, "e2e_ms", k, spikes(ledger, run_id, "ttft_ms", k)),  # a `Spikes`: queries
         "capacity": lv["capacity"],
         "capacity_statement": lv["capacity_statement"],
         "load_levels": lv["load_levels"],
