@@ -18,6 +18,9 @@ three levels, grades, spikes of each cause; no server, a million rows in a minut
 report can be measured at sizes no run here reaches; `--no-browse` leaves Datasette out:
 
     .venv/bin/python benchmarks/scale.py --synth --no-browse --sizes 200000,2000000
+
+`--ledger FILE` times only Datasette on a ledger already written (the front page, the requests
+page, every canned query, the run's comparison list `/-/compare`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import os
 import re
 import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -194,6 +198,14 @@ def _report(ledger: Path, extra: list[str], stdout: Path) -> tuple[float, float]
     return wall, kb / 1024
 
 
+def ledger_rows(ledger: Path) -> int:
+    con = sqlite3.connect(f"file:{ledger}?mode=ro", uri=True)
+    try:
+        return int(con.execute("select max(id) from requests").fetchone()[0] or 0)
+    finally:
+        con.close()
+
+
 def _browse(ledger: Path) -> dict[str, Any]:
     port = free_port()
     p = subprocess.Popen([*pin(0), *EVALKIT, "browse", "--ledger", str(ledger), "--port", str(port)], cwd=ROOT,
@@ -204,6 +216,9 @@ def _browse(ledger: Path) -> dict[str, Any]:
         out: dict[str, Any] = {"browse_first_s": first}
         out["requests_page_s"], _ = get_s(f"{base}/requests")
         out["requests_nofacet_s"], _ = get_s(f"{base}/requests?_nofacet=1")
+        out["front_s"], _ = get_s(f"http://127.0.0.1:{port}/")
+        out["compare_s"], status = get_s(f"http://127.0.0.1:{port}/-/compare")  # the run's comparison list
+        bad_compare = [] if status == 200 else [f"/-/compare:{status}"]
         worst, bad = 0.0, []
         meta = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/-/metadata.json", timeout=60).read())
         for name in meta["databases"][ledger.stem]["queries"]:
@@ -211,7 +226,7 @@ def _browse(ledger: Path) -> dict[str, Any]:
             worst = max(worst, s)
             if status != 200:
                 bad.append(f"{name}:{status}")
-        out["canned_worst_s"], out["canned_errors"] = worst, bad
+        out["canned_worst_s"], out["canned_errors"] = worst, bad_compare + bad
         return out
     finally:
         p.terminate()
@@ -227,7 +242,8 @@ COLS = [("requests", "requests", "{:,}"), ("run_s", "run wall s", "{:.1f}"), ("r
         ("json_rss_mb", "--json peak RSS MB", "{:.0f}"), ("html_rss_mb", "--html peak RSS MB", "{:.0f}"),
         ("json_mb", "JSON MB", "{:.2f}"), ("html_mb", "HTML MB", "{:.1f}"),
         ("browse_first_s", "browse 1st page s", "{:.1f}"), ("requests_page_s", "requests+facets s", "{:.2f}"),
-        ("canned_worst_s", "slowest canned s", "{:.2f}")]
+        ("canned_worst_s", "slowest canned s", "{:.2f}"), ("front_s", "front page s", "{:.2f}"),
+        ("compare_s", "/-/compare s", "{:.2f}")]
 
 
 def table(results: list[dict[str, Any]]) -> str:
@@ -249,11 +265,17 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None, help="also write the results as JSON")
     ap.add_argument("--synth", action="store_true", help="synthesize each ledger (benchmarks/synth_ledger.py), no run")
     ap.add_argument("--no-browse", action="store_true", help="leave Datasette out")
+    ap.add_argument("--ledger", type=Path, default=None, help="time only `browse` on this ledger (no run, no report)")
     a = ap.parse_args()
     work = a.keep or Path(tempfile.mkdtemp(prefix="evalkit-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     print(f"processor: {host_line(this_host())}", flush=True)
     results = []
+    if a.ledger:
+        results.append({"requests": ledger_rows(a.ledger), **_browse(a.ledger)})
+        print(json.dumps(results[0]), flush=True)
+        print(table(results))
+        return
     try:
         for n in (int(x) for x in a.sizes.split(",")):
             r = synth_size(n, work, not a.no_browse) if a.synth else one_size(n, work, a.concurrency)

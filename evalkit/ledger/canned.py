@@ -38,19 +38,27 @@ def _ident(s: str) -> bool:
     return s.replace("-", "_").isidentifier()
 
 
-def grader_query(grader: str, name: str, title: str, kind: str, column: str | None) -> dict[str, str] | None:
-    """SQL for one grader-declared canned query shape (None for a shape or name it cannot take)."""
+def grader_query(grader: str, name: str, title: str, kind: str, column: str | None,
+                 field: str = "value") -> dict[str, str] | None:
+    """SQL for one grader-declared canned query shape (None for a shape or name it cannot take).
+    ``column``: the grader's `requests_joined` column, ``field`` the grade's field it shows."""
     if not _ident(grader) or not _ident(name):
         return None
     if kind == "failures":
         return {"title": title, "sql": "select r.run_id, r.variant, r.case_id, g.explanation, r.finish_reason, r.text "
                                        "from grades g join requests r on r.id = g.request_id "
                                        f"where g.grader = '{grader}' and g.passed = 0 order by g.id desc limit 200"}
-    if kind in ("lowest", "highest") and column and column.isidentifier():
+    if kind in ("lowest", "highest") and column and column.isidentifier() and field in ("value", "passed"):
         order = "asc" if kind == "lowest" else "desc"
-        return {"title": title, "sql": f"select run_id, variant, case_id, complexity, {column}, text "
-                                       f"from requests_joined where {column} is not null and is_warmup = 0 "
-                                       f"order by {column} {order} limit 50"}
+        # The rows of `requests_joined` (a request's newest grade), read from the grades' (grader,
+        # field) index in order: the view would grade-join every request before sorting them.
+        return {"title": title, "sql": f"select r.run_id, r.variant, r.case_id, c.complexity, g.{field} as {column}, "
+                                       "r.text from grades g join requests r on r.id = g.request_id "
+                                       "join runs u on u.id = r.run_id left join cases c on c.id = r.case_id "
+                                       f"and c.dataset_hash = u.dataset_hash where g.grader = '{grader}' "
+                                       f"and g.{field} is not null and r.is_warmup = 0 and not exists (select 1 from "
+                                       "grades n where n.request_id = g.request_id and n.grader = g.grader "
+                                       f"and n.id > g.id) order by g.{field} {order}, g.id {order} limit 50"}
     return None
 
 
@@ -71,12 +79,12 @@ def study_summary_query(headline: Iterable[tuple[str, int | None]]) -> dict[str,
     }
 
 
-def canned(grader_queries: Iterable[tuple[str, str, str, str, str | None]],
+def canned(grader_queries: Iterable[tuple[str, str, str, str, str | None, str]],
            headline: Iterable[tuple[str, int | None]]) -> dict[str, Any]:
     """Every canned query: the fixed ones, the study summary and each grader's."""
     out: dict[str, Any] = {"study_summary": study_summary_query(headline), **FIXED}
-    for grader, name, title, kind, column in grader_queries:
-        q = grader_query(grader, name, title, kind, column)
+    for grader, name, title, kind, column, field in grader_queries:
+        q = grader_query(grader, name, title, kind, column, field)
         if q and name not in out:
             out[name] = q
     return out

@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlite_utils import Database
 
-from .migrations import requests_view_sql
+from .views import requests_view_sql
 from .writes import _write, utcnow
 
 

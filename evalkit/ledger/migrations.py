@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
-from .views import APPENDED, COPIED, VIEWS
+from .views import APPENDED, COPIED, VIEWS, requests_view_sql
 
 MIGRATION_SET = "evalkit"
 migrations = Migrations(MIGRATION_SET)
@@ -134,28 +134,6 @@ def m004_browse_views(db: Database) -> None:
 
 BUILT_IN_VIEW_COLUMNS = [("schema_passed", "schema", "passed"), ("persona_score", "persona", "value"),
                          ("formality_predicted", "formality", "value"), ("drift_cosine", "drift", "value")]
-
-
-def requests_view_sql(grade_columns: Iterable[tuple[str, str, str]], level: str = "level") -> str:
-    """`requests_joined`: one row per request with its case and the newest grade of each grader,
-    given as (column name, grader, field) with field `value` or `passed`. ``level``: the load
-    level's column as the schema then named it (`phase` before m015)."""
-    sub = "".join(
-        f"(select {field} from grades g where g.request_id = r.id and g.grader = '{grader}' "
-        f"order by g.id desc limit 1) as {column},\n"
-        for column, grader, field in grade_columns
-        if column.isidentifier() and grader.replace("-", "_").isidentifier() and field in ("value", "passed"))
-    return f"""
-        create view requests_joined as
-        select r.id, r.run_id, r.variant, r.replica, c.task, c.persona, c.complexity, c.formality, r.case_id,
-               r.repeat, r.{level}, r.concurrency, r.is_warmup, r.final, r.started_at, r.ttft_ms,
-               r.ttft_from_schedule_ms, r.client_wait_ms, r.tpot_ms, r.itl_mean_ms, r.e2e_ms, r.prompt_tokens,
-               r.completion_tokens, r.finish_reason, r.error_class, r.srv_queue_ms, r.srv_prefill_ms,
-               r.srv_decode_ms, r.srv_kv_cache_usage_peak, r.srv_preemptions,
-               {sub}r.text
-        from requests r join runs u on u.id = r.run_id
-        left join cases c on c.id = r.case_id and c.dataset_hash = u.dataset_hash
-    """
 
 
 @migration("m005_hosts_load_cost")
@@ -448,3 +426,10 @@ def m028_change_tag(db: Database) -> None:
         tag = f"case when new.id < (select max(id) from {t}) then random() else tag end" if t in APPENDED else "tag"
         drawn = f"n = n + 1, tail = random(), tag = {tag}" if e == "insert" else "n = n + 1, tag = random()"
         db.execute(f"create trigger ledger_changes_{t}_{e} after {e} on {t} begin update ledger_changes set {drawn}; end")
+
+
+@migration("m029_grade_value_index")
+def m029_grade_value_index(db: Database) -> None:
+    # A grader's canned "lowest"/"highest" query (ledger/canned.py) walks its grades in value order and
+    # stops at the page: without this it sorted every grade (a 5 s time-out at 10 M requests).
+    db["grades"].create_index(["grader", "value"], if_not_exists=True)

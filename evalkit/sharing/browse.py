@@ -69,7 +69,9 @@ def verdict_row(run_id: str, e: dict[str, Any]) -> dict[str, Any]:
 def queries() -> dict[str, Any]:
     """Canned queries: evalkit's own, the study summary with every grader's headline, and the ones
     each registered grader declares."""
-    return canned([(g, q.name, q.title, q.kind, q.column) for g, q in canned_queries()],
+    fields = {(g, c): f for g, cls in available().items() for c, f in cls.aggregate.view_columns}
+    return canned([(g, q.name, q.title, q.kind, q.column, fields.get((g, q.column), "value"))
+                   for g, q in canned_queries()],
                   [(c.key, c.digits) for c in headline_columns()])
 
 
