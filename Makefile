@@ -66,9 +66,9 @@ run: setup quant-env
 # (`serial`) and the real engine, one test at a time (their timings stay their own).
 test: test-env quant-env browser
 	$(VENV)/bin/ruff check evalkit tests benchmarks cli.py data evaluate_modules rubrics
-	$(PY) -m pytest -q -m "not vllm and not integration" -n 2 --dist loadfile
-	$(PY) -m pytest -q -m "integration and not serial and not vllm" -n 2 --dist loadfile
-	$(PY) -m pytest -q -m "serial or vllm"
+	$(PY) -m pytest -q -m "not vllm and not integration" -n 2 --dist loadfile --durations=15
+	$(PY) -m pytest -q -m "integration and not serial and not vllm" -n 2 --dist loadfile --durations=15
+	$(PY) -m pytest -q -m "serial or vllm" --durations=25
 
 # The unit tier: no server, no subprocess, no embedding model (tests/conftest.py marks the rest).
 test-fast: test-env

@@ -5,6 +5,7 @@ answers on a synthesized run: skewed latencies, spikes, failed requests, unequal
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 from collections import defaultdict
@@ -493,6 +494,9 @@ def test_a_statement_out_of_memory_is_retried_with_a_larger_pool(monkeypatch, fa
         def close(self):
             return None
 
+        def clear(self):
+            return True
+
         def columns(self, sql, params):
             if len(seen) <= fails:
                 raise OutOfMemoryException("could not allocate block")
@@ -520,6 +524,43 @@ def test_a_session_keeps_its_tables_between_calls_and_drops_them_after(synth: Pa
     assert inside == [(7,)]
 
 
+def test_a_query_s_temp_tables_are_gone_for_the_next(synth: Path) -> None:
+    with open_ledger(synth, create=False) as db:
+        db.query("create temp table left_over as select 7 as x")
+        with pytest.raises(LedgerError, match="left_over"):
+            db.query("select x from left_over")
+
+
+def _probe(db: Any) -> Any:
+    return db.query("select getvariable('evalkit_probe')")[1][0][0]
+
+
+def test_the_next_query_on_an_unchanged_ledger_keeps_the_connection(synth: Path, tmp_path: Path) -> None:
+    """Making a connection is most of a small query's time: the worker keeps it while nothing changed."""
+    with open_ledger(copy_ledger(synth, tmp_path / "kept.db"), create=False) as db:
+        db.query("set variable evalkit_probe = 7")
+        assert _probe(db) == 7
+
+
+def test_a_write_to_the_ledger_ends_the_kept_connection(synth: Path, tmp_path: Path) -> None:
+    path = copy_ledger(synth, tmp_path / "written.db")
+    with open_ledger(path, create=False) as db:
+        db.query("set variable evalkit_probe = 7")
+        before = db.query("select count(*) from l.runs")[1][0][0]
+        db.create_run({"id": "another", "created_at": "2026-01-01T00:00:00", "status": "complete"})
+        assert (db.query("select count(*) from l.runs")[1][0][0], _probe(db)) == (before + 1, None)
+
+
+def test_a_ledger_renamed_over_the_file_is_not_the_kept_connection_s(synth: Path, tmp_path: Path) -> None:
+    """A ledger written beside and renamed over the file: a connection made before reads the old
+    file, so the worker does not keep it (`Duck` in this process: neither copy is opened here otherwise)."""
+    path, other = copy_ledger(synth, tmp_path / "renamed.db"), copy_ledger(synth, tmp_path / "other.db")
+    with Duck(path) as d:
+        kept = d.still_fresh(path)
+        os.replace(other, path)
+        assert (kept, d.still_fresh(path)) == (True, False)
+
+
 def test_a_session_out_of_memory_makes_its_tables_again_on_the_larger_pool(monkeypatch) -> None:
     """The worker's loop, in this process: a session's second frame runs out of memory once; the
     retry's connection (512 MB) runs the first frame's table again, then the frame; the session's
@@ -541,6 +582,9 @@ def test_a_session_out_of_memory_makes_its_tables_again_on_the_larger_pool(monke
 
         def close(self):
             ran.append((self.limit, "closed"))
+
+        def clear(self):
+            return True
 
         def columns(self, sql, params):
             if sql == "select n from t" and not failed:

@@ -64,6 +64,15 @@ def extension_path() -> Path:
     return dst
 
 
+def file_id(path: str | Path) -> tuple[int, int] | None:
+    """The file at ``path`` (device, inode), None where there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 _PARAM = re.compile(r"\$([A-Za-z_]\w*)")
 
 
@@ -162,9 +171,12 @@ class Duck:
         # what DuckDB spills (hash joins, sorts) goes to a folder of its own, never the user's
         # working directory (an in-memory database's default); gone when the connection closes
         self.spill = tempfile.mkdtemp(prefix="evalkit-duckdb-spill-")
+        self.key: tuple[int, int, int, int] | None = None  # the ledger's state the connection was made for
+        self.file = file_id(path)  # before the ledger is attached: a file renamed over it after differs
         try:
             self.con.execute(f"set temp_directory = {literal(self.spill)}")
             self.con.execute(f"set memory_limit = {literal(memory_limit)}")
+            self.memory_limit = memory_limit
             self.con.execute("set enable_progress_bar = false")  # a session option, not a connect one
             # a join builds its hash table on the side the query names second (runs, cases, a
             # variant's first level): on the columnar copy DuckDB's estimates put the million
@@ -183,7 +195,7 @@ class Duck:
         from .views import SUPERSEDED
 
         self.con.execute(f"ATTACH {literal(str(path))} AS s (TYPE sqlite, READ_ONLY)")  # ATTACH takes no parameter
-        key = columnar.ledger_key(self.con)
+        key = self.key = columnar.ledger_key(self.con)
         fresh = key is not None and columnar.attach_fresh(self.con, path, key, memory_limit, extension_path())
         copied = {*columnar.COPIED, *columnar.COPY_VIEWS} if fresh else set()
         names = [n for (n,) in self.con.execute("select table_name from information_schema.tables "
@@ -195,6 +207,31 @@ class Duck:
             grades="l.grades", new="", least=1)
         self.con.execute(f"create view l.grade_superseded as {superseded}")
         return fresh
+
+    def still_fresh(self, path: str | Path) -> bool:
+        """Whether the ledger is still the file and the state this connection was made for (its
+        columnar copy then still holds its rows; the other tables are read live): what lets the
+        query worker keep it for the next query."""
+        from . import columnar
+
+        try:
+            return self.key is not None and file_id(path) == self.file and columnar.ledger_key(self.con) == self.key
+        except Exception:  # noqa: BLE001  (a ledger gone or damaged: a new connection says what)
+            return False
+
+    def clear(self) -> bool:
+        """Drop what the queries made (temp views, then temp tables); False where one would not go."""
+        try:
+            for kind, names in (("view", "select view_name from duckdb_views() where temporary and not internal"),
+                                ("table", "select table_name from duckdb_tables() where temporary")):
+                for (name,) in self.con.execute(names).fetchall():
+                    self.con.execute(f'drop {kind} if exists temp."{name}"')
+            # the pool's cached blocks go too: kept, they sat under the next query's own (10 M rows: +8 MB peak)
+            self.con.execute("set memory_limit = '1MB'")
+            self.con.execute(f"set memory_limit = {literal(self.memory_limit)}")
+        except Exception:  # noqa: BLE001  (not kept: the next query gets a new connection)
+            return False
+        return True
 
     def rows(self, sql: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
         return self.columns(sql, params)[1]

@@ -8,9 +8,9 @@ reader's WAL lock, a writer's, the lock that tells other processes it is there) 
 Measured here: after a DuckDB query, another process could take the `-shm` lock a connection of
 ours still held; a second `evalkit report` then reset the WAL index under the first, which read
 wrong figures once and died of SIGBUS twice. So every query goes to a child process that opens
-the ledger through DuckDB only, one `duck.Duck` a query (DuckDB keeps a query's memory until its
-connection closes), while this process keeps its own connection; across processes SQLite's
-locking holds as it always does.
+the ledger through DuckDB only, one `duck.Duck` at a time (kept for the next query, cleared, while
+the ledger is the same file in the same state), while this process keeps its own connection;
+across processes SQLite's locking holds as it always does.
 
 The child is started plainly (no Python between fork and exec, `spawn.with_parent_death`), reads
 (SQL, parameters) frames on stdin and answers each with its result or its error, and exits at end
@@ -228,10 +228,30 @@ def serve(path: str) -> None:
     held_at = 0
     made: list[tuple[Any, dict[str, Any]]] = []
     limits = (MEMORY_LIMIT, *RETRY_LIMITS)
+    # The last connection on the first pool, cleared, for the next query while the ledger has not
+    # changed: making one (the extension, the ledger and its copy attached, a view a table) is
+    # ~130 ms, most of a small ledger's query (a run's machine check: 7 queries, 1.1 s).
+    idle: Duck | None = None
+
+    def keep(duck: Duck, at: int) -> None:
+        nonlocal idle
+        if at == 0 and duck.clear():
+            idle = duck
+        else:
+            duck.close()
+
+    def take() -> Duck | None:
+        nonlocal idle
+        duck, idle = idle, None
+        if duck is not None and not duck.still_fresh(path):
+            duck.close()
+            return None
+        return duck
+
     while (request := _receive(inp)) is not None:
         sql, params, chunk, session = request
-        if not session and held is not None:  # the session ended: its tables and memory go
-            held.close()
+        if not session and held is not None:  # the session ended: its tables go
+            keep(held, held_at)
             held, made = None, []
         if sql is None:
             send("ok", None)
@@ -243,7 +263,7 @@ def serve(path: str) -> None:
             duck = held
             try:
                 if duck is None:
-                    duck = Duck(path, limits[at])
+                    duck = (take() if at == 0 else None) or Duck(path, limits[at])
                     for s, p in made:  # a session's tables, made again on the larger pool
                         duck.columns(s, p)
                 if chunk is None:
@@ -272,11 +292,12 @@ def serve(path: str) -> None:
                 held, held_at = duck, at
                 made += [(s, params) for s in steps if _lasting(s)]
             else:
-                duck.close()
+                keep(duck, at)
             break
         send(*reply)
-    if held is not None:
-        held.close()
+    for duck in (held, idle):
+        if duck is not None:
+            duck.close()
 
 
 if __name__ == "__main__":  # `python -m evalkit.ledger.duck_worker PATH`, by hand
