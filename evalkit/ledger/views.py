@@ -1,5 +1,5 @@
-"""The ledger's two views, defined once, and the tables the columnar copy holds (no imports: the
-DuckDB query worker reads them too)."""
+"""The ledger's two views, defined once, the tables the columnar copy holds, and Datasette's
+`requests_joined` (nothing of evalkit imported: the DuckDB query worker reads this module too)."""
 
 from __future__ import annotations
 
